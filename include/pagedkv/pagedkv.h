@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: MIT */
+/* libpagedkv: the client API of the pagedkv daemon (connect, attach a pool, sequences, steps, attention). */
+#ifndef PAGEDKV_H
+#define PAGEDKV_H
+
+/*
+ * A client connects to pagedkvd, attaches to one pool (one model geometry),
+ * allocates its Q/K/V/O tensors in a shared arena the daemon maps, and then
+ * runs one step per forward pass:
+ *
+ *     pkv_step_begin(c, seqs, n_new, tokens, n)    reserve cache slots
+ *     pkv_attend(c, layer, q, k, v, o)             once per layer
+ *     pkv_step_end(c)                              commit; full blocks become shareable
+ *
+ * Every call returns 0 or a count on success and -errno on failure;
+ * pkv_strerror() names the error and pkv_last_error() gives the daemon's
+ * message for the last refused request. A connection is used by one thread
+ * at a time. Every wait on the daemon has a timeout: a dead daemon gives
+ * -ECONNRESET or -ETIMEDOUT, never a hang.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+#include <pagedkv/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct pkv_client;
+
+struct pkv_connect_opts {
+	const char *socket_path; /* NULL: $PAGEDKV_SOCKET, else $XDG_RUNTIME_DIR/pagedkv.sock, else /run/pagedkv.sock */
+	size_t arena_bytes;      /* 0: 64 MiB */
+	uint32_t timeout_ms;     /* per wait on the daemon; 0: 10 s */
+};
+
+int pkv_connect(const struct pkv_connect_opts *opts, struct pkv_client **out);
+void pkv_disconnect(struct pkv_client *c);
+
+const char *pkv_strerror(int err);
+/* The daemon's explanation of the last refused request on this connection ("" if none). */
+const char *pkv_last_error(const struct pkv_client *c);
+
+#define PKV_POOL_SHARE_ACROSS_USERS (1u << 0) /* creator's choice; prefix sharing ignores uid */
+
+struct pkv_pool_params {
+	const char *name;            /* pools are found by name */
+	struct pkv_geometry geo;     /* must equal an existing pool's exactly */
+	uint32_t act_dtype;          /* dtype of Q/K/V/O in the arena */
+	uint64_t model_id;           /* fingerprint of the weights */
+	const void *cache_salt;      /* optional: narrows sharing further */
+	size_t cache_salt_len;
+	uint32_t flags;              /* PKV_POOL_* */
+	float scale;                 /* 0: 1/sqrt(head_dim) */
+	float softcap;               /* 0: off */
+	int32_t window_left;         /* < 0: no sliding window */
+};
+
+int pkv_pool_attach(struct pkv_client *c, const struct pkv_pool_params *p);
+
+/* Tensor memory the daemon can see (64-byte aligned). NULL when the arena is full. */
+void *pkv_alloc(struct pkv_client *c, size_t bytes);
+void pkv_free(struct pkv_client *c, void *ptr);
+
+/* Sequences: open returns how many leading tokens are already cached (n_cached). */
+int pkv_seq_open(struct pkv_client *c, const int32_t *tokens, uint32_t n_tokens,
+		 uint32_t *seq, uint32_t *n_cached);
+int pkv_seq_fork(struct pkv_client *c, uint32_t seq, uint32_t *child);
+int pkv_seq_truncate(struct pkv_client *c, uint32_t seq, uint32_t n_tokens);
+int pkv_seq_close(struct pkv_client *c, uint32_t seq);
+
+/*
+ * Steps. tokens holds n_new[0] ids of seqs[0], then n_new[1] of seqs[1], ...
+ * Q/K/V/O given to pkv_attend are packed in the same order:
+ * Q, O [total_q][num_heads][head_dim], K, V [total_q][num_kv_heads][head_dim].
+ */
+int pkv_step_begin(struct pkv_client *c, const uint32_t *seqs, const uint32_t *n_new,
+		   const int32_t *tokens, uint32_t n_seqs);
+int pkv_attend(struct pkv_client *c, uint32_t layer, const void *q, const void *k,
+	       const void *v, void *o);
+/* Submits without waiting; pkv_wait(ticket) returns the attend's result. */
+int pkv_attend_async(struct pkv_client *c, uint32_t layer, const void *q, const void *k,
+		     const void *v, void *o, uint64_t *ticket);
+int pkv_wait(struct pkv_client *c, uint64_t ticket);
+int pkv_step_end(struct pkv_client *c);
+int pkv_step_abort(struct pkv_client *c);
+
+/* Keep a prefix's blocks cached (within the namespace's pin budget). Returns tokens pinned. */
+int pkv_pin(struct pkv_client *c, const int32_t *tokens, uint32_t n_tokens);
+int pkv_unpin(struct pkv_client *c, const int32_t *tokens, uint32_t n_tokens);
+
+struct pkv_stats {
+	uint32_t num_blocks, free_blocks, cached_blocks, in_use_blocks;
+	uint32_t open_seqs;          /* this client's */
+	uint64_t prefix_lookup_tokens, prefix_hit_tokens;  /* pool-wide */
+};
+int pkv_stats(struct pkv_client *c, struct pkv_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

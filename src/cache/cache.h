@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: MIT */
+/* The cache manager: block pool, prefix table, sequences and steps of one pool (no I/O, no threads). */
+#ifndef PKV_CACHE_H
+#define PKV_CACHE_H
+
+/*
+ * One struct pkv_cache manages the blocks of one pool (DESIGN §2). It owns no
+ * KV memory: it hands out block ids and slot numbers, and tells the caller
+ * which blocks to copy (copy-on-write). It is not thread-safe; the daemon
+ * serialises calls on one pool.
+ *
+ * Every function returns 0 (or a count) on success and -errno on failure,
+ * and a failing call leaves the state exactly as it was.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+#include <pagedkv/types.h>
+#include <pagedkv/backend.h>
+
+struct pkv_cache;
+struct pkv_step;
+
+/* A 128-bit prefix key, or a namespace seed. */
+struct pkv_key {
+	uint64_t lo, hi;
+};
+
+/* Validates a geometry; on -EINVAL writes the reason into why (if non-NULL). */
+int pkv_geometry_check(const struct pkv_geometry *g, char *why, size_t why_len);
+
+struct pkv_cache_limits {
+	uint32_t max_seqs;            /* sequences open at once (0 = default 65536) */
+	uint32_t max_tokens_per_seq;  /* (0 = default 1 << 20) */
+	uint32_t pin_budget_blocks;   /* per namespace (0 = num_blocks / 2) */
+};
+
+int pkv_cache_create(const struct pkv_geometry *g, const struct pkv_cache_limits *lim,
+		     struct pkv_cache **out);
+void pkv_cache_destroy(struct pkv_cache *c);
+
+/*
+ * Namespace seed for prefix keys: model fingerprint + geometry + sharing
+ * scope (uid, or PKV_NS_SHARED for cross-user pools) + optional cache salt.
+ * Equal seeds share blocks; different seeds never do.
+ */
+#define PKV_NS_SHARED UINT32_MAX
+struct pkv_key pkv_namespace(uint64_t model_id, const struct pkv_geometry *g, uint32_t uid,
+			     const void *salt, size_t salt_len);
+
+/*
+ * Sequences. A sequence belongs to an owner (a connection id); only the
+ * owner may use it (-ENOENT otherwise), and pkv_cache_release_owner drops
+ * everything an owner holds. Sequence handles are never reused while open.
+ *
+ * open walks the prefix chain for tokens and takes a reference on every
+ * matching block; *n_cached is the number of leading tokens whose KV exists:
+ * whole blocks, at most n_tokens - 1. The sequence then holds those n_cached
+ * tokens; the caller's first step supplies tokens[n_cached..].
+ */
+int pkv_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
+		 const int32_t *tokens, uint32_t n_tokens, uint32_t *seq, uint32_t *n_cached);
+int pkv_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t *child);
+int pkv_seq_truncate(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t n_tokens);
+int pkv_seq_close(struct pkv_cache *c, uint32_t owner, uint32_t seq);
+/* Committed length of a sequence, or -errno. */
+int64_t pkv_seq_len(const struct pkv_cache *c, uint32_t owner, uint32_t seq);
+/* Aborts the owner's steps and closes its sequences; returns how many sequences closed. */
+int pkv_cache_release_owner(struct pkv_cache *c, uint32_t owner);
+
+/*
+ * Steps. begin reserves slots for every (sequence, new tokens) pair at once
+ * or fails with nothing reserved (-ENOSPC when blocks run out, -EINVAL for a
+ * sequence named twice or too many tokens, -EBUSY for a sequence already in
+ * an open step). The metadata it produces stays valid until commit/abort.
+ */
+struct pkv_step_req {
+	uint32_t seq;
+	uint32_t n_new;          /* >= 1 */
+	const int32_t *tokens;   /* n_new token ids */
+};
+
+struct pkv_step_meta {
+	uint32_t num_seqs;
+	uint32_t total_q;
+	uint32_t max_length_q, max_length_k;
+	uint32_t max_blocks_per_seq;
+	int decode_only;                 /* every sequence has exactly one new token */
+	const int32_t *cu_seq_lens_q;    /* [num_seqs + 1] */
+	const int32_t *cu_seq_lens_k;    /* [num_seqs + 1], cached + new */
+	const int32_t *cache_seqlens;    /* [num_seqs], tokens cached before the step */
+	const int32_t *block_tables;     /* [num_seqs][max_blocks_per_seq], -1 padded */
+	const int64_t *slot_mapping;     /* [total_q] */
+	const struct pkv_block_copy *copies; /* copy-on-write list to run before any write */
+	uint32_t num_copies;
+};
+
+int pkv_step_begin(struct pkv_cache *c, uint32_t owner, const struct pkv_step_req *reqs,
+		   uint32_t n_reqs, struct pkv_step **step, struct pkv_step_meta *meta);
+/* Commits: lengths advance, newly full blocks are published. */
+int pkv_step_commit(struct pkv_cache *c, struct pkv_step *step);
+/* Releases the reservation; nothing else changes. */
+void pkv_step_abort(struct pkv_cache *c, struct pkv_step *step);
+
+/*
+ * Pinning: the published blocks of the chain matching tokens (whole blocks)
+ * survive LRU eviction until unpinned, within the namespace's pin budget
+ * (-ENOSPC beyond it). Returns the number of tokens pinned.
+ */
+int pkv_prefix_pin(struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens, uint32_t n_tokens);
+int pkv_prefix_unpin(struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens, uint32_t n_tokens);
+/* Drops every cached (unreferenced, unpinned) block from the prefix table; returns how many. */
+int pkv_cache_flush(struct pkv_cache *c);
+
+struct pkv_cache_stats {
+	uint32_t num_blocks, free_blocks, cached_blocks, in_use_blocks, pinned_blocks;
+	uint32_t open_seqs, open_steps;
+	uint64_t lookup_tokens, hit_tokens;   /* prefix lookups on open */
+	uint64_t evictions, cow_copies;
+};
+void pkv_cache_stats(const struct pkv_cache *c, struct pkv_cache_stats *st);
+
+/*
+ * Checks the invariants of DESIGN §2; returns the number of problems found
+ * and writes a description of the first ones into report (if non-NULL).
+ */
+int pkv_cache_audit(const struct pkv_cache *c, char *report, size_t report_len);
+
+#endif

@@ -1,0 +1,2 @@
+# SPDX-License-Identifier: MIT
+# pkv-bench-attn: build rules (filled in by its issue).

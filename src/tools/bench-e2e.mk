@@ -1,0 +1,2 @@
+# SPDX-License-Identifier: MIT
+# pkv-bench-e2e: build rules (filled in by its issue).

@@ -1,0 +1,2 @@
+# SPDX-License-Identifier: MIT
+# pkv-bench-ipc: build rules (filled in by its issue).
