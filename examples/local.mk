@@ -1,2 +1,4 @@
 # SPDX-License-Identifier: MIT
-# examples: build rules (filled in by the issue that builds this part).
+# Examples: the prefix-sharing demo over the cache manager, and the real model client.
+include $(srcdir)/examples/prefix-demo.mk
+include $(srcdir)/examples/model.mk
