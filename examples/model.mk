@@ -1,2 +1,11 @@
 # SPDX-License-Identifier: MIT
-# examples/model.mk: build rules (filled in by its issue).
+# The real model client: GGUF reader, kernels, llama forward, tokenizers, sampling, and the programs.
+noinst_LTLIBRARIES += examples/libpkvmodel.la
+examples_libpkvmodel_la_SOURCES = \
+	examples/gguf.c examples/quant.c examples/quant_x86.c examples/matmul.c \
+	examples/threadpool.c examples/attn_ref.c examples/llama.c examples/tokenizer.c \
+	examples/sampler.c
+examples_libpkvmodel_la_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS)
+examples_libpkvmodel_la_LIBADD = $(XXHASH_LIBS) $(PTHREAD_LIBS) $(LIBM)
+noinst_HEADERS += examples/gguf.h examples/quant.h examples/matmul.h examples/threadpool.h \
+	examples/attn.h examples/llama.h examples/tokenizer.h examples/sampler.h

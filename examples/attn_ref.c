@@ -1,0 +1,476 @@
+/* SPDX-License-Identifier: MIT */
+/* In-process contiguous-KV attention: the reference the paged path is compared against, and the
+ * fallback that lets the model programs run without a daemon. */
+#include "attn.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_STEP_SEQS 4096
+
+struct rseq {
+	int used;          /* 1 live, 2 retired (kept for prefix hits) */
+	uint64_t lru;      /* retire time */
+	int32_t *tokens;   /* committed tokens */
+	uint32_t len, cap; /* committed tokens, capacity (tokens) */
+	float *k, *v;      /* [layer][cap][kvh*hd] */
+};
+
+struct ref {
+	struct pkv_geometry geo;
+	uint64_t capacity;
+	struct tpool *tp;
+	struct rseq *s;
+	uint32_t n_s;
+	uint64_t clock;
+	uint64_t lookup_tokens, hit_tokens;
+	/* current step */
+	int in_step;
+	uint32_t n_step, *step_seq, *step_new, total_q;
+	uint32_t *q_start;
+	int32_t *step_tok;
+};
+
+static size_t kvw(const struct ref *r)
+{
+	return (size_t)r->geo.num_kv_heads * r->geo.head_dim;
+}
+
+static uint64_t live_tokens(const struct ref *r)
+{
+	uint64_t n = 0;
+	for (uint32_t i = 0; i < r->n_s; i++)
+		if (r->s[i].used == 1)
+			n += r->s[i].len;
+	return n;
+}
+
+static uint64_t retired_tokens(const struct ref *r)
+{
+	uint64_t n = 0;
+	for (uint32_t i = 0; i < r->n_s; i++)
+		if (r->s[i].used == 2)
+			n += r->s[i].len;
+	return n;
+}
+
+static void seq_release(struct rseq *s)
+{
+	free(s->tokens);
+	free(s->k);
+	free(s->v);
+	memset(s, 0, sizeof *s);
+}
+
+/* Frees retired sequences, oldest first, until `need` more tokens fit. */
+static int make_room(struct ref *r, uint64_t need)
+{
+	if (!r->capacity)
+		return 0;
+	for (;;) {
+		uint64_t used = live_tokens(r) + retired_tokens(r);
+		if (used + need <= r->capacity)
+			return 0;
+		int old = -1;
+		for (uint32_t i = 0; i < r->n_s; i++)
+			if (r->s[i].used == 2 && (old < 0 || r->s[i].lru < r->s[old].lru))
+				old = (int)i;
+		if (old < 0)
+			return -ENOSPC;
+		seq_release(&r->s[old]);
+	}
+}
+
+static int seq_grow(struct ref *r, struct rseq *s, uint32_t want)
+{
+	if (want <= s->cap)
+		return 0;
+	uint32_t nc = s->cap ? s->cap : 64;
+	while (nc < want)
+		nc *= 2;
+	size_t w = kvw(r), L = r->geo.num_layers;
+	int32_t *t = realloc(s->tokens, nc * sizeof *t);
+	float *k = calloc(L * nc * w, sizeof *k), *v = calloc(L * nc * w, sizeof *v);
+	if (!t || !k || !v) {
+		if (t)
+			s->tokens = t;
+		free(k);
+		free(v);
+		return -ENOMEM;
+	}
+	s->tokens = t;
+	for (size_t l = 0; l < L && s->len; l++) {
+		memcpy(k + l * nc * w, s->k + l * s->cap * w, s->len * w * sizeof *k);
+		memcpy(v + l * nc * w, s->v + l * s->cap * w, s->len * w * sizeof *v);
+	}
+	free(s->k);
+	free(s->v);
+	s->k = k;
+	s->v = v;
+	s->cap = nc;
+	return 0;
+}
+
+static int new_slot(struct ref *r, uint32_t *id)
+{
+	for (uint32_t i = 0; i < r->n_s; i++)
+		if (!r->s[i].used) {
+			*id = i;
+			return 0;
+		}
+	struct rseq *n = realloc(r->s, (r->n_s + 16) * sizeof *n);
+	if (!n)
+		return -ENOMEM;
+	memset(n + r->n_s, 0, 16 * sizeof *n);
+	r->s = n;
+	*id = r->n_s;
+	r->n_s += 16;
+	return 0;
+}
+
+static int copy_prefix(struct ref *r, struct rseq *dst, const struct rseq *src, uint32_t n)
+{
+	int e = seq_grow(r, dst, n);
+	size_t w = kvw(r);
+	if (e)
+		return e;
+	memcpy(dst->tokens, src->tokens, n * sizeof *dst->tokens);
+	for (size_t l = 0; l < r->geo.num_layers; l++) {
+		memcpy(dst->k + l * dst->cap * w, src->k + l * src->cap * w, n * w * sizeof(float));
+		memcpy(dst->v + l * dst->cap * w, src->v + l * src->cap * w, n * w * sizeof(float));
+	}
+	dst->len = n;
+	return 0;
+}
+
+static int r_open(void *ctx, const int32_t *tokens, uint32_t n, uint32_t *seq, uint32_t *n_cached)
+{
+	struct ref *r = ctx;
+	uint32_t id, best = 0, bs = r->geo.block_size ? r->geo.block_size : 1;
+	int bi = -1, e;
+	if (n == 0 || !tokens)
+		return -EINVAL;
+	for (uint32_t i = 0; i < r->n_s; i++) {
+		uint32_t m = 0;
+		if (!r->s[i].used)
+			continue;
+		while (m < r->s[i].len && m < n && r->s[i].tokens[m] == tokens[m])
+			m++;
+		if (m > best) {
+			best = m;
+			bi = (int)i;
+		}
+	}
+	/* Same rule as the daemon: whole blocks only, and the last prompt token is always computed. */
+	if (best > n - 1)
+		best = n - 1;
+	best -= best % bs;
+	if ((e = make_room(r, best)))
+		return e;
+	if ((e = new_slot(r, &id)))
+		return e;
+	struct rseq *s = &r->s[id];
+	s->used = 1;
+	if (best && bi >= 0) {
+		if ((e = copy_prefix(r, s, &r->s[bi], best))) {
+			seq_release(s);
+			return e;
+		}
+		r->s[bi].lru = ++r->clock;
+	}
+	r->lookup_tokens += n;
+	r->hit_tokens += best;
+	*seq = id;
+	*n_cached = best;
+	return 0;
+}
+
+static struct rseq *live(struct ref *r, uint32_t id)
+{
+	return id < r->n_s && r->s[id].used == 1 ? &r->s[id] : NULL;
+}
+
+static int r_fork(void *ctx, uint32_t seq, uint32_t *child)
+{
+	struct ref *r = ctx;
+	struct rseq *p = live(r, seq);
+	uint32_t id;
+	int e;
+	if (!p || r->in_step)
+		return p ? -EBUSY : -ENOENT;
+	if ((e = make_room(r, p->len)) || (e = new_slot(r, &id)))
+		return e;
+	p = &r->s[seq]; /* new_slot may have moved the array */
+	r->s[id].used = 1;
+	if ((e = copy_prefix(r, &r->s[id], p, p->len))) {
+		seq_release(&r->s[id]);
+		return e;
+	}
+	*child = id;
+	return 0;
+}
+
+static int r_truncate(void *ctx, uint32_t seq, uint32_t n)
+{
+	struct ref *r = ctx;
+	struct rseq *s = live(r, seq);
+	if (!s)
+		return -ENOENT;
+	if (n > s->len || r->in_step)
+		return -EINVAL;
+	s->len = n;
+	return 0;
+}
+
+static int r_close(void *ctx, uint32_t seq)
+{
+	struct ref *r = ctx;
+	struct rseq *s = live(r, seq);
+	if (!s)
+		return -ENOENT;
+	if (r->in_step)
+		return -EBUSY;
+	s->used = 2;
+	s->lru = ++r->clock;
+	if (r->capacity == 0) {
+		/* unlimited: keep only a few closed sequences so memory stays bounded */
+		uint32_t kept = 0;
+		for (uint32_t i = 0; i < r->n_s; i++)
+			kept += r->s[i].used == 2;
+		while (kept > 32) {
+			int old = -1;
+			for (uint32_t i = 0; i < r->n_s; i++)
+				if (r->s[i].used == 2 && (old < 0 || r->s[i].lru < r->s[old].lru))
+					old = (int)i;
+			seq_release(&r->s[old]);
+			kept--;
+		}
+	}
+	return 0;
+}
+
+static int r_step_begin(void *ctx, const uint32_t *seqs, const uint32_t *n_new, const int32_t *tokens,
+			uint32_t n_seqs)
+{
+	struct ref *r = ctx;
+	uint64_t need = 0, tq = 0;
+	int e;
+	if (r->in_step)
+		return -EBUSY;
+	if (n_seqs == 0 || n_seqs > MAX_STEP_SEQS)
+		return -EINVAL;
+	for (uint32_t i = 0; i < n_seqs; i++) {
+		if (!live(r, seqs[i]) || n_new[i] == 0)
+			return live(r, seqs[i]) ? -EINVAL : -ENOENT;
+		for (uint32_t j = 0; j < i; j++)
+			if (seqs[j] == seqs[i])
+				return -EINVAL;
+		need += n_new[i];
+		tq += n_new[i];
+	}
+	if ((e = make_room(r, need)))
+		return e;
+	free(r->step_seq);
+	free(r->step_new);
+	free(r->step_tok);
+	free(r->q_start);
+	r->step_seq = malloc(n_seqs * sizeof *r->step_seq);
+	r->step_new = malloc(n_seqs * sizeof *r->step_new);
+	r->q_start = malloc(n_seqs * sizeof *r->q_start);
+	r->step_tok = malloc(tq * sizeof *r->step_tok);
+	if (!r->step_seq || !r->step_new || !r->q_start || !r->step_tok)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n_seqs; i++) {
+		struct rseq *s = &r->s[seqs[i]];
+		if ((e = seq_grow(r, s, s->len + n_new[i])))
+			return e;
+	}
+	memcpy(r->step_seq, seqs, n_seqs * sizeof *seqs);
+	memcpy(r->step_new, n_new, n_seqs * sizeof *n_new);
+	memcpy(r->step_tok, tokens, tq * sizeof *tokens);
+	for (uint32_t i = 0, q = 0; i < n_seqs; i++) {
+		r->q_start[i] = q;
+		q += n_new[i];
+	}
+	r->n_step = n_seqs;
+	r->total_q = (uint32_t)tq;
+	r->in_step = 1;
+	return 0;
+}
+
+struct attn_job {
+	struct ref *r;
+	uint32_t layer;
+	const float *q;
+	float *o;
+};
+
+/* One (sequence, query head) pair per task: the plain softmax(q k^T * scale) v in f32. */
+static void attn_worker(void *arg, int ith, int nth)
+{
+	struct attn_job *j = arg;
+	struct ref *r = j->r;
+	uint32_t H = r->geo.num_heads, KH = r->geo.num_kv_heads, D = r->geo.head_dim, grp = H / KH;
+	size_t w = kvw(r);
+	float scale = 1.f / sqrtf((float)D);
+	uint64_t tasks = (uint64_t)r->n_step * H;
+	float *sc = NULL;
+	uint32_t sc_cap = 0;
+	for (uint64_t t = (uint64_t)ith; t < tasks; t += (uint64_t)nth) {
+		uint32_t si = (uint32_t)(t / H), h = (uint32_t)(t % H), kh = h / grp;
+		struct rseq *s = &r->s[r->step_seq[si]];
+		uint32_t sq = r->step_new[si], sk = s->len + sq;
+		const float *K = s->k + (size_t)j->layer * s->cap * w, *V = s->v + (size_t)j->layer * s->cap * w;
+		if (sk > sc_cap) {
+			float *n = realloc(sc, sk * sizeof *sc);
+			if (!n)
+				break; /* leaves O untouched; cannot happen with sane sizes */
+			sc = n;
+			sc_cap = sk;
+		}
+		for (uint32_t i = 0; i < sq; i++) {
+			const float *qv = j->q + ((size_t)(r->q_start[si] + i) * H + h) * D;
+			float *ov = j->o + ((size_t)(r->q_start[si] + i) * H + h) * D;
+			uint32_t nk = i + (sk - sq) + 1; /* bottom-right causal */
+			float mx = -INFINITY, sum = 0;
+			for (uint32_t k = 0; k < nk; k++) {
+				const float *kv = K + (size_t)k * w + (size_t)kh * D;
+				float d = 0;
+				for (uint32_t c = 0; c < D; c++)
+					d += qv[c] * kv[c];
+				sc[k] = d * scale;
+				mx = fmaxf(mx, sc[k]);
+			}
+			for (uint32_t k = 0; k < nk; k++) {
+				sc[k] = expf(sc[k] - mx);
+				sum += sc[k];
+			}
+			for (uint32_t c = 0; c < D; c++)
+				ov[c] = 0;
+			for (uint32_t k = 0; k < nk; k++) {
+				const float *vv = V + (size_t)k * w + (size_t)kh * D;
+				float p = sc[k] / sum;
+				for (uint32_t c = 0; c < D; c++)
+					ov[c] += p * vv[c];
+			}
+		}
+	}
+	free(sc);
+}
+
+static int r_attend(void *ctx, uint32_t layer, const float *q, const float *k, const float *v, float *o)
+{
+	struct ref *r = ctx;
+	size_t w = kvw(r);
+	if (!r->in_step)
+		return -EINVAL;
+	if (layer >= r->geo.num_layers)
+		return -EINVAL;
+	/* write the new K/V after each sequence's committed tokens */
+	for (uint32_t i = 0; i < r->n_step; i++) {
+		struct rseq *s = &r->s[r->step_seq[i]];
+		size_t base = (size_t)layer * s->cap * w + (size_t)s->len * w;
+		memcpy(s->k + base, k + (size_t)r->q_start[i] * w, r->step_new[i] * w * sizeof(float));
+		memcpy(s->v + base, v + (size_t)r->q_start[i] * w, r->step_new[i] * w * sizeof(float));
+	}
+	struct attn_job j = { .r = r, .layer = layer, .q = q, .o = o };
+	tpool_run(r->tp, attn_worker, &j);
+	return 0;
+}
+
+static int r_step_end(void *ctx)
+{
+	struct ref *r = ctx;
+	if (!r->in_step)
+		return -EINVAL;
+	for (uint32_t i = 0, q = 0; i < r->n_step; i++) {
+		struct rseq *s = &r->s[r->step_seq[i]];
+		memcpy(s->tokens + s->len, r->step_tok + q, r->step_new[i] * sizeof(int32_t));
+		s->len += r->step_new[i];
+		q += r->step_new[i];
+	}
+	r->in_step = 0;
+	return 0;
+}
+
+static int r_step_abort(void *ctx)
+{
+	struct ref *r = ctx;
+	r->in_step = 0; /* K/V written past len are simply ignored */
+	return 0;
+}
+
+static void *r_alloc(void *ctx, size_t bytes)
+{
+	void *p = NULL;
+	if (posix_memalign(&p, 64, bytes ? bytes : 64))
+		return NULL;
+	return p;
+}
+
+static void r_free(void *ctx, void *p)
+{
+	free(p);
+}
+
+static int r_stats(void *ctx, struct pkv_stats *st)
+{
+	struct ref *r = ctx;
+	uint32_t bs = r->geo.block_size ? r->geo.block_size : 1;
+	memset(st, 0, sizeof *st);
+	for (uint32_t i = 0; i < r->n_s; i++) {
+		uint32_t b = (r->s[i].len + bs - 1) / bs;
+		if (r->s[i].used == 1) {
+			st->in_use_blocks += b;
+			st->open_seqs++;
+		} else if (r->s[i].used == 2) {
+			st->cached_blocks += b;
+		}
+	}
+	st->num_blocks = r->capacity ? (uint32_t)(r->capacity / bs) : st->in_use_blocks + st->cached_blocks;
+	st->free_blocks = st->num_blocks - st->in_use_blocks - st->cached_blocks;
+	st->prefix_lookup_tokens = r->lookup_tokens;
+	st->prefix_hit_tokens = r->hit_tokens;
+	return 0;
+}
+
+static void r_destroy(void *ctx)
+{
+	struct ref *r = ctx;
+	for (uint32_t i = 0; i < r->n_s; i++)
+		seq_release(&r->s[i]);
+	free(r->s);
+	free(r->step_seq);
+	free(r->step_new);
+	free(r->step_tok);
+	free(r->q_start);
+	free(r);
+}
+
+static const struct pkv_attn_ops ref_ops = {
+	.seq_open = r_open, .seq_fork = r_fork, .seq_truncate = r_truncate, .seq_close = r_close,
+	.step_begin = r_step_begin, .attend = r_attend, .step_end = r_step_end,
+	.step_abort = r_step_abort, .alloc = r_alloc, .free = r_free, .stats = r_stats,
+	.destroy = r_destroy,
+};
+
+int pkv_attn_ref_create(const struct pkv_geometry *geo, uint64_t capacity_tokens, struct tpool *tp,
+			struct pkv_attn *out)
+{
+	struct ref *r;
+	if (!geo->num_layers || !geo->num_heads || !geo->num_kv_heads || !geo->head_dim ||
+	    geo->num_heads % geo->num_kv_heads)
+		return -EINVAL;
+	r = calloc(1, sizeof *r);
+	if (!r)
+		return -ENOMEM;
+	r->geo = *geo;
+	r->capacity = capacity_tokens;
+	r->tp = tp;
+	out->ops = &ref_ops;
+	out->ctx = r;
+	out->name = "in-process";
+	return 0;
+}

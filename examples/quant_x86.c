@@ -1,0 +1,223 @@
+/* SPDX-License-Identifier: MIT */
+/* x86 row dots: AVX2 (maddubs) and AVX-512 VNNI (vpdpbusd) versions, compiled per function so one
+ * binary runs everywhere; pkv_dot_ops() picks one at run time. */
+#include "quant.h"
+
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define T_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define T_512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+static inline float h2f(uint16_t h)
+{
+	return pkv_f16_to_f32(h);
+}
+
+T_AVX2 static inline float hsum256(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+/* 16 packed nibble bytes -> 32 unsigned bytes: elements 0..15 (low nibbles) then 16..31 (high). */
+T_AVX2 static inline __m256i unpack_nibbles(const uint8_t *qs)
+{
+	__m128i raw = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(15);
+	return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_and_si128(raw, m4));
+}
+
+/* sum(u8 a * s8 b) in 8 int32 lanes. maddubs cannot saturate here: |a*b + a*b| <= 2*255*127 only
+ * for 8-bit a, and callers pass a <= 127 (|q8| or nibbles). */
+T_AVX2 static inline __m256i dot_us_avx2(__m256i a, __m256i b)
+{
+	return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+}
+
+T_AVX2 static float q4_0_avx2(const void *w, const struct blk_a8 *x, size_t nb)
+{
+	const struct blk_q4_0 *b = w;
+	__m256 acc = _mm256_setzero_ps();
+	float off = 0;
+	for (size_t i = 0; i < nb; i++) {
+		float dw = h2f(b[i].d);
+		__m256i p = dot_us_avx2(unpack_nibbles(b[i].qs), _mm256_loadu_si256((const __m256i *)x[i].qs));
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * x[i].d), acc);
+		off += dw * x[i].s; /* the -8 offset: -8 * dw * dx * sum(qx) */
+	}
+	return hsum256(acc) - 8.f * off;
+}
+
+T_AVX2 static float q4_1_avx2(const void *w, const struct blk_a8 *x, size_t nb)
+{
+	const struct blk_q4_1 *b = w;
+	__m256 acc = _mm256_setzero_ps();
+	float off = 0;
+	for (size_t i = 0; i < nb; i++) {
+		__m256i p = dot_us_avx2(unpack_nibbles(b[i].qs), _mm256_loadu_si256((const __m256i *)x[i].qs));
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(b[i].d) * x[i].d), acc);
+		off += h2f(b[i].m) * x[i].s;
+	}
+	return hsum256(acc) + off;
+}
+
+T_AVX2 static float q8_0_avx2(const void *w, const struct blk_a8 *x, size_t nb)
+{
+	const struct blk_q8_0 *b = w;
+	__m256 acc = _mm256_setzero_ps();
+	for (size_t i = 0; i < nb; i++) {
+		__m256i wq = _mm256_loadu_si256((const __m256i *)b[i].qs);
+		__m256i xq = _mm256_loadu_si256((const __m256i *)x[i].qs);
+		/* signed x signed via |w| x sign(w)*x: maddubs wants its first operand unsigned */
+		__m256i p = dot_us_avx2(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(b[i].d) * x[i].d), acc);
+	}
+	return hsum256(acc);
+}
+
+T_AVX2 static float f32_avx2(const float *w, const float *x, size_t n)
+{
+	__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+	size_t i = 0;
+	float tail = 0;
+	for (; i + 16 <= n; i += 16) {
+		a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+		a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+	}
+	for (; i + 8 <= n; i += 8)
+		a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+	for (; i < n; i++)
+		tail += w[i] * x[i];
+	return hsum256(_mm256_add_ps(a0, a1)) + tail;
+}
+
+T_AVX2 static float f16_avx2(const uint16_t *w, const float *x, size_t n)
+{
+	__m256 a = _mm256_setzero_ps();
+	size_t i = 0;
+	float tail = 0;
+	for (; i + 8 <= n; i += 8)
+		a = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i))),
+				    _mm256_loadu_ps(x + i), a);
+	for (; i < n; i++) {
+		uint16_t h;
+		memcpy(&h, w + i, 2);
+		tail += h2f(h) * x[i];
+	}
+	return hsum256(a) + tail;
+}
+
+T_AVX2 static float bf16_avx2(const uint16_t *w, const float *x, size_t n)
+{
+	__m256 a = _mm256_setzero_ps();
+	size_t i = 0;
+	float tail = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256i v = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + i))), 16);
+		a = _mm256_fmadd_ps(_mm256_castsi256_ps(v), _mm256_loadu_ps(x + i), a);
+	}
+	for (; i < n; i++) {
+		uint16_t h;
+		memcpy(&h, w + i, 2);
+		tail += pkv_bf16_to_f32(h) * x[i];
+	}
+	return hsum256(a) + tail;
+}
+
+T_512 static float q4_0_512(const void *w, const struct blk_a8 *x, size_t nb)
+{
+	const struct blk_q4_0 *b = w;
+	__m256 acc = _mm256_setzero_ps();
+	float off = 0;
+	for (size_t i = 0; i < nb; i++) {
+		float dw = h2f(b[i].d);
+		__m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), unpack_nibbles(b[i].qs),
+						_mm256_loadu_si256((const __m256i *)x[i].qs));
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * x[i].d), acc);
+		off += dw * x[i].s;
+	}
+	return hsum256(acc) - 8.f * off;
+}
+
+T_512 static float q4_1_512(const void *w, const struct blk_a8 *x, size_t nb)
+{
+	const struct blk_q4_1 *b = w;
+	__m256 acc = _mm256_setzero_ps();
+	float off = 0;
+	for (size_t i = 0; i < nb; i++) {
+		__m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), unpack_nibbles(b[i].qs),
+						_mm256_loadu_si256((const __m256i *)x[i].qs));
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(b[i].d) * x[i].d), acc);
+		off += h2f(b[i].m) * x[i].s;
+	}
+	return hsum256(acc) + off;
+}
+
+T_512 static float q8_0_512(const void *w, const struct blk_a8 *x, size_t nb)
+{
+	const struct blk_q8_0 *b = w;
+	__m256 acc = _mm256_setzero_ps();
+	for (size_t i = 0; i < nb; i++) {
+		__m256i wq = _mm256_loadu_si256((const __m256i *)b[i].qs);
+		__m256i xq = _mm256_loadu_si256((const __m256i *)x[i].qs);
+		__m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wq), _mm256_sign_epi8(xq, wq));
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(b[i].d) * x[i].d), acc);
+	}
+	return hsum256(acc);
+}
+
+T_512 static float f32_512(const float *w, const float *x, size_t n)
+{
+	__m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+	size_t i = 0;
+	for (; i + 32 <= n; i += 32) {
+		a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
+		a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
+	}
+	if (i < n) {
+		/* masked tail: no scalar loop, no read past the row */
+		size_t r = n - i;
+		__mmask16 m0 = r >= 16 ? 0xffff : (__mmask16)((1u << r) - 1);
+		__mmask16 m1 = r > 16 ? (__mmask16)((1u << (r - 16)) - 1) : 0;
+		a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, w + i), _mm512_maskz_loadu_ps(m0, x + i), a0);
+		if (m1)
+			a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, w + i + 16), _mm512_maskz_loadu_ps(m1, x + i + 16), a1);
+	}
+	return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+static const struct pkv_dot_ops avx2_ops = {
+	.isa = "avx2", .q4_0 = q4_0_avx2, .q4_1 = q4_1_avx2, .q8_0 = q8_0_avx2,
+	.f32 = f32_avx2, .f16 = f16_avx2, .bf16 = bf16_avx2,
+};
+
+static const struct pkv_dot_ops avx512_ops = {
+	.isa = "avx512vnni", .q4_0 = q4_0_512, .q4_1 = q4_1_512, .q8_0 = q8_0_512,
+	.f32 = f32_512, .f16 = f16_avx2, .bf16 = bf16_avx2,
+};
+
+const struct pkv_dot_ops *pkv_dot_ops_avx2(void)
+{
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		return &avx2_ops;
+	return NULL;
+}
+
+const struct pkv_dot_ops *pkv_dot_ops_avx512(void)
+{
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+	    __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		return &avx512_ops;
+	return NULL;
+}
+#else
+const struct pkv_dot_ops *pkv_dot_ops_avx2(void) { return NULL; }
+const struct pkv_dot_ops *pkv_dot_ops_avx512(void) { return NULL; }
+#endif

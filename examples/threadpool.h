@@ -1,0 +1,17 @@
+/* SPDX-License-Identifier: MIT */
+/* A tiny fork-join thread pool: run fn(ctx, i, n) on n threads and wait for all of them. */
+#ifndef PKV_EX_THREADPOOL_H
+#define PKV_EX_THREADPOOL_H
+
+struct tpool;
+
+typedef void (*tpool_fn)(void *ctx, int ith, int nth);
+
+/* n_threads includes the caller; 0 picks $PKV_THREADS or the CPU count. */
+int tpool_create(int n_threads, struct tpool **out);
+void tpool_destroy(struct tpool *p);
+int tpool_size(const struct tpool *p);
+/* Runs fn on every thread (the caller is thread 0) and returns when all are done. */
+void tpool_run(struct tpool *p, tpool_fn fn, void *ctx);
+
+#endif

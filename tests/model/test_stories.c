@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/* stories260K: tokenizer and greedy continuation equal the reference ids in shared/models/README.md. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../examples/llama.h"
+#include "../../examples/sampler.h"
+#include "../../examples/tokenizer.h"
+#include "modeldir.h"
+
+static char path[4096];
+
+static const int32_t prompt_ref[] = { 1, 403, 407, 261, 378 };
+static const int32_t cont_ref[60] = {
+	432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337, 410, 408, 419, 292,
+	411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388, 426,
+	338, 391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415, 426, 13, 438, 310,
+};
+
+START_TEST(encodes_prompt)
+{
+	struct llama m;
+	struct tokenizer t;
+	char err[256];
+	int32_t *ids;
+	ck_assert_int_eq(llama_load(&m, path), 0);
+	ck_assert_int_eq(tok_load(&t, &m.g, err, sizeof err), 0);
+	int n = tok_encode(&t, "Once upon a time", 16, 1, 0, &ids);
+	ck_assert_int_eq(n, 5);
+	for (int i = 0; i < 5; i++)
+		ck_assert_int_eq(ids[i], prompt_ref[i]);
+	free(ids);
+	tok_free(&t);
+	llama_free(&m);
+}
+END_TEST
+
+/* Greedy generation with the prompt in one prefill step and then one token per step. */
+START_TEST(greedy_matches_reference)
+{
+	struct llama m;
+	struct llama_ctx c;
+	struct pkv_attn a;
+	struct pkv_geometry geo;
+	struct tpool *tp;
+	uint32_t seq, nc, pos = 0;
+	int32_t cur[8];
+	uint32_t n = 5;
+	ck_assert_int_eq(llama_load(&m, path), 0);
+	ck_assert_int_eq(tpool_create(2, &tp), 0);
+	llama_geometry(&m, 16, 1024, &geo);
+	ck_assert_int_eq(pkv_attn_ref_create(&geo, 0, tp, &a), 0);
+	ck_assert_int_eq(llama_ctx_init(&c, &m, &a, tp, 64), 0);
+	float *logits = malloc(m.hp.n_vocab * sizeof *logits);
+	ck_assert_int_eq(a.ops->seq_open(a.ctx, prompt_ref, 5, &seq, &nc), 0);
+	ck_assert_uint_eq(nc, 0);
+	memcpy(cur, prompt_ref, sizeof prompt_ref);
+	for (int i = 0; i < 60; i++) {
+		ck_assert_int_eq(llama_forward(&c, &seq, &n, &pos, cur, 1, logits, 0), 0);
+		pos += n;
+		cur[0] = argmax(logits, m.hp.n_vocab);
+		ck_assert_msg(cur[0] == cont_ref[i], "token %d: got %d, reference %d", i, cur[0], cont_ref[i]);
+		n = 1;
+	}
+	free(logits);
+	llama_ctx_free(&c);
+	pkv_attn_destroy(&a);
+	tpool_destroy(tp);
+	llama_free(&m);
+}
+END_TEST
+
+int main(void)
+{
+	if (model_path("stories260K.gguf", path, sizeof path)) {
+		fprintf(stderr, "test_stories: %s not found (set PKV_TEST_MODEL_DIR)\n", path);
+		return 77;
+	}
+	Suite *s = suite_create("stories260K");
+	TCase *tc = tcase_create("reference");
+	tcase_add_test(tc, encodes_prompt);
+	tcase_add_test(tc, greedy_matches_reference);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int nf = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return nf ? 1 : 0;
+}
