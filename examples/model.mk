@@ -9,3 +9,10 @@ examples_libpkvmodel_la_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS)
 examples_libpkvmodel_la_LIBADD = $(XXHASH_LIBS) $(PTHREAD_LIBS) $(LIBM)
 noinst_HEADERS += examples/gguf.h examples/quant.h examples/matmul.h examples/threadpool.h \
 	examples/attn.h examples/llama.h examples/tokenizer.h examples/sampler.h
+examples_libpkvmodel_la_SOURCES += examples/engine.c examples/session.c
+noinst_HEADERS += examples/engine.h examples/session.h
+EXTRA_DIST += examples/attn_daemon.c
+
+bin_PROGRAMS += examples/pkv-generate
+examples_pkv_generate_SOURCES = examples/generate.c
+examples_pkv_generate_LDADD = examples/libpkvmodel.la

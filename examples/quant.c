@@ -208,10 +208,10 @@ void pkv_quant_act(const float *x, struct blk_a8 *out, size_t n)
 		int sum = 0;
 		for (int j = 0; j < QK; j++)
 			amax = fmaxf(amax, fabsf(v[j]));
-		float d = amax / 127.f, id = d ? 1.f / d : 0;
+		float d = amax / 32767.f, id = d ? 1.f / d : 0;
 		for (int j = 0; j < QK; j++) {
 			int q = (int)lrintf(v[j] * id);
-			out[b].qs[j] = (int8_t)q;
+			out[b].qs[j] = (int16_t)q;
 			sum += q;
 		}
 		out[b].d = d;

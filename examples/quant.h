@@ -13,8 +13,14 @@ struct blk_q4_0 { uint16_t d; uint8_t qs[QK / 2]; };
 struct blk_q4_1 { uint16_t d, m; uint8_t qs[QK / 2]; };
 struct blk_q8_0 { uint16_t d; int8_t qs[QK]; };
 
-/* Activations quantized for integer dots: x ~= d * qs, s = d * sum(qs) (for the Q4 offsets). */
-struct blk_a8 { float d, s; int8_t qs[QK]; };
+/*
+ * Activations quantized for integer dots: x ~= d * qs, s = d * sum(qs) (for the Q4 offsets).
+ * 16-bit, not 8: SmolLM2's normalized activations have outlier channels a few hundred times larger
+ * than the rest, and 8-bit blocks round their neighbours to zero — enough to change greedy answers
+ * (measured: "The capital of France is Paris." only with >= 16 bits). int16 x int16 madd runs 32
+ * products per AVX-512 instruction, as many as VNNI's u8 x s8 at 256 bits, so it costs little.
+ */
+struct blk_a8 { float d, s; int16_t qs[QK]; };
 
 float pkv_f16_to_f32(uint16_t h);
 uint16_t pkv_f32_to_f16(float f);
@@ -31,7 +37,7 @@ size_t pkv_row_bytes(uint32_t type, size_t n);
 /* Quantizes n (multiple of 32) floats into n/32 activation blocks. */
 void pkv_quant_act(const float *x, struct blk_a8 *out, size_t n);
 
-/* Row dot products, dispatched once to the best ISA the CPU has (AVX-512 VNNI, AVX2, scalar). */
+/* Row dot products, dispatched once to the best ISA the CPU has (AVX-512BW, AVX2, scalar). */
 struct pkv_dot_ops {
 	const char *isa;
 	/* quantized weight row . activation blocks */

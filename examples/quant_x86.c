@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* x86 row dots: AVX2 (maddubs) and AVX-512 VNNI (vpdpbusd) versions, compiled per function so one
+/* x86 row dots: AVX2 and AVX-512BW versions (int16 madd over 16-bit activation blocks), compiled per function so one
  * binary runs everywhere; pkv_dot_ops() picks one at run time. */
 #include "quant.h"
 
@@ -9,12 +9,10 @@
 #include <immintrin.h>
 
 #define T_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define T_512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define T_512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
 
-static inline float h2f(uint16_t h)
-{
-	return pkv_f16_to_f32(h);
-}
+/* F16C's one-instruction conversion; every caller is compiled with f16c enabled. */
+#define h2f(h) _cvtsh_ss(h)
 
 T_AVX2 static inline float hsum256(__m256 v)
 {
@@ -31,11 +29,14 @@ T_AVX2 static inline __m256i unpack_nibbles(const uint8_t *qs)
 	return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_and_si128(raw, m4));
 }
 
-/* sum(u8 a * s8 b) in 8 int32 lanes. maddubs cannot saturate here: |a*b + a*b| <= 2*255*127 only
- * for 8-bit a, and callers pass a <= 127 (|q8| or nibbles). */
-T_AVX2 static inline __m256i dot_us_avx2(__m256i a, __m256i b)
+/* 32 weights as int16 (two halves) . 32 int16 activations -> 8 int32 partial sums. No overflow:
+ * |w| <= 128 and |x| <= 32767, so each pair sum stays below 2^23. */
+T_AVX2 static inline __m256i dot16_avx2(__m256i w8, const int16_t *x)
 {
-	return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+	__m256i lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w8));
+	__m256i hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w8, 1));
+	return _mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_loadu_si256((const __m256i *)x)),
+				_mm256_madd_epi16(hi, _mm256_loadu_si256((const __m256i *)(x + 16))));
 }
 
 T_AVX2 static float q4_0_avx2(const void *w, const struct blk_a8 *x, size_t nb)
@@ -45,7 +46,7 @@ T_AVX2 static float q4_0_avx2(const void *w, const struct blk_a8 *x, size_t nb)
 	float off = 0;
 	for (size_t i = 0; i < nb; i++) {
 		float dw = h2f(b[i].d);
-		__m256i p = dot_us_avx2(unpack_nibbles(b[i].qs), _mm256_loadu_si256((const __m256i *)x[i].qs));
+		__m256i p = dot16_avx2(unpack_nibbles(b[i].qs), x[i].qs);
 		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * x[i].d), acc);
 		off += dw * x[i].s; /* the -8 offset: -8 * dw * dx * sum(qx) */
 	}
@@ -58,7 +59,7 @@ T_AVX2 static float q4_1_avx2(const void *w, const struct blk_a8 *x, size_t nb)
 	__m256 acc = _mm256_setzero_ps();
 	float off = 0;
 	for (size_t i = 0; i < nb; i++) {
-		__m256i p = dot_us_avx2(unpack_nibbles(b[i].qs), _mm256_loadu_si256((const __m256i *)x[i].qs));
+		__m256i p = dot16_avx2(unpack_nibbles(b[i].qs), x[i].qs);
 		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(b[i].d) * x[i].d), acc);
 		off += h2f(b[i].m) * x[i].s;
 	}
@@ -70,10 +71,7 @@ T_AVX2 static float q8_0_avx2(const void *w, const struct blk_a8 *x, size_t nb)
 	const struct blk_q8_0 *b = w;
 	__m256 acc = _mm256_setzero_ps();
 	for (size_t i = 0; i < nb; i++) {
-		__m256i wq = _mm256_loadu_si256((const __m256i *)b[i].qs);
-		__m256i xq = _mm256_loadu_si256((const __m256i *)x[i].qs);
-		/* signed x signed via |w| x sign(w)*x: maddubs wants its first operand unsigned */
-		__m256i p = dot_us_avx2(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
+		__m256i p = dot16_avx2(_mm256_loadu_si256((const __m256i *)b[i].qs), x[i].qs);
 		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(b[i].d) * x[i].d), acc);
 	}
 	return hsum256(acc);
@@ -128,46 +126,48 @@ T_AVX2 static float bf16_avx2(const uint16_t *w, const float *x, size_t n)
 	return hsum256(a) + tail;
 }
 
+/* One block per instruction: 32 int16 weights x 32 int16 activations, pairwise into 16 int32. */
+T_512 static inline __m512i dot16_512(__m256i w8, const int16_t *x)
+{
+	return _mm512_madd_epi16(_mm512_cvtepi8_epi16(w8), _mm512_loadu_si512((const void *)x));
+}
+
 T_512 static float q4_0_512(const void *w, const struct blk_a8 *x, size_t nb)
 {
 	const struct blk_q4_0 *b = w;
-	__m256 acc = _mm256_setzero_ps();
+	__m512 acc = _mm512_setzero_ps();
 	float off = 0;
 	for (size_t i = 0; i < nb; i++) {
 		float dw = h2f(b[i].d);
-		__m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), unpack_nibbles(b[i].qs),
-						_mm256_loadu_si256((const __m256i *)x[i].qs));
-		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * x[i].d), acc);
+		__m512i p = dot16_512(unpack_nibbles(b[i].qs), x[i].qs);
+		acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(dw * x[i].d), acc);
 		off += dw * x[i].s;
 	}
-	return hsum256(acc) - 8.f * off;
+	return _mm512_reduce_add_ps(acc) - 8.f * off;
 }
 
 T_512 static float q4_1_512(const void *w, const struct blk_a8 *x, size_t nb)
 {
 	const struct blk_q4_1 *b = w;
-	__m256 acc = _mm256_setzero_ps();
+	__m512 acc = _mm512_setzero_ps();
 	float off = 0;
 	for (size_t i = 0; i < nb; i++) {
-		__m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), unpack_nibbles(b[i].qs),
-						_mm256_loadu_si256((const __m256i *)x[i].qs));
-		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(b[i].d) * x[i].d), acc);
+		__m512i p = dot16_512(unpack_nibbles(b[i].qs), x[i].qs);
+		acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(h2f(b[i].d) * x[i].d), acc);
 		off += h2f(b[i].m) * x[i].s;
 	}
-	return hsum256(acc) + off;
+	return _mm512_reduce_add_ps(acc) + off;
 }
 
 T_512 static float q8_0_512(const void *w, const struct blk_a8 *x, size_t nb)
 {
 	const struct blk_q8_0 *b = w;
-	__m256 acc = _mm256_setzero_ps();
+	__m512 acc = _mm512_setzero_ps();
 	for (size_t i = 0; i < nb; i++) {
-		__m256i wq = _mm256_loadu_si256((const __m256i *)b[i].qs);
-		__m256i xq = _mm256_loadu_si256((const __m256i *)x[i].qs);
-		__m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wq), _mm256_sign_epi8(xq, wq));
-		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(b[i].d) * x[i].d), acc);
+		__m512i p = dot16_512(_mm256_loadu_si256((const __m256i *)b[i].qs), x[i].qs);
+		acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(h2f(b[i].d) * x[i].d), acc);
 	}
-	return hsum256(acc);
+	return _mm512_reduce_add_ps(acc);
 }
 
 T_512 static float f32_512(const float *w, const float *x, size_t n)
@@ -196,7 +196,7 @@ static const struct pkv_dot_ops avx2_ops = {
 };
 
 static const struct pkv_dot_ops avx512_ops = {
-	.isa = "avx512vnni", .q4_0 = q4_0_512, .q4_1 = q4_1_512, .q8_0 = q8_0_512,
+	.isa = "avx512bw", .q4_0 = q4_0_512, .q4_1 = q4_1_512, .q8_0 = q8_0_512,
 	.f32 = f32_512, .f16 = f16_avx2, .bf16 = bf16_avx2,
 };
 
@@ -212,7 +212,7 @@ const struct pkv_dot_ops *pkv_dot_ops_avx512(void)
 {
 	__builtin_cpu_init();
 	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+	    __builtin_cpu_supports("avx512vl") &&
 	    __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
 		return &avx512_ops;
 	return NULL;

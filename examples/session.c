@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: MIT */
+/* Program setup shared by pkv-generate, pkv-chat, the benchmark and the tests; and the ChatML template. */
+#include "session.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int session_open(struct session *s, const struct session_opts *o, char *err, size_t errlen)
+{
+	struct pkv_geometry geo;
+	int r;
+	memset(s, 0, sizeof *s);
+	if ((r = llama_load(&s->m, o->model))) {
+		snprintf(err, errlen, "%s", s->m.err);
+		return r;
+	}
+	if ((r = tok_load(&s->tok, &s->m.g, err, errlen)))
+		goto err_model;
+	if ((r = tpool_create(o->threads, &s->tp))) {
+		snprintf(err, errlen, "cannot start threads: %s", strerror(-r));
+		goto err_tok;
+	}
+	llama_geometry(&s->m, o->block_size ? o->block_size : 16, o->num_blocks ? o->num_blocks : 4096, &geo);
+	if (o->in_process) {
+		r = pkv_attn_ref_create(&geo, (uint64_t)geo.num_blocks * geo.block_size, s->tp, &s->attn);
+		if (r)
+			snprintf(err, errlen, "in-process attention: %s", strerror(-r));
+	} else {
+#ifdef PKV_HAVE_CLIENT
+		struct pkv_connect_opts co = { .socket_path = o->socket };
+		struct pkv_pool_params pp = { .geo = geo, .act_dtype = PKV_DTYPE_F32, .model_id = s->m.model_id,
+					      .window_left = -1 };
+		if (o->pool)
+			snprintf(s->pool_name, sizeof s->pool_name, "%s", o->pool);
+		else
+			snprintf(s->pool_name, sizeof s->pool_name, "model-%016" PRIx64, s->m.model_id);
+		pp.name = s->pool_name;
+		r = pkv_attn_daemon_create(&co, &pp, &s->attn, err, errlen);
+#else
+		snprintf(err, errlen, "this build has no libpagedkv; use --in-process");
+		r = -ENOTSUP;
+#endif
+	}
+	if (r)
+		goto err_tp;
+	if ((r = llama_ctx_init(&s->lc, &s->m, &s->attn, s->tp, o->max_tokens ? o->max_tokens : 256))) {
+		snprintf(err, errlen, "cannot allocate activations (%s): %s", s->attn.name, strerror(-r));
+		goto err_attn;
+	}
+	return 0;
+err_attn:
+	pkv_attn_destroy(&s->attn);
+err_tp:
+	tpool_destroy(s->tp);
+err_tok:
+	tok_free(&s->tok);
+err_model:
+	llama_free(&s->m);
+	return r;
+}
+
+void session_close(struct session *s)
+{
+	llama_ctx_free(&s->lc);
+	pkv_attn_destroy(&s->attn);
+	tpool_destroy(s->tp);
+	tok_free(&s->tok);
+	llama_free(&s->m);
+}
+
+int chatml_available(const struct tokenizer *t)
+{
+	int32_t *ids;
+	int n = tok_encode(t, "<|im_start|>", 12, 0, 1, &ids);
+	int ok = n == 1 && t->type[ids[0]] == 3;
+	if (n >= 0)
+		free(ids);
+	return ok;
+}
+
+int chatml_turn(const struct tokenizer *t, const char *system, const char *user, int first, int prev_ended,
+		int32_t **out)
+{
+	static const char dflt[] = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+	size_t len = strlen(user) + (system ? strlen(system) : sizeof dflt) + 128;
+	char *b = malloc(len);
+	int n;
+	if (!b)
+		return -ENOMEM;
+	if (first)
+		snprintf(b, len, "<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\n", system ? system : dflt);
+	else
+		snprintf(b, len, "%s\n<|im_start|>user\n", prev_ended ? "" : "<|im_end|>");
+	/* only the template's own markers are parsed as special tokens, never the user's text */
+	int32_t *a = NULL, *u = NULL, *z = NULL;
+	int na = tok_encode(t, b, strlen(b), 0, 1, &a);
+	int nu = tok_encode(t, user, strlen(user), 0, 0, &u);
+	int nz = tok_encode(t, "<|im_end|>\n<|im_start|>assistant\n", 33, 0, 1, &z);
+	free(b);
+	if (na < 0 || nu < 0 || nz < 0) {
+		n = -ENOMEM;
+		goto out;
+	}
+	*out = malloc((size_t)(na + nu + nz) * sizeof **out);
+	if (!*out) {
+		n = -ENOMEM;
+		goto out;
+	}
+	memcpy(*out, a, (size_t)na * sizeof *a);
+	memcpy(*out + na, u, (size_t)nu * sizeof *u);
+	memcpy(*out + na + nu, z, (size_t)nz * sizeof *z);
+	n = na + nu + nz;
+out:
+	if (na >= 0)
+		free(a);
+	if (nu >= 0)
+		free(u);
+	if (nz >= 0)
+		free(z);
+	return n;
+}

@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: MIT */
+/* What every model program sets up: model, tokenizer, threads, attention (daemon or in-process), context. */
+#ifndef PKV_EX_SESSION_H
+#define PKV_EX_SESSION_H
+
+#include <stdint.h>
+
+#include "attn.h"
+#include "llama.h"
+#include "tokenizer.h"
+
+struct session_opts {
+	const char *model;
+	const char *socket;      /* daemon socket; NULL: the default path */
+	int in_process;          /* 1: contiguous in-process attention; 0: the daemon */
+	int threads;             /* 0: $PKV_THREADS or all CPUs */
+	uint32_t max_tokens;     /* per forward step (buffers); 0: 256 */
+	uint32_t block_size;     /* 0: 16 */
+	uint32_t num_blocks;     /* pool size when this client creates it; 0: 4096 */
+	const char *pool;        /* pool name; NULL: derived from the model fingerprint */
+};
+
+struct session {
+	struct llama m;
+	struct tokenizer tok;
+	struct tpool *tp;
+	struct pkv_attn attn;
+	struct llama_ctx lc;
+	char pool_name[64];
+};
+
+int session_open(struct session *s, const struct session_opts *o, char *err, size_t errlen);
+void session_close(struct session *s);
+
+/* ChatML (SmolLM2-Instruct): 1 when the vocabulary has <|im_start|>. */
+int chatml_available(const struct tokenizer *t);
+/*
+ * Tokens of one user turn. With first != 0 the system block comes first (system NULL: the model's
+ * default one); otherwise the previous reply's end is closed first. *out malloc'd; count or -errno.
+ */
+int chatml_turn(const struct tokenizer *t, const char *system, const char *user, int first,
+		int prev_ended, int32_t **out);
+
+#endif
