@@ -10,3 +10,23 @@ TESTS += tests/model/test_stories
 tests_model_test_stories_SOURCES = tests/model/test_stories.c
 tests_model_test_stories_CFLAGS = $(MODEL_TEST_CFLAGS)
 tests_model_test_stories_LDADD = $(MODEL_TEST_LIBS)
+
+noinst_HEADERS += tests/model/fixtures.h
+
+check_PROGRAMS += tests/model/test_gguf
+TESTS += tests/model/test_gguf
+tests_model_test_gguf_SOURCES = tests/model/test_gguf.c
+tests_model_test_gguf_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_gguf_LDADD = $(MODEL_TEST_LIBS)
+
+# Fuzz target + standalone driver; `clang -fsanitize=fuzzer tests/model/fuzz_gguf.c examples/*.c` also works.
+check_PROGRAMS += tests/model/fuzz_gguf
+TESTS += tests/model/fuzz_gguf
+tests_model_fuzz_gguf_SOURCES = tests/model/fuzz_gguf.c tests/model/fuzz_driver.c
+tests_model_fuzz_gguf_LDADD = examples/libpkvmodel.la
+
+check_PROGRAMS += tests/model/test_quant
+TESTS += tests/model/test_quant
+tests_model_test_quant_SOURCES = tests/model/test_quant.c
+tests_model_test_quant_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_quant_LDADD = $(MODEL_TEST_LIBS) $(LIBM)
