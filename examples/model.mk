@@ -9,8 +9,8 @@ examples_libpkvmodel_la_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS)
 examples_libpkvmodel_la_LIBADD = $(XXHASH_LIBS) $(PTHREAD_LIBS) $(LIBM)
 noinst_HEADERS += examples/gguf.h examples/quant.h examples/matmul.h examples/threadpool.h \
 	examples/attn.h examples/llama.h examples/tokenizer.h examples/sampler.h
-examples_libpkvmodel_la_SOURCES += examples/engine.c examples/session.c examples/gguf_write.c
-noinst_HEADERS += examples/engine.h examples/session.h examples/gguf_write.h
+examples_libpkvmodel_la_SOURCES += examples/engine.c examples/session.c examples/gguf_write.c examples/randmodel.c
+noinst_HEADERS += examples/engine.h examples/session.h examples/gguf_write.h examples/randmodel.h
 EXTRA_DIST += examples/attn_daemon.c
 
 bin_PROGRAMS += examples/pkv-generate

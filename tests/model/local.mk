@@ -30,3 +30,9 @@ TESTS += tests/model/test_quant
 tests_model_test_quant_SOURCES = tests/model/test_quant.c
 tests_model_test_quant_CFLAGS = $(MODEL_TEST_CFLAGS)
 tests_model_test_quant_LDADD = $(MODEL_TEST_LIBS) $(LIBM)
+
+check_PROGRAMS += tests/model/test_equality
+TESTS += tests/model/test_equality
+tests_model_test_equality_SOURCES = tests/model/test_equality.c
+tests_model_test_equality_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_equality_LDADD = $(MODEL_TEST_LIBS) $(LIBM)

@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: MIT */
+/* Random-weight llama GGUF writer: any geometry, any weight type, for tests that need no trained model. */
+#include "randmodel.h"
+#include "gguf.h"
+#include "gguf_write.h"
+#include "quant.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static float frand(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return (float)(*s >> 40) / (float)(1u << 23) - 1.f;
+}
+
+static int add_mat(struct gguf_builder *b, const char *name, uint32_t type, uint32_t rows, uint32_t cols,
+		   float scale, uint64_t *s)
+{
+	size_t rb = pkv_row_bytes(type, cols);
+	uint8_t *buf = malloc((size_t)rows * rb);
+	float *v = malloc(cols * sizeof *v);
+	uint64_t ne[2] = { cols, rows };
+	if (!buf || !v) {
+		free(buf);
+		free(v);
+		return -ENOMEM;
+	}
+	for (uint32_t r = 0; r < rows; r++) {
+		for (uint32_t c = 0; c < cols; c++)
+			v[c] = frand(s) * scale;
+		pkv_quant_row(type, v, buf + (size_t)r * rb, cols);
+	}
+	gb_tensor(b, name, type, ne, 2, buf, (size_t)rows * rb);
+	free(buf);
+	free(v);
+	return 0;
+}
+
+static void add_norm(struct gguf_builder *b, const char *name, uint32_t n, uint64_t *s)
+{
+	float *v = malloc(n * sizeof *v);
+	uint64_t ne[1] = { n };
+	if (!v)
+		return; /* the builder's size check will fail the load; the test reports it */
+	for (uint32_t i = 0; i < n; i++)
+		v[i] = 1.f + 0.2f * frand(s);
+	gb_tensor(b, name, GGML_F32, ne, 1, v, n * sizeof *v);
+	free(v);
+}
+
+int randmodel_write(const char *path, const struct randmodel_params *p)
+{
+	struct gguf_builder b;
+	uint64_t s = p->seed | 1;
+	uint32_t hd = p->dim / p->n_heads, qd = p->dim, kd = p->n_kv_heads * hd;
+	char name[64];
+	int r = 0;
+	uint8_t *img;
+	size_t len;
+	const char **toks = calloc(p->n_vocab, sizeof *toks);
+	char (*tbuf)[16] = calloc(p->n_vocab, sizeof *tbuf);
+	int32_t *types = calloc(p->n_vocab, sizeof *types);
+	if (!toks || !tbuf || !types) {
+		r = -ENOMEM;
+		goto out;
+	}
+	/* <unk> <s> </s>, then byte tokens so any text encodes, then filler pieces */
+	for (uint32_t i = 0; i < p->n_vocab; i++) {
+		if (i < 3)
+			snprintf(tbuf[i], 16, "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+		else if (i < 3 + 256)
+			snprintf(tbuf[i], 16, "<0x%02X>", i - 3);
+		else
+			snprintf(tbuf[i], 16, "tok%u", i);
+		toks[i] = tbuf[i];
+		types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 3 + 256 ? 6 : 1;
+	}
+	gb_init(&b, 32);
+	gb_kv_str(&b, "general.architecture", "llama");
+	gb_kv_u32(&b, "llama.embedding_length", p->dim);
+	gb_kv_u32(&b, "llama.block_count", p->n_layers);
+	gb_kv_u32(&b, "llama.attention.head_count", p->n_heads);
+	gb_kv_u32(&b, "llama.attention.head_count_kv", p->n_kv_heads);
+	gb_kv_u32(&b, "llama.feed_forward_length", p->ffn);
+	gb_kv_u32(&b, "llama.context_length", 4096);
+	gb_kv_u32(&b, "llama.rope.dimension_count", hd);
+	gb_kv_f32(&b, "llama.rope.freq_base", p->rope_base > 0 ? p->rope_base : 10000.f);
+	gb_kv_f32(&b, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+	gb_kv_str(&b, "tokenizer.ggml.model", "llama");
+	gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks, p->n_vocab);
+	gb_kv_arr(&b, "tokenizer.ggml.token_type", GGUF_I32, types, p->n_vocab);
+	gb_kv_u32(&b, "tokenizer.ggml.bos_token_id", 1);
+	gb_kv_u32(&b, "tokenizer.ggml.eos_token_id", 2);
+	/* scales keep activations O(1) through the layers so logits are well conditioned */
+	if ((r = add_mat(&b, "token_embd.weight", p->wtype, p->n_vocab, p->dim, 1.f, &s)))
+		goto out_b;
+	add_norm(&b, "output_norm.weight", p->dim, &s);
+	if (!p->tied && (r = add_mat(&b, "output.weight", p->wtype, p->n_vocab, p->dim, 0.5f, &s)))
+		goto out_b;
+	for (uint32_t l = 0; l < p->n_layers; l++) {
+		float sa = 1.f / (float)p->dim, sf = 1.f / (float)p->ffn;
+#define N(x) (snprintf(name, sizeof name, "blk.%u." x ".weight", l), name)
+		add_norm(&b, N("attn_norm"), p->dim, &s);
+		add_norm(&b, N("ffn_norm"), p->dim, &s);
+		if ((r = add_mat(&b, N("attn_q"), p->wtype, qd, p->dim, 3.f * sqrtf(sa), &s)) ||
+		    (r = add_mat(&b, N("attn_k"), p->wtype, kd, p->dim, 3.f * sqrtf(sa), &s)) ||
+		    (r = add_mat(&b, N("attn_v"), p->wtype, kd, p->dim, 1.7f * sqrtf(sa), &s)) ||
+		    (r = add_mat(&b, N("attn_output"), p->wtype, p->dim, qd, 1.7f * sqrtf(sa), &s)) ||
+		    (r = add_mat(&b, N("ffn_gate"), p->wtype, p->ffn, p->dim, 1.7f * sqrtf(sa), &s)) ||
+		    (r = add_mat(&b, N("ffn_up"), p->wtype, p->ffn, p->dim, 1.7f * sqrtf(sa), &s)) ||
+		    (r = add_mat(&b, N("ffn_down"), p->wtype, p->dim, p->ffn, 1.7f * sqrtf(sf), &s)))
+			goto out_b;
+#undef N
+	}
+	if ((r = gb_finish(&b, &img, &len)))
+		goto out;
+	{
+		FILE *f = fopen(path, "wb");
+		if (!f || fwrite(img, 1, len, f) != len)
+			r = -EIO;
+		if (f && fclose(f))
+			r = -EIO;
+	}
+	free(img);
+	goto out;
+out_b:
+	gb_free(&b);
+out:
+	free(toks);
+	free(tbuf);
+	free(types);
+	return r;
+}
