@@ -16,3 +16,7 @@ EXTRA_DIST += examples/attn_daemon.c
 bin_PROGRAMS += examples/pkv-generate
 examples_pkv_generate_SOURCES = examples/generate.c
 examples_pkv_generate_LDADD = examples/libpkvmodel.la
+
+bin_PROGRAMS += examples/pkv-chat
+examples_pkv_chat_SOURCES = examples/chat.c
+examples_pkv_chat_LDADD = examples/libpkvmodel.la

@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: MIT */
+/* pkv-chat: an interactive multi-turn chat; each turn re-opens the conversation with its whole
+ * history so only the new tokens are computed (the rest comes back from the prefix cache). */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "session.h"
+
+struct stream {
+	const struct tokenizer *tok;
+};
+
+static void on_tok(struct conv *cv, int32_t t, void *arg)
+{
+	struct stream *s = arg;
+	char piece[256];
+	size_t l = tok_piece(s->tok, t, 0, piece, sizeof piece);
+	fwrite(piece, 1, l, stdout);
+	fflush(stdout);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: pkv-chat -m MODEL [--system TEXT] [--socket PATH | --in-process] [-n MAX_NEW]\n"
+		"       [--temp T] [--top-k K] [--top-p P] [--seed S] [-t THREADS]\n"
+		"Type a message and press Enter. /stats shows prefix reuse and speed, /quit leaves.\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "model", 1, 0, 'm' }, { "system", 1, 0, 's' }, { "socket", 1, 0, 1 },
+		{ "in-process", 0, 0, 2 }, { "max-new", 1, 0, 'n' }, { "temp", 1, 0, 4 }, { "top-k", 1, 0, 5 },
+		{ "top-p", 1, 0, 6 }, { "seed", 1, 0, 7 }, { "threads", 1, 0, 't' }, { "help", 0, 0, 'h' }, { 0 } };
+	struct session_opts so = { 0 };
+	const char *system = NULL;
+	uint32_t max_new = 256, top_k = 40;
+	float temp = 0.7f, top_p = 0.9f;
+	uint64_t seed = 1;
+	char err[512], *line = NULL;
+	size_t cap = 0;
+	int c, rc = 1;
+
+	while ((c = getopt_long(argc, argv, "m:s:n:t:h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'm': so.model = optarg; break;
+		case 's': system = optarg; break;
+		case 1: so.socket = optarg; break;
+		case 2: so.in_process = 1; break;
+		case 'n': max_new = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 4: temp = strtof(optarg, NULL); break;
+		case 5: top_k = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 6: top_p = strtof(optarg, NULL); break;
+		case 7: seed = strtoull(optarg, NULL, 10); break;
+		case 't': so.threads = atoi(optarg); break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!so.model) {
+		usage(stderr);
+		return 2;
+	}
+	struct session s;
+	if (session_open(&s, &so, err, sizeof err)) {
+		fprintf(stderr, "pkv-chat: %s\n", err);
+		return 1;
+	}
+	if (!chatml_available(&s.tok)) {
+		fprintf(stderr, "pkv-chat: this model has no ChatML tokens (<|im_start|>); use pkv-generate\n");
+		goto out_session;
+	}
+	struct engine e;
+	struct sampler smp;
+	struct stream st = { .tok = &s.tok };
+	if (engine_init(&e, &s.lc, &s.tok, 256, 1))
+		goto out_session;
+	sampler_init(&smp, temp, top_k, top_p, seed);
+	struct conv *cv = engine_conv_new(&e, &smp, on_tok, &st);
+	uint64_t turns = 0, reused = 0, prompt = 0, gen = 0;
+	double gen_time = 0, last_ttft = 0;
+	fprintf(stderr, "pkv-chat: %s, attention via %s. /stats, /quit\n", so.model, s.attn.name);
+	for (;;) {
+		ssize_t n;
+		fputs("> ", stdout);
+		fflush(stdout);
+		if ((n = getline(&line, &cap, stdin)) < 0)
+			break;
+		while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+			line[--n] = 0;
+		if (!n)
+			continue;
+		if (!strcmp(line, "/quit") || !strcmp(line, "/exit"))
+			break;
+		if (!strcmp(line, "/stats")) {
+			struct pkv_stats ps;
+			printf("turns %llu, prompt tokens %llu of which %llu reused from the cache (%.0f%%), "
+			       "last TTFT %.1f ms, decode %.1f tok/s\n",
+			       (unsigned long long)turns, (unsigned long long)prompt, (unsigned long long)reused,
+			       prompt ? 100.0 * (double)reused / (double)prompt : 0.0, last_ttft * 1e3,
+			       gen_time > 0 ? (double)gen / gen_time : 0.0);
+			if (s.attn.ops->stats(s.attn.ctx, &ps) == 0)
+				printf("cache: %u blocks: %u in use, %u cached, %u free\n", ps.num_blocks,
+				       ps.in_use_blocks, ps.cached_blocks, ps.free_blocks);
+			continue;
+		}
+		int32_t *ids;
+		int prev_ended = cv->n_hist && tok_is_eog(&s.tok, cv->hist[cv->n_hist - 1]);
+		int nt = chatml_turn(&s.tok, system, line, cv->n_hist == 0, prev_ended, &ids);
+		if (nt <= 0 || engine_submit(&e, cv, ids, (uint32_t)nt, max_new)) {
+			fprintf(stderr, "pkv-chat: cannot queue the message\n");
+			free(nt > 0 ? ids : NULL);
+			break;
+		}
+		free(ids);
+		int r = engine_run(&e);
+		printf("\n");
+		if (r < 0 || cv->state == CONV_FAILED) {
+			fprintf(stderr, "pkv-chat: generation failed: %s\n", strerror(r < 0 ? -r : -cv->err));
+			break;
+		}
+		turns++;
+		/* this turn's prompt is everything not already in the cache before it */
+		prompt += cv->n_hist - cv->n_gen;
+		reused += cv->reused_tokens + (cv->n_hist - cv->n_gen - cv->prompt_tokens);
+		gen += cv->n_gen > 1 ? cv->n_gen - 1 : 0;
+		gen_time += cv->t_done - cv->t_first;
+		last_ttft = cv->t_first - cv->t_submit;
+	}
+	rc = 0;
+	engine_free(&e);
+out_session:
+	free(line);
+	session_close(&s);
+	return rc;
+}
