@@ -36,3 +36,10 @@ TESTS += tests/model/test_equality
 tests_model_test_equality_SOURCES = tests/model/test_equality.c
 tests_model_test_equality_CFLAGS = $(MODEL_TEST_CFLAGS)
 tests_model_test_equality_LDADD = $(MODEL_TEST_LIBS) $(LIBM)
+
+# SmolLM2 end to end: runs when scripts/fetch-model has cached the model (or PKV_SMOLLM2_MODEL names it).
+check_PROGRAMS += tests/model/test_smollm
+TESTS += tests/model/test_smollm
+tests_model_test_smollm_SOURCES = tests/model/test_smollm.c
+tests_model_test_smollm_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_smollm_LDADD = $(MODEL_TEST_LIBS)
