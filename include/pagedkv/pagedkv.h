@@ -33,6 +33,8 @@ struct pkv_connect_opts {
 	const char *socket_path; /* NULL: $PAGEDKV_SOCKET, else $XDG_RUNTIME_DIR/pagedkv.sock, else /run/pagedkv.sock */
 	size_t arena_bytes;      /* 0: 64 MiB */
 	uint32_t timeout_ms;     /* per wait on the daemon; 0: 10 s */
+	uint32_t spin_us;        /* busy-poll this long for a completion before sleeping; 0: 50 us
+	                            (the environment's PAGEDKV_SPIN_US overrides) */
 };
 
 int pkv_connect(const struct pkv_connect_opts *opts, struct pkv_client **out);
@@ -96,6 +98,9 @@ struct pkv_stats {
 	uint64_t prefix_lookup_tokens, prefix_hit_tokens;  /* pool-wide */
 };
 int pkv_stats(struct pkv_client *c, struct pkv_stats *st);
+
+/* A no-op round trip through the rings (liveness check, latency measurement). */
+int pkv_nop(struct pkv_client *c);
 
 #ifdef __cplusplus
 }

@@ -57,6 +57,10 @@ struct pkv_key pkv_namespace(uint64_t model_id, const struct pkv_geometry *g, ui
  * matching block; *n_cached is the number of leading tokens whose KV exists:
  * whole blocks, at most n_tokens - 1. The sequence then holds those n_cached
  * tokens; the caller's first step supplies tokens[n_cached..].
+ *
+ * fork, truncate and close return -EBUSY for a sequence in an open step.
+ * Handles: a sequence handle is an index plus a generation, so a closed
+ * handle stays invalid (-ENOENT) even after its slot is reused.
  */
 int pkv_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
 		 const int32_t *tokens, uint32_t n_tokens, uint32_t *seq, uint32_t *n_cached);
@@ -99,7 +103,13 @@ int pkv_step_begin(struct pkv_cache *c, uint32_t owner, const struct pkv_step_re
 		   uint32_t n_reqs, struct pkv_step **step, struct pkv_step_meta *meta);
 /* Commits: lengths advance, newly full blocks are published. */
 int pkv_step_commit(struct pkv_cache *c, struct pkv_step *step);
-/* Releases the reservation; nothing else changes. */
+/*
+ * Releases the reservation; nothing else changes, with one exception: a
+ * cached block that begin evicted to make room stays evicted (its slots may
+ * already hold the step's K/V). A committed or aborted step pointer is dead:
+ * commit returns -EINVAL for it, abort ignores it. pkv_cache_release_owner
+ * aborts the owner's steps, which kills their pointers too.
+ */
 void pkv_step_abort(struct pkv_cache *c, struct pkv_step *step);
 
 /*
@@ -109,7 +119,15 @@ void pkv_step_abort(struct pkv_cache *c, struct pkv_step *step);
  */
 int pkv_prefix_pin(struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens, uint32_t n_tokens);
 int pkv_prefix_unpin(struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens, uint32_t n_tokens);
-/* Drops every cached (unreferenced, unpinned) block from the prefix table; returns how many. */
+/*
+ * Drops every cached (unreferenced, unpinned) block from the prefix table;
+ * returns how many. A cached block that is the parent of a pinned block
+ * cannot be dropped without breaking the chain, and is pinned itself anyway
+ * (pins cover whole root paths).
+ *
+ * unpin undoes one pin whose path ends at the deepest pinned block matching
+ * tokens (-ENOENT when no pin ends there); it returns the tokens unpinned.
+ */
 int pkv_cache_flush(struct pkv_cache *c);
 
 struct pkv_cache_stats {
@@ -125,5 +143,31 @@ void pkv_cache_stats(const struct pkv_cache *c, struct pkv_cache_stats *st);
  * and writes a description of the first ones into report (if non-NULL).
  */
 int pkv_cache_audit(const struct pkv_cache *c, char *report, size_t report_len);
+
+/*
+ * Per-owner limits, for the daemon's quotas (an extension of this contract).
+ * max_seqs caps the owner's open sequences; max_blocks caps its block
+ * references: the block-table entries of all its sequences, including slots
+ * reserved by open steps (a block shared by two of its sequences counts
+ * twice; one shared with another owner's sequence counts once for each).
+ * 0 means unlimited, the default. A call that would exceed a limit fails
+ * with -ENOSPC for that owner only and changes nothing. Lowering a limit
+ * below the current usage is allowed: it only refuses further growth.
+ * pkv_cache_release_owner forgets the owner's limits too.
+ */
+int pkv_cache_set_owner_limits(struct pkv_cache *c, uint32_t owner, uint32_t max_seqs,
+			       uint32_t max_blocks);
+
+struct pkv_owner_usage {
+	uint32_t seqs;        /* open sequences */
+	uint32_t blocks;      /* block references, as counted for max_blocks */
+	uint32_t steps;       /* open steps */
+	uint32_t max_seqs, max_blocks;   /* 0 = unlimited */
+};
+/* Usage of one owner (all zero for an owner the cache does not know). */
+void pkv_cache_owner_usage(const struct pkv_cache *c, uint32_t owner, struct pkv_owner_usage *u);
+
+/* Geometry of the pool and the block size, as given to pkv_cache_create. */
+const struct pkv_geometry *pkv_cache_geometry(const struct pkv_cache *c);
 
 #endif

@@ -1,2 +1,11 @@
 # SPDX-License-Identifier: MIT
-# src/client: build rules (filled in by the issue that builds this part).
+# src/client: libpagedkv, the client library (exports only the pkv_* API through a version script).
+lib_LTLIBRARIES += src/client/libpagedkv.la
+src_client_libpagedkv_la_SOURCES = src/client/client.c src/client/arena.c
+src_client_libpagedkv_la_LIBADD = src/common/libpkvcommon.la
+src_client_libpagedkv_la_LDFLAGS = -version-info 0:0:0 \
+	-Wl,--version-script=$(srcdir)/src/client/libpagedkv.sym
+EXTRA_src_client_libpagedkv_la_DEPENDENCIES = src/client/libpagedkv.sym
+noinst_HEADERS += src/client/arena.h
+EXTRA_DIST += src/client/libpagedkv.sym src/client/pagedkv.pc.in
+pkgconfig_DATA += src/client/pagedkv.pc

@@ -1,2 +1,19 @@
 # SPDX-License-Identifier: MIT
-# tests/daemon: build rules (filled in by the issue that builds this part).
+# tests/daemon: process tests of pagedkvd + libpagedkv, a naive test backend, the protocol fuzz target.
+check_LTLIBRARIES += tests/daemon/pkv_naive.la
+tests_daemon_pkv_naive_la_SOURCES = tests/daemon/naive_backend.c
+tests_daemon_pkv_naive_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
+tests_daemon_pkv_naive_la_LIBADD = $(LIBM)
+
+check_LTLIBRARIES += tests/daemon/libpkvtestharness.la
+tests_daemon_libpkvtestharness_la_SOURCES = tests/daemon/harness.c tests/daemon/harness.h
+tests_daemon_libpkvtestharness_la_LIBADD = src/client/libpagedkv.la src/common/libpkvcommon.la $(LIBM)
+
+DAEMON_TEST_LIBS = tests/daemon/libpkvtestharness.la src/client/libpagedkv.la \
+	src/common/libpkvcommon.la $(CHECK_LIBS) $(LIBM)
+
+check_PROGRAMS += tests/daemon/check_daemon
+TESTS += tests/daemon/check_daemon
+tests_daemon_check_daemon_SOURCES = tests/daemon/check_daemon.c
+tests_daemon_check_daemon_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_daemon_LDADD = $(DAEMON_TEST_LIBS)

@@ -1,0 +1,169 @@
+/* SPDX-License-Identifier: MIT */
+/* Internal state of the cache manager, shared by the files of src/cache (not a public header). */
+#ifndef PKV_CACHE_INT_H
+#define PKV_CACHE_INT_H
+
+#include <stdbool.h>
+#include <string.h>
+#include "cache/cache.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+/*
+ * A block is free (ref 0, not published), cached (ref 0, published) or in
+ * use (ref > 0). ref counts block-table entries plus the references an open
+ * step holds on the blocks it copied away from (returned at commit/abort).
+ */
+struct blk {
+	uint32_t ref;
+	uint32_t pin;        /* pin references: pinned root paths through this block */
+	uint32_t pin_child;  /* sum of pin over published children: pin >= pin_child */
+	uint32_t nchild;     /* published children; a parent outlives its published children */
+	int32_t parent;      /* published parent block, -1 for the first block of a chain */
+	int32_t lru_prev, lru_next;
+	uint8_t published, in_lru;
+	struct pkv_key key;        /* valid once the block was filled and committed */
+	struct pkv_key parent_key; /* published blocks: key of the parent (the namespace for the first) */
+	struct pkv_key ns;         /* published blocks: namespace */
+};
+
+/* Prefix table entry: open addressing, linear probing, backward-shift deletion (no tombstones). */
+struct pent {
+	uint64_t lo, hi;
+	int32_t blk;         /* -1 = empty */
+	int32_t pad;
+};
+
+struct seq {
+	uint32_t gen;        /* bumps on close so a stale handle never names a new sequence */
+	uint8_t open;
+	uint32_t owner;
+	struct pkv_key ns;
+	uint32_t len;        /* committed tokens */
+	uint32_t nblk;       /* table entries, including blocks reserved by an open step */
+	uint32_t cap;
+	int32_t *tab;
+	struct pkv_step *step;
+	uint64_t mark;       /* step_begin's duplicate check */
+	int32_t o_prev, o_next;  /* the owner's list of sequences (indices) */
+};
+
+struct owner {
+	uint32_t id;
+	uint8_t used;
+	uint32_t nseqs, nblocks, nsteps;
+	uint32_t max_seqs, max_blocks;
+	int32_t seq_head;
+};
+
+struct ns_pin {
+	struct pkv_key ns;
+	uint32_t blocks;     /* blocks with pin > 0 in this namespace */
+};
+
+struct step_req {
+	uint32_t seq;        /* index */
+	uint32_t old_len, old_nblk, n_new;
+	int32_t cow_idx, cow_old;  /* table index copied and the block it replaced, -1 if none */
+};
+
+struct pkv_step {
+	struct pkv_step *next, *prev;  /* open list, or free list through next */
+	uint32_t owner;
+	uint8_t open;
+	uint32_t n_reqs, cap_reqs;
+	struct step_req *reqs;
+	uint32_t cap_q, cap_bt;
+	int32_t *cu_q, *cu_k, *cache_seqlens, *bt;
+	int64_t *slots;
+	struct pkv_block_copy *copies;
+};
+
+struct pkv_cache {
+	struct pkv_geometry g;
+	uint32_t bs;
+	struct pkv_cache_limits lim;
+
+	struct blk *blk;
+	int32_t *tok;            /* [num_blocks][bs] token ids stored in each block */
+	int32_t *free_stk;
+	uint32_t n_free, n_cached, n_cached_pinned, n_pinned;
+	int32_t lru_head;        /* sentinel index num_blocks in lru links */
+	int32_t *lru_prev, *lru_next;  /* [num_blocks + 1] */
+	uint32_t n_lru;
+
+	struct pent *tab;
+	uint32_t tab_mask, n_pub;
+
+	struct seq *seqs;
+	uint32_t n_seq_slots, n_open_seqs;
+	uint32_t *seq_free;      /* stack of free slot indices */
+	uint32_t n_seq_free;
+	uint32_t idx_bits;
+	uint64_t mark_epoch;
+
+	struct owner *own;
+	uint32_t own_mask, n_own;
+
+	struct ns_pin *nsp;
+	uint32_t n_nsp, cap_nsp;
+
+	struct pkv_step *steps_open, *steps_free;
+	uint32_t n_steps_open;
+
+	int32_t *scratch;        /* [num_blocks]: chain walks of pin/unpin */
+
+	uint64_t lookup_tokens, hit_tokens, evictions, cow_copies;
+};
+
+static inline bool key_eq(struct pkv_key a, struct pkv_key b)
+{
+	return a.lo == b.lo && a.hi == b.hi;
+}
+
+/* H(parent, namespace, block tokens): the tokens are hashed once, then mixed with both keys. */
+static inline struct pkv_key pkv_block_key(struct pkv_key parent, struct pkv_key ns,
+					   const int32_t *tok, uint32_t bs)
+{
+	XXH128_hash_t t = XXH3_128bits(tok, (size_t)bs * sizeof(*tok));
+	uint64_t buf[6] = { parent.lo, parent.hi, ns.lo, ns.hi, t.low64, t.high64 };
+	XXH128_hash_t h = XXH3_128bits(buf, sizeof(buf));
+
+	return (struct pkv_key){ h.low64, h.high64 };
+}
+
+static inline int32_t *blk_tok(const struct pkv_cache *c, int32_t b)
+{
+	return c->tok + (size_t)b * c->bs;
+}
+
+static inline bool blk_evictable(const struct blk *b)
+{
+	return b->ref == 0 && b->published && b->pin == 0 && b->nchild == 0;
+}
+
+/* pool.c */
+void pkv_lru_update(struct pkv_cache *c, int32_t b);
+int32_t pkv_blk_alloc(struct pkv_cache *c);
+void pkv_blk_decref(struct pkv_cache *c, int32_t b);
+void pkv_blk_incref(struct pkv_cache *c, int32_t b);
+uint32_t pkv_blk_available(const struct pkv_cache *c);
+void pkv_blk_evict(struct pkv_cache *c, int32_t b);
+
+/* prefix.c */
+int32_t pkv_prefix_find(const struct pkv_cache *c, struct pkv_key key);
+void pkv_prefix_insert(struct pkv_cache *c, struct pkv_key key, int32_t b);
+void pkv_prefix_remove(struct pkv_cache *c, struct pkv_key key);
+uint32_t pkv_prefix_walk(const struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens,
+			 uint32_t max_blocks, int32_t *out);
+void pkv_prefix_publish_new(struct pkv_cache *c, struct seq *s, uint32_t from_blk, uint32_t to_blk);
+
+/* seq.c */
+struct seq *pkv_seq_get(const struct pkv_cache *c, uint32_t owner, uint32_t handle);
+struct owner *pkv_owner_find(const struct pkv_cache *c, uint32_t id);
+struct owner *pkv_owner_get(struct pkv_cache *c, uint32_t id);
+void pkv_owner_maybe_drop(struct pkv_cache *c, uint32_t id);
+int pkv_seq_reserve_tab(struct seq *s, uint32_t need);
+
+#endif

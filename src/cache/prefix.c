@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: MIT */
+/* The prefix table: chained block keys, collision-proof lookup, publication, pinning and flush. */
+#include <errno.h>
+#include <stdlib.h>
+#include "cache/cache_int.h"
+
+int32_t pkv_prefix_find(const struct pkv_cache *c, struct pkv_key key)
+{
+	uint32_t i = (uint32_t)key.lo & c->tab_mask;
+
+	for (;; i = (i + 1) & c->tab_mask) {
+		const struct pent *e = &c->tab[i];
+
+		if (e->blk < 0)
+			return -1;
+		if (e->lo == key.lo && e->hi == key.hi)
+			return e->blk;
+	}
+}
+
+/* The table has room for every block twice over, so a free slot always exists. */
+void pkv_prefix_insert(struct pkv_cache *c, struct pkv_key key, int32_t b)
+{
+	uint32_t i = (uint32_t)key.lo & c->tab_mask;
+
+	while (c->tab[i].blk >= 0)
+		i = (i + 1) & c->tab_mask;
+	c->tab[i] = (struct pent){ key.lo, key.hi, b, 0 };
+	c->n_pub++;
+}
+
+void pkv_prefix_remove(struct pkv_cache *c, struct pkv_key key)
+{
+	uint32_t m = c->tab_mask, i = (uint32_t)key.lo & m, j, home;
+
+	while (c->tab[i].lo != key.lo || c->tab[i].hi != key.hi) {
+		if (c->tab[i].blk < 0)
+			return;
+		i = (i + 1) & m;
+	}
+	/* Backward shift: pull later entries of the probe run into the hole so lookups never stop early. */
+	for (j = i;;) {
+		j = (j + 1) & m;
+		if (c->tab[j].blk < 0)
+			break;
+		home = (uint32_t)c->tab[j].lo & m;
+		if (((j - home) & m) >= ((j - i) & m)) {
+			c->tab[i] = c->tab[j];
+			i = j;
+		}
+	}
+	c->tab[i].blk = -1;
+	c->n_pub--;
+}
+
+/*
+ * Follows the chain of published blocks matching tokens, at most max_blocks
+ * whole blocks. A candidate counts only if its stored tokens, parent key and
+ * namespace equal ours: a 128-bit collision then yields a miss, never KV
+ * computed for other tokens. Published keys are unique and a published
+ * parent outlives its children, so the parent key names one block.
+ */
+uint32_t pkv_prefix_walk(const struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens,
+			 uint32_t max_blocks, int32_t *out)
+{
+	struct pkv_key parent = ns;
+	size_t bytes = (size_t)c->bs * sizeof(*tokens);
+	uint32_t i;
+
+	for (i = 0; i < max_blocks; i++) {
+		const int32_t *t = tokens + (size_t)i * c->bs;
+		struct pkv_key key = pkv_block_key(parent, ns, t, c->bs);
+		int32_t b = pkv_prefix_find(c, key);
+		const struct blk *k;
+
+		if (b < 0)
+			break;
+		k = &c->blk[b];
+		if (!key_eq(k->parent_key, parent) || !key_eq(k->ns, ns) ||
+		    memcmp(blk_tok(c, b), t, bytes))
+			break;
+		out[i] = b;
+		parent = key;
+	}
+	return i;
+}
+
+/*
+ * Keys (and publishes where allowed) the blocks [from, to) of s that a
+ * commit just filled. A block is published only when its parent in s is the
+ * published block of the previous key (or it is first), so every published
+ * chain is verified end to end; when its key is already published (another
+ * sequence got there first, or a collision) it stays private.
+ */
+void pkv_prefix_publish_new(struct pkv_cache *c, struct seq *s, uint32_t from, uint32_t to)
+{
+	uint32_t i;
+
+	for (i = from; i < to; i++) {
+		int32_t b = s->tab[i], p = i ? s->tab[i - 1] : -1;
+		struct pkv_key parent = p >= 0 ? c->blk[p].key : s->ns;
+		struct blk *k = &c->blk[b];
+
+		k->key = pkv_block_key(parent, s->ns, blk_tok(c, b), c->bs);
+		if (k->published || (p >= 0 && !c->blk[p].published) ||
+		    pkv_prefix_find(c, k->key) >= 0)
+			continue;
+		k->published = 1;
+		k->parent = p;
+		k->parent_key = parent;
+		k->ns = s->ns;
+		if (p >= 0)
+			c->blk[p].nchild++;
+		pkv_prefix_insert(c, k->key, b);
+	}
+}
+
+static struct ns_pin *nsp_find(struct pkv_cache *c, struct pkv_key ns)
+{
+	for (uint32_t i = 0; i < c->n_nsp; i++)
+		if (key_eq(c->nsp[i].ns, ns))
+			return &c->nsp[i];
+	return NULL;
+}
+
+static int check_tokens(const struct pkv_cache *c, const int32_t *tokens, uint32_t n_tokens)
+{
+	if (!tokens && n_tokens)
+		return -EINVAL;
+	if (n_tokens > c->lim.max_tokens_per_seq)
+		return -EINVAL;
+	return 0;
+}
+
+int pkv_prefix_pin(struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens, uint32_t n_tokens)
+{
+	uint32_t n, i, fresh = 0, have;
+	struct ns_pin *np;
+	int err;
+
+	err = check_tokens(c, tokens, n_tokens);
+	if (err)
+		return err;
+	n = pkv_prefix_walk(c, ns, tokens, n_tokens / c->bs, c->scratch);
+	if (!n)
+		return 0;
+	for (i = 0; i < n; i++)
+		fresh += c->blk[c->scratch[i]].pin == 0;
+	np = nsp_find(c, ns);
+	have = np ? np->blocks : 0;
+	if ((uint64_t)have + fresh > c->lim.pin_budget_blocks)
+		return -ENOSPC;
+	if (!np && fresh) {
+		if (c->n_nsp == c->cap_nsp) {
+			uint32_t cap = c->cap_nsp ? 2 * c->cap_nsp : 8;
+			struct ns_pin *p = realloc(c->nsp, cap * sizeof(*p));
+
+			if (!p)
+				return -ENOMEM;
+			c->nsp = p;
+			c->cap_nsp = cap;
+		}
+		np = &c->nsp[c->n_nsp++];
+		np->ns = ns;
+		np->blocks = 0;
+	}
+	for (i = 0; i < n; i++) {
+		int32_t b = c->scratch[i];
+		struct blk *k = &c->blk[b];
+
+		if (k->pin++ == 0) {
+			np->blocks++;
+			c->n_pinned++;
+			if (!k->ref)
+				c->n_cached_pinned++;
+			pkv_lru_update(c, b);
+		}
+		if (i)
+			c->blk[c->scratch[i - 1]].pin_child++;
+	}
+	return (int)(n * c->bs);
+}
+
+int pkv_prefix_unpin(struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens, uint32_t n_tokens)
+{
+	uint32_t n, i;
+	struct ns_pin *np;
+	const struct blk *last;
+	int err;
+
+	err = check_tokens(c, tokens, n_tokens);
+	if (err)
+		return err;
+	n = pkv_prefix_walk(c, ns, tokens, n_tokens / c->bs, c->scratch);
+	while (n && c->blk[c->scratch[n - 1]].pin == 0)
+		n--;
+	/* Some pin must end at the deepest pinned block, or this path was never pinned as such. */
+	if (!n)
+		return -ENOENT;
+	last = &c->blk[c->scratch[n - 1]];
+	if (last->pin <= last->pin_child)
+		return -ENOENT;
+	np = nsp_find(c, ns);
+	for (i = 0; i < n; i++) {
+		int32_t b = c->scratch[i];
+		struct blk *k = &c->blk[b];
+
+		if (i)
+			c->blk[c->scratch[i - 1]].pin_child--;
+		if (--k->pin == 0) {
+			np->blocks--;
+			c->n_pinned--;
+			if (!k->ref)
+				c->n_cached_pinned--;
+			pkv_lru_update(c, b);
+		}
+	}
+	if (!np->blocks)
+		*np = c->nsp[--c->n_nsp];
+	return (int)(n * c->bs);
+}
+
+int pkv_cache_flush(struct pkv_cache *c)
+{
+	int n = 0;
+
+	/* Evicting a leaf may make its parent evictable: it joins the list and goes too. */
+	while (c->n_lru) {
+		pkv_blk_evict(c, c->lru_next[c->lru_head]);
+		n++;
+	}
+	return n;
+}

@@ -1,0 +1,714 @@
+/* SPDX-License-Identifier: MIT */
+/* libpagedkv: connection setup, the shared region, and every request as an SQE/CQE round trip. */
+#include "config.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <pagedkv/pagedkv.h>
+#include "client/arena.h"
+#include "common/msg.h"
+#include "common/region.h"
+#include "common/ring.h"
+
+#define DEFAULT_ARENA (64u << 20)
+#define DEFAULT_TIMEOUT_MS 10000u
+#define DEFAULT_SPIN_US 50u
+#define RING_ENTRIES 256u
+#define MAX_DONE 256u
+
+static_assert(PKV_POOL_SHARE_ACROSS_USERS == PKV_WIRE_POOL_SHARED, "pool flags are wire format");
+
+/* A completion that arrived while waiting for another one (async attends). */
+struct done {
+	uint64_t ud;
+	struct pkv_cqe cqe;
+};
+
+struct pkv_client {
+	int sock, memfd, sq_bell, cq_bell;
+	uint8_t *region;
+	size_t region_size;
+	struct pkv_shm_hdr hdr;
+	struct pkv_ring sq, cq;
+	uint8_t *arena;
+	struct pkv_arena alloc;
+	uint32_t timeout_ms, spin_us;
+	uint64_t next_ud;
+	uint32_t inflight;     /* SQEs whose CQE we have not consumed yet */
+	int dead;              /* 0, or the error every call now returns */
+	int attached;
+	struct pkv_geometry geo;
+	uint32_t act_dtype;
+	int64_t stage_off;     /* staging buffer for index arrays (-1: none) */
+	uint64_t stage_len;
+	struct done done[MAX_DONE];
+	uint32_t n_done;
+	char last_err[PKV_ERR_LEN + 1];
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+const char *pkv_strerror(int err)
+{
+	if (err > 0)
+		err = -err;
+	switch (err) {
+	case 0: return "success";
+	case -ECONNRESET: return "the daemon went away";
+	case -ETIMEDOUT: return "the daemon did not answer in time";
+	case -ENOSPC: return "out of cache blocks or over this client's quota";
+	case -EPROTO: return "protocol version mismatch or corrupted shared region";
+	case -EBUSY: return "sequence is in an open step, or too many requests in flight";
+	case -ENOENT: return "no such sequence (for this client)";
+	case -ENOMEM: return "out of memory (arena or daemon budget)";
+	case -EINVAL: return "invalid argument";
+	case -ENOTCONN: return "not attached to a pool";
+	}
+	return strerror(-err);
+}
+
+const char *pkv_last_error(const struct pkv_client *c)
+{
+	return c ? c->last_err : "";
+}
+
+static void set_err(struct pkv_client *c, const char *fmt, const char *arg)
+{
+	snprintf(c->last_err, sizeof(c->last_err), fmt, arg);
+}
+
+/* ---------------------------------------------------------------- setup */
+
+static int make_region(struct pkv_client *c, uint64_t arena_bytes)
+{
+	struct pkv_shm_hdr *h = &c->hdr;
+	int r;
+
+	r = pkv_region_layout(arena_bytes, RING_ENTRIES, RING_ENTRIES, h);
+	if (r)
+		return r;
+	c->memfd = memfd_create("pagedkv-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (c->memfd < 0)
+		return -errno;
+	if (ftruncate(c->memfd, h->region_size) < 0)
+		return -errno;
+	/* Sealed before the daemon maps it: a later truncate cannot SIGBUS the daemon. */
+	if (fcntl(c->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+		return -errno;
+	c->region = mmap(NULL, h->region_size, PROT_READ | PROT_WRITE, MAP_SHARED, c->memfd, 0);
+	if (c->region == MAP_FAILED) {
+		c->region = NULL;
+		return -errno;
+	}
+	c->region_size = h->region_size;
+	memcpy(c->region, h, sizeof(*h));
+	pkv_ring_bind(&c->sq, c->region + h->sq_ring_off, c->region + h->sq_sqes_off, h->sq_entries,
+		      h->sqe_size, h);
+	pkv_ring_bind(&c->cq, c->region + h->cq_ring_off, c->region + h->cq_cqes_off, h->cq_entries,
+		      h->cqe_size, h);
+	/* Until the daemon says it is spinning, assume it sleeps: the first SQE rings. */
+	*c->sq.sh_flags = PKV_RING_NEED_WAKEUP;
+	c->arena = c->region + h->arena_off;
+	return pkv_arena_init(&c->alloc, h->arena_size);
+}
+
+/* Waits for the reply to a control message; copies its text into last_err on failure. */
+static int recv_reply(struct pkv_client *c, uint64_t *value)
+{
+	struct pkv_msg_reply rep;
+	ssize_t n;
+
+	n = pkv_msg_recv(c->sock, &rep, sizeof(rep), NULL, 0, NULL, (int)c->timeout_ms);
+	if (n == 0 || n == -ECONNRESET || n == -EPIPE)
+		return -ECONNRESET;
+	if (n < 0)
+		return (int)n;
+	if ((size_t)n < PKV_REPLY_HDR_SIZE || rep.hdr.type != PKV_MSG_REPLY)
+		return -EPROTO;
+	if (rep.status < 0) {
+		size_t tl = (size_t)n - PKV_REPLY_HDR_SIZE;
+
+		if (tl >= sizeof(c->last_err))
+			tl = sizeof(c->last_err) - 1;
+		memcpy(c->last_err, rep.text, tl);
+		c->last_err[tl] = 0;
+	}
+	if (value)
+		*value = rep.value;
+	return rep.status;
+}
+
+int pkv_connect(const struct pkv_connect_opts *opts, struct pkv_client **out)
+{
+	struct pkv_connect_opts def = { 0 };
+	struct pkv_msg_hello hello = { 0 };
+	struct pkv_client *c;
+	const char *env;
+	int fds[3], r;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!opts)
+		opts = &def;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->sock = c->memfd = c->sq_bell = c->cq_bell = -1;
+	c->stage_off = -1;
+	c->timeout_ms = opts->timeout_ms ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
+	c->spin_us = opts->spin_us ? opts->spin_us : DEFAULT_SPIN_US;
+	if ((env = getenv("PAGEDKV_SPIN_US")) && *env)
+		c->spin_us = (uint32_t)strtoul(env, NULL, 10);
+	c->next_ud = 1;
+	r = make_region(c, opts->arena_bytes ? opts->arena_bytes : DEFAULT_ARENA);
+	if (r)
+		goto err;
+	c->sq_bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	c->cq_bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->sq_bell < 0 || c->cq_bell < 0) {
+		r = -errno;
+		goto err;
+	}
+	r = pkv_sock_connect(opts->socket_path);
+	if (r < 0)
+		goto err;
+	c->sock = r;
+	hello.hdr.type = PKV_MSG_HELLO;
+	hello.hdr.size = sizeof(hello);
+	hello.version = PKV_PROTO_VERSION;
+	hello.role = PKV_ROLE_CLIENT;
+	hello.region_size = c->region_size;
+	fds[0] = c->memfd;
+	fds[1] = c->sq_bell;
+	fds[2] = c->cq_bell;
+	r = pkv_msg_send(c->sock, &hello, sizeof(hello), fds, 3);
+	if (r)
+		goto err;
+	r = recv_reply(c, NULL);
+	if (r)
+		goto err;
+	*out = c;
+	return 0;
+err:
+	pkv_disconnect(c);
+	return r;
+}
+
+void pkv_disconnect(struct pkv_client *c)
+{
+	if (!c)
+		return;
+	/* Closing the socket is the hang-up: the daemon releases everything we held. */
+	if (c->sock >= 0)
+		close(c->sock);
+	if (c->region)
+		munmap(c->region, c->region_size);
+	if (c->memfd >= 0)
+		close(c->memfd);
+	if (c->sq_bell >= 0)
+		close(c->sq_bell);
+	if (c->cq_bell >= 0)
+		close(c->cq_bell);
+	pkv_arena_fini(&c->alloc);
+	free(c);
+}
+
+int pkv_pool_attach(struct pkv_client *c, const struct pkv_pool_params *p)
+{
+	struct pkv_msg_attach m;
+	int r;
+
+	if (!c || !p || !p->name)
+		return -EINVAL;
+	if (c->dead)
+		return c->dead;
+	if (strlen(p->name) >= PKV_NAME_MAX || p->cache_salt_len > PKV_SALT_MAX ||
+	    (p->cache_salt_len && !p->cache_salt)) {
+		set_err(c, "%s", "pool name or cache salt too long");
+		return -EINVAL;
+	}
+	memset(&m, 0, sizeof(m));
+	m.hdr.type = PKV_MSG_ATTACH;
+	m.hdr.size = sizeof(m);
+	m.geo = p->geo;
+	m.act_dtype = p->act_dtype;
+	m.flags = p->flags;
+	m.model_id = p->model_id;
+	m.scale = p->scale;
+	m.softcap = p->softcap;
+	m.window_left = p->window_left;
+	m.salt_len = (uint32_t)p->cache_salt_len;
+	strcpy(m.name, p->name);
+	if (p->cache_salt_len)
+		memcpy(m.salt, p->cache_salt, p->cache_salt_len);
+	r = pkv_msg_send(c->sock, &m, sizeof(m), NULL, 0);
+	if (r == -EPIPE || r == -ECONNRESET)
+		r = c->dead = -ECONNRESET;
+	if (r)
+		return r;
+	r = recv_reply(c, NULL);
+	if (r == -ECONNRESET)
+		c->dead = r;
+	if (r)
+		return r;
+	c->attached = 1;
+	c->geo = p->geo;
+	c->act_dtype = p->act_dtype;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- arena */
+
+void *pkv_alloc(struct pkv_client *c, size_t bytes)
+{
+	int64_t off;
+
+	if (!c)
+		return NULL;
+	off = pkv_arena_alloc(&c->alloc, bytes);
+	return off < 0 ? NULL : c->arena + off;
+}
+
+void pkv_free(struct pkv_client *c, void *ptr)
+{
+	if (c && ptr)
+		pkv_arena_free(&c->alloc, (uint64_t)((uint8_t *)ptr - c->arena));
+}
+
+/* Arena offset of a pointer the caller got from pkv_alloc, or -EINVAL. */
+static int64_t arena_off(const struct pkv_client *c, const void *p)
+{
+	const uint8_t *b = p;
+
+	if (!b || b < c->arena || b >= c->arena + c->alloc.size)
+		return -EINVAL;
+	return b - c->arena;
+}
+
+/* Makes the staging area at least len bytes. */
+static int stage(struct pkv_client *c, uint64_t len)
+{
+	int64_t off;
+
+	if (c->stage_off >= 0 && c->stage_len >= len)
+		return 0;
+	if (c->stage_off >= 0)
+		pkv_arena_free(&c->alloc, (uint64_t)c->stage_off);
+	c->stage_off = -1;
+	if (len < 4096)
+		len = 4096;
+	off = pkv_arena_alloc(&c->alloc, len);
+	if (off < 0)
+		return (int)off;
+	c->stage_off = off;
+	c->stage_len = len;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- ring round trips */
+
+static int ring_bell(int fd)
+{
+	uint64_t one = 1;
+
+	/* Plain write(2): an eventfd write through io_uring would be punted to a worker. */
+	return write(fd, &one, sizeof(one)) == sizeof(one) || errno == EAGAIN ? 0 : -errno;
+}
+
+static int submit(struct pkv_client *c, struct pkv_sqe *sqe)
+{
+	int64_t space;
+
+	if (c->dead)
+		return c->dead;
+	if (c->inflight >= c->hdr.cq_entries)
+		return -EBUSY;
+	space = pkv_ring_space(&c->sq);
+	if (space < 0)
+		return -EPROTO;
+	if (space == 0)
+		return -EBUSY;
+	sqe->user_data = c->next_ud++;
+	memcpy(pkv_ring_prod_slot(&c->sq), sqe, sizeof(*sqe));
+	pkv_ring_publish(&c->sq);
+	c->inflight++;
+	if (pkv_ring_needs_wakeup(&c->sq) && ring_bell(c->sq_bell))
+		return -ECONNRESET;
+	return 0;
+}
+
+/* Moves every CQE from the ring into done[]. */
+static int drain_cq(struct pkv_client *c)
+{
+	int64_t n = pkv_ring_avail(&c->cq);
+
+	if (n < 0)
+		return -EPROTO;
+	while (n-- > 0) {
+		struct pkv_cqe cqe;
+
+		pkv_ring_peek_copy(&c->cq, &cqe);
+		pkv_ring_consume(&c->cq);
+		if (c->inflight)
+			c->inflight--;
+		if (c->n_done < MAX_DONE)
+			c->done[c->n_done++] = (struct done){ cqe.user_data, cqe };
+	}
+	return 0;
+}
+
+static int take_done(struct pkv_client *c, uint64_t ud, struct pkv_cqe *out)
+{
+	for (uint32_t i = 0; i < c->n_done; i++)
+		if (c->done[i].ud == ud) {
+			*out = c->done[i].cqe;
+			c->done[i] = c->done[--c->n_done];
+			return 1;
+		}
+	return 0;
+}
+
+/* Sleeps on the CQ doorbell (and the socket, to notice a dead daemon) for at most ms. */
+static int sleep_cq(struct pkv_client *c, int ms)
+{
+	struct pollfd p[2] = { { .fd = c->cq_bell, .events = POLLIN },
+			       { .fd = c->sock, .events = POLLIN | POLLRDHUP } };
+	uint64_t v;
+	int64_t n;
+	int r;
+
+	n = pkv_ring_prepare_sleep(&c->cq);
+	if (n != 0) {
+		pkv_ring_clear_wakeup(&c->cq);
+		return n < 0 ? -EPROTO : 0;
+	}
+	do
+		r = poll(p, 2, ms);
+	while (r < 0 && errno == EINTR);
+	pkv_ring_clear_wakeup(&c->cq);
+	if (r < 0)
+		return -errno;
+	if (p[0].revents & POLLIN) {
+		if (read(c->cq_bell, &v, sizeof(v)) < 0 && errno != EAGAIN)
+			return -errno;
+	}
+	if (p[1].revents & (POLLHUP | POLLRDHUP | POLLERR | POLLIN)) {
+		/* The daemon never sends unsolicited messages: readable means closed. */
+		c->dead = -ECONNRESET;
+		return drain_cq(c); /* completions already posted still count */
+	}
+	return 0;
+}
+
+static int wait_cqe(struct pkv_client *c, uint64_t ud, struct pkv_cqe *out)
+{
+	uint64_t start = now_ns(), deadline = start + (uint64_t)c->timeout_ms * 1000000ull;
+	uint64_t spin_end = start + (uint64_t)c->spin_us * 1000ull;
+	unsigned iter = 0;
+	int r;
+
+	for (;;) {
+		uint64_t t;
+
+		if (take_done(c, ud, out))
+			return 0;
+		r = drain_cq(c);
+		if (r)
+			return c->dead = r;
+		if (take_done(c, ud, out))
+			return 0;
+		if (c->dead)
+			return c->dead;
+		if (++iter & 63) {
+			pkv_cpu_relax();
+			continue;
+		}
+		t = now_ns();
+		if (t >= deadline)
+			return -ETIMEDOUT;
+		if (t < spin_end) {
+			pkv_cpu_relax();
+			continue;
+		}
+		r = sleep_cq(c, (int)((deadline - t) / 1000000ull) + 1);
+		if (r)
+			return c->dead = r;
+		/* After a wake-up, spin again briefly: more completions tend to follow. */
+		spin_end = now_ns() + (uint64_t)c->spin_us * 1000ull;
+	}
+}
+
+/* Reads the daemon's reason for an error CQE into last_err. */
+static void fetch_err(struct pkv_client *c)
+{
+	size_t n = c->hdr.err_len < sizeof(c->last_err) - 1 ? c->hdr.err_len : sizeof(c->last_err) - 1;
+
+	memcpy(c->last_err, c->region + c->hdr.err_off, n);
+	c->last_err[n] = 0;
+}
+
+static int call(struct pkv_client *c, struct pkv_sqe *sqe, struct pkv_cqe *cqe)
+{
+	struct pkv_cqe tmp;
+	int r;
+
+	if (!cqe)
+		cqe = &tmp;
+	r = submit(c, sqe);
+	if (r)
+		return r;
+	r = wait_cqe(c, sqe->user_data, cqe);
+	if (r)
+		return r;
+	if (cqe->res < 0)
+		fetch_err(c);
+	return cqe->res;
+}
+
+static int need_pool(struct pkv_client *c)
+{
+	if (!c)
+		return -EINVAL;
+	if (c->dead)
+		return c->dead;
+	return c->attached ? 0 : -ENOTCONN;
+}
+
+/* ---------------------------------------------------------------- sequences */
+
+int pkv_seq_open(struct pkv_client *c, const int32_t *tokens, uint32_t n_tokens,
+		 uint32_t *seq, uint32_t *n_cached)
+{
+	struct pkv_sqe sqe = { .opcode = PKV_OP_SEQ_OPEN, .n = n_tokens };
+	struct pkv_cqe cqe;
+	int r = need_pool(c);
+
+	if (r)
+		return r;
+	if (!seq || (n_tokens && !tokens))
+		return -EINVAL;
+	r = stage(c, (uint64_t)n_tokens * 4);
+	if (r)
+		return r;
+	memcpy(c->arena + c->stage_off, tokens, (size_t)n_tokens * 4);
+	sqe.off[0] = (uint64_t)c->stage_off;
+	r = call(c, &sqe, &cqe);
+	if (r < 0)
+		return r;
+	*seq = (uint32_t)cqe.payload[0];
+	if (n_cached)
+		*n_cached = (uint32_t)cqe.payload[1];
+	return 0;
+}
+
+int pkv_seq_fork(struct pkv_client *c, uint32_t seq, uint32_t *child)
+{
+	struct pkv_sqe sqe = { .opcode = PKV_OP_SEQ_FORK, .seq = seq };
+	struct pkv_cqe cqe;
+	int r = need_pool(c);
+
+	if (r)
+		return r;
+	if (!child)
+		return -EINVAL;
+	r = call(c, &sqe, &cqe);
+	if (r < 0)
+		return r;
+	*child = (uint32_t)cqe.payload[0];
+	return 0;
+}
+
+int pkv_seq_truncate(struct pkv_client *c, uint32_t seq, uint32_t n_tokens)
+{
+	struct pkv_sqe sqe = { .opcode = PKV_OP_SEQ_TRUNCATE, .seq = seq, .n = n_tokens };
+	int r = need_pool(c);
+
+	return r ? r : call(c, &sqe, NULL);
+}
+
+int pkv_seq_close(struct pkv_client *c, uint32_t seq)
+{
+	struct pkv_sqe sqe = { .opcode = PKV_OP_SEQ_CLOSE, .seq = seq };
+	int r = need_pool(c);
+
+	return r ? r : call(c, &sqe, NULL);
+}
+
+/* ---------------------------------------------------------------- steps */
+
+int pkv_step_begin(struct pkv_client *c, const uint32_t *seqs, const uint32_t *n_new,
+		   const int32_t *tokens, uint32_t n_seqs)
+{
+	struct pkv_sqe sqe = { .opcode = PKV_OP_STEP_BEGIN, .n = n_seqs };
+	uint64_t total = 0, a, b;
+	int r = need_pool(c);
+
+	if (r)
+		return r;
+	if (!n_seqs || !seqs || !n_new || !tokens)
+		return -EINVAL;
+	for (uint32_t i = 0; i < n_seqs; i++)
+		total += n_new[i];
+	if (total > (1u << 26))
+		return -EINVAL;
+	a = ((uint64_t)n_seqs * 4 + 63) & ~63ull;
+	b = a * 2;
+	r = stage(c, b + total * 4);
+	if (r)
+		return r;
+	memcpy(c->arena + c->stage_off, seqs, (size_t)n_seqs * 4);
+	memcpy(c->arena + c->stage_off + a, n_new, (size_t)n_seqs * 4);
+	memcpy(c->arena + c->stage_off + b, tokens, (size_t)total * 4);
+	sqe.off[0] = (uint64_t)c->stage_off;
+	sqe.off[1] = (uint64_t)c->stage_off + a;
+	sqe.off[2] = (uint64_t)c->stage_off + b;
+	return call(c, &sqe, NULL);
+}
+
+int pkv_attend_async(struct pkv_client *c, uint32_t layer, const void *q, const void *k,
+		     const void *v, void *o, uint64_t *ticket)
+{
+	struct pkv_sqe sqe = { .opcode = PKV_OP_ATTEND, .layer = layer };
+	const void *p[4] = { q, k, v, o };
+	int r = need_pool(c);
+
+	if (r)
+		return r;
+	if (!ticket)
+		return -EINVAL;
+	for (int i = 0; i < 4; i++) {
+		int64_t off = arena_off(c, p[i]);
+
+		if (off < 0) {
+			set_err(c, "%s", "Q, K, V and O must be arena memory from pkv_alloc");
+			return -EINVAL;
+		}
+		sqe.off[i] = (uint64_t)off;
+	}
+	r = submit(c, &sqe);
+	if (r)
+		return r;
+	*ticket = sqe.user_data;
+	return 0;
+}
+
+int pkv_wait(struct pkv_client *c, uint64_t ticket)
+{
+	struct pkv_cqe cqe;
+	int r;
+
+	if (!c)
+		return -EINVAL;
+	r = wait_cqe(c, ticket, &cqe);
+	if (r)
+		return r;
+	if (cqe.res < 0)
+		fetch_err(c);
+	return cqe.res;
+}
+
+int pkv_attend(struct pkv_client *c, uint32_t layer, const void *q, const void *k,
+	       const void *v, void *o)
+{
+	uint64_t t;
+	int r = pkv_attend_async(c, layer, q, k, v, o, &t);
+
+	return r ? r : pkv_wait(c, t);
+}
+
+int pkv_step_end(struct pkv_client *c)
+{
+	struct pkv_sqe sqe = { .opcode = PKV_OP_STEP_END };
+	int r = need_pool(c);
+
+	return r ? r : call(c, &sqe, NULL);
+}
+
+int pkv_step_abort(struct pkv_client *c)
+{
+	struct pkv_sqe sqe = { .opcode = PKV_OP_STEP_ABORT };
+	int r = need_pool(c);
+
+	return r ? r : call(c, &sqe, NULL);
+}
+
+/* ---------------------------------------------------------------- pins, stats */
+
+static int pin_op(struct pkv_client *c, uint8_t op, const int32_t *tokens, uint32_t n)
+{
+	struct pkv_sqe sqe = { .opcode = op, .n = n };
+	int r = need_pool(c);
+
+	if (r)
+		return r;
+	if (n && !tokens)
+		return -EINVAL;
+	r = stage(c, (uint64_t)n * 4);
+	if (r)
+		return r;
+	memcpy(c->arena + c->stage_off, tokens, (size_t)n * 4);
+	sqe.off[0] = (uint64_t)c->stage_off;
+	return call(c, &sqe, NULL);
+}
+
+int pkv_pin(struct pkv_client *c, const int32_t *tokens, uint32_t n_tokens)
+{
+	return pin_op(c, PKV_OP_PIN, tokens, n_tokens);
+}
+
+int pkv_unpin(struct pkv_client *c, const int32_t *tokens, uint32_t n_tokens)
+{
+	return pin_op(c, PKV_OP_UNPIN, tokens, n_tokens);
+}
+
+int pkv_stats(struct pkv_client *c, struct pkv_stats *st)
+{
+	struct pkv_sqe sqe = { .opcode = PKV_OP_STATS };
+	struct pkv_wire_stats w;
+	int r = need_pool(c);
+
+	if (r)
+		return r;
+	if (!st)
+		return -EINVAL;
+	r = stage(c, sizeof(w));
+	if (r)
+		return r;
+	sqe.off[0] = (uint64_t)c->stage_off;
+	r = call(c, &sqe, NULL);
+	if (r < 0)
+		return r;
+	memcpy(&w, c->arena + c->stage_off, sizeof(w));
+	st->num_blocks = w.num_blocks;
+	st->free_blocks = w.free_blocks;
+	st->cached_blocks = w.cached_blocks;
+	st->in_use_blocks = w.in_use_blocks;
+	st->open_seqs = w.open_seqs;
+	st->prefix_lookup_tokens = w.prefix_lookup_tokens;
+	st->prefix_hit_tokens = w.prefix_hit_tokens;
+	return 0;
+}
+
+int pkv_nop(struct pkv_client *c)
+{
+	struct pkv_sqe sqe = { .opcode = PKV_OP_NOP };
+
+	if (!c)
+		return -EINVAL;
+	return call(c, &sqe, NULL);
+}

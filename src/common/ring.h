@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: MIT */
+/* Single-producer single-consumer rings in the shared region, and their sleep/wake handshake. */
+#ifndef PKV_RING_H
+#define PKV_RING_H
+
+/*
+ * A ring is a control block (head, tail, flags, each on its own cache line)
+ * and a power-of-two array of fixed-size entries. head and tail run freely
+ * and are masked on use. Each side keeps its own index in private memory
+ * and only ever *reads* the other side's index from shared memory, so a
+ * peer scribbling over the control block can make us see garbage counts
+ * (checked: more than `entries` in flight is a protocol violation) but can
+ * never make us index outside the entry array.
+ */
+
+#include <stdint.h>
+#include <string.h>
+#include "common/barrier.h"
+#include "common/proto.h"
+
+struct pkv_ring {
+	uint32_t *sh_head;  /* shared: consumer's index */
+	uint32_t *sh_tail;  /* shared: producer's index */
+	uint32_t *sh_flags; /* shared: consumer's PKV_RING_NEED_WAKEUP */
+	uint8_t *sh_entries;
+	uint32_t entries, mask, esize;
+	uint32_t local;     /* our own index: tail when producing, head when consuming */
+};
+
+/* Binds a ring view onto a mapped control block and entry array. */
+static inline void pkv_ring_bind(struct pkv_ring *r, void *ctl, void *entries, uint32_t n,
+				 uint32_t esize, const struct pkv_shm_hdr *h)
+{
+	r->sh_head = (uint32_t *)((uint8_t *)ctl + h->ring_head_off);
+	r->sh_tail = (uint32_t *)((uint8_t *)ctl + h->ring_tail_off);
+	r->sh_flags = (uint32_t *)((uint8_t *)ctl + h->ring_flags_off);
+	r->sh_entries = entries;
+	r->entries = n;
+	r->mask = n - 1;
+	r->esize = esize;
+	r->local = 0;
+}
+
+/* ---- producer side */
+
+/* Free entries, or -1 when the consumer's head is impossible (corrupted ring). */
+static inline int64_t pkv_ring_space(const struct pkv_ring *r)
+{
+	/* Acquire pairs with the consumer's release store of head in
+	 * pkv_ring_consume(): the entries it freed are no longer being read. */
+	uint32_t head = pkv_load_acquire(r->sh_head);
+	uint32_t used = r->local - head;
+
+	if (used > r->entries)
+		return -1;
+	return r->entries - used;
+}
+
+static inline void *pkv_ring_prod_slot(struct pkv_ring *r)
+{
+	return r->sh_entries + (size_t)(r->local & r->mask) * r->esize;
+}
+
+static inline void pkv_ring_publish(struct pkv_ring *r)
+{
+	r->local++;
+	/* Release pairs with the consumer's acquire load of tail in
+	 * pkv_ring_avail(): the entry written above is visible before the index. */
+	pkv_store_release(r->sh_tail, r->local);
+}
+
+/* After publishing: does the consumer sleep, so that we must ring its doorbell? */
+static inline int pkv_ring_needs_wakeup(const struct pkv_ring *r)
+{
+	/* Full fence pairs with the one in pkv_ring_prepare_sleep(): either the
+	 * consumer sees our new tail on its re-check, or we see its flag. */
+	pkv_smp_mb();
+	return pkv_load_relaxed(r->sh_flags) & PKV_RING_NEED_WAKEUP;
+}
+
+/* ---- consumer side */
+
+/* Entries ready, or -1 when the producer's tail is impossible (corrupted ring). */
+static inline int64_t pkv_ring_avail(const struct pkv_ring *r)
+{
+	/* Acquire pairs with the producer's release store in pkv_ring_publish(). */
+	uint32_t n = pkv_load_acquire(r->sh_tail) - r->local;
+
+	if (n > r->entries)
+		return -1;
+	return n;
+}
+
+/* Copies the next entry out of shared memory (never read it in place: the peer may rewrite it). */
+static inline void pkv_ring_peek_copy(const struct pkv_ring *r, void *dst)
+{
+	memcpy(dst, r->sh_entries + (size_t)(r->local & r->mask) * r->esize, r->esize);
+}
+
+static inline void pkv_ring_consume(struct pkv_ring *r)
+{
+	r->local++;
+	/* Release pairs with the producer's acquire load of head in pkv_ring_space():
+	 * our copy of the entry is complete before the slot is handed back. */
+	pkv_store_release(r->sh_head, r->local);
+}
+
+/*
+ * Announces that we are about to sleep and re-checks the ring. Returns the
+ * entries that arrived meanwhile (then do not sleep: call
+ * pkv_ring_clear_wakeup), 0 when it is safe to sleep, -1 on corruption.
+ */
+static inline int64_t pkv_ring_prepare_sleep(struct pkv_ring *r)
+{
+	pkv_store_relaxed(r->sh_flags, PKV_RING_NEED_WAKEUP);
+	/* Full fence pairs with the producer's in pkv_ring_needs_wakeup(). */
+	pkv_smp_mb();
+	return pkv_ring_avail(r);
+}
+
+static inline void pkv_ring_clear_wakeup(struct pkv_ring *r)
+{
+	pkv_store_relaxed(r->sh_flags, 0);
+}
+
+#endif

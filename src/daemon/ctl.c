@@ -1,0 +1,291 @@
+/* SPDX-License-Identifier: MIT */
+/* Administrative commands for pagedkvctl: status, audit, flush and metrics, as text, JSON or Prometheus. */
+#include "config.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "daemon/daemon.h"
+
+static const char *dtype_name(uint32_t t)
+{
+	static const char *const n[] = { "f32", "f16", "bf16" };
+
+	return t < PKV_DTYPE_COUNT ? n[t] : "?";
+}
+
+/* JSON string body: pool names are client-chosen, so escape everything unusual. */
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20 || c >= 0x7f)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+/* Prometheus label value: same concern, different escapes. */
+static void prom_str(FILE *f, const char *s)
+{
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c == '\n')
+			fputs("\\n", f);
+		else if (c >= 0x20 && c < 0x7f)
+			fputc(c, f);
+		else
+			fputc('_', f);
+	}
+}
+
+static double hit_rate(const struct pkv_cache_stats *cs)
+{
+	return cs->lookup_tokens ? (double)cs->hit_tokens / (double)cs->lookup_tokens : 0.0;
+}
+
+static void do_status(struct pkv_daemon *d, FILE *f, uint32_t fmt)
+{
+	struct pkv_cache_stats cs;
+	int first = 1;
+
+	if (fmt == PKV_FMT_JSON) {
+		fprintf(f, "{\"connections\":%u,\"memory_budget\":%llu,\"memory_used\":%llu,\"pools\":[",
+			d->n_sessions, (unsigned long long)d->cfg.memory_budget,
+			(unsigned long long)d->budget_used);
+		for (struct pool *p = d->pools; p; p = p->next) {
+			pkv_cache_stats(p->cache, &cs);
+			fprintf(f, "%s{\"name\":", first ? "" : ",");
+			json_str(f, p->name);
+			fprintf(f, ",\"num_layers\":%u,\"num_heads\":%u,\"num_kv_heads\":%u,\"head_dim\":%u,"
+				   "\"cache_dtype\":\"%s\",\"act_dtype\":\"%s\",\"block_size\":%u,"
+				   "\"num_blocks\":%u,\"free_blocks\":%u,\"cached_blocks\":%u,"
+				   "\"in_use_blocks\":%u,\"pinned_blocks\":%u,\"open_seqs\":%u,"
+				   "\"prefix_lookup_tokens\":%llu,\"prefix_hit_tokens\":%llu,"
+				   "\"prefix_hit_rate\":%.4f,\"clients\":%u,\"attends\":%llu,\"batches\":%llu,"
+				   "\"shared_across_users\":%s}",
+				p->geo.num_layers, p->geo.num_heads, p->geo.num_kv_heads, p->geo.head_dim,
+				dtype_name(p->geo.cache_dtype), dtype_name(p->act_dtype), p->geo.block_size,
+				cs.num_blocks, cs.free_blocks, cs.cached_blocks, cs.in_use_blocks,
+				cs.pinned_blocks, cs.open_seqs, (unsigned long long)cs.lookup_tokens,
+				(unsigned long long)cs.hit_tokens, hit_rate(&cs), p->n_clients,
+				(unsigned long long)p->attends, (unsigned long long)p->batches,
+				(p->flags & PKV_WIRE_POOL_SHARED) ? "true" : "false");
+			first = 0;
+		}
+		fprintf(f, "],\"clients\":[");
+		first = 1;
+		for (struct session *s = d->sessions; s; s = s->next) {
+			if (s->role != PKV_ROLE_CLIENT)
+				continue;
+			fprintf(f, "%s{\"id\":%u,\"pid\":%d,\"uid\":%u,\"pool\":", first ? "" : ",", s->id,
+				(int)s->pid, (unsigned)s->uid);
+			json_str(f, s->pool ? s->pool->name : "");
+			fprintf(f, ",\"seqs\":%u,\"ops\":%llu,\"errors\":%llu}", s->n_seqs,
+				(unsigned long long)s->ops, (unsigned long long)s->errors);
+			first = 0;
+		}
+		fprintf(f, "]}\n");
+		return;
+	}
+	fprintf(f, "pagedkvd: %u connections, KV memory %llu of %llu MiB\n", d->n_sessions,
+		(unsigned long long)(d->budget_used >> 20), (unsigned long long)(d->cfg.memory_budget >> 20));
+	for (struct pool *p = d->pools; p; p = p->next) {
+		pkv_cache_stats(p->cache, &cs);
+		fprintf(f, "pool %s: %u layers, %u/%u heads x %u, cache %s, act %s, %u blocks of %u tokens%s\n",
+			p->name, p->geo.num_layers, p->geo.num_heads, p->geo.num_kv_heads, p->geo.head_dim,
+			dtype_name(p->geo.cache_dtype), dtype_name(p->act_dtype), p->geo.num_blocks,
+			p->geo.block_size, (p->flags & PKV_WIRE_POOL_SHARED) ? ", shared across users" : "");
+		fprintf(f, "  blocks: %u free, %u cached, %u in use, %u pinned\n", cs.free_blocks,
+			cs.cached_blocks, cs.in_use_blocks, cs.pinned_blocks);
+		fprintf(f, "  prefix hits: %.1f%% (%llu of %llu tokens); %u sequences open; %u clients\n",
+			100.0 * hit_rate(&cs), (unsigned long long)cs.hit_tokens,
+			(unsigned long long)cs.lookup_tokens, cs.open_seqs, p->n_clients);
+		fprintf(f, "  attends: %llu in %llu backend calls\n", (unsigned long long)p->attends,
+			(unsigned long long)p->batches);
+	}
+	for (struct session *s = d->sessions; s; s = s->next)
+		if (s->role == PKV_ROLE_CLIENT)
+			fprintf(f, "client %u: pid %d uid %u pool %s, %u sequences, %llu requests, %llu errors\n",
+				s->id, (int)s->pid, (unsigned)s->uid, s->pool ? s->pool->name : "-",
+				s->n_seqs, (unsigned long long)s->ops, (unsigned long long)s->errors);
+}
+
+/* The cache's own invariants plus the daemon's bookkeeping against it. */
+static int do_audit(struct pkv_daemon *d, FILE *f, uint32_t fmt)
+{
+	int total = 0, first = 1;
+
+	if (fmt == PKV_FMT_JSON)
+		fprintf(f, "{\"pools\":[");
+	for (struct pool *p = d->pools; p; p = p->next) {
+		char report[2048] = "";
+		struct pkv_cache_stats cs;
+		uint32_t seqs = 0, steps = 0;
+		int n;
+
+		n = pkv_cache_audit(p->cache, report, sizeof(report));
+		if (n < 0) {
+			snprintf(report, sizeof(report), "audit failed: %s", strerror(-n));
+			n = 1;
+		}
+		pkv_cache_stats(p->cache, &cs);
+		for (struct session *s = d->sessions; s; s = s->next)
+			if (s->pool == p) {
+				seqs += s->n_seqs;
+				steps += s->step != NULL;
+			}
+		if (cs.open_seqs != seqs || cs.open_steps != steps) {
+			size_t l = strlen(report);
+
+			snprintf(report + l, sizeof(report) - l, "%scache has %u sequences / %u steps open, "
+				 "connections hold %u / %u", l ? "; " : "", cs.open_seqs, cs.open_steps, seqs, steps);
+			n++;
+		}
+		if (cs.free_blocks + cs.cached_blocks + cs.in_use_blocks != cs.num_blocks) {
+			size_t l = strlen(report);
+
+			snprintf(report + l, sizeof(report) - l, "%sfree %u + cached %u + in use %u != %u",
+				 l ? "; " : "", cs.free_blocks, cs.cached_blocks, cs.in_use_blocks, cs.num_blocks);
+			n++;
+		}
+		if (!seqs && !steps && cs.in_use_blocks) {
+			size_t l = strlen(report);
+
+			snprintf(report + l, sizeof(report) - l, "%s%u blocks in use with no sequence open",
+				 l ? "; " : "", cs.in_use_blocks);
+			n++;
+		}
+		total += n;
+		if (fmt == PKV_FMT_JSON) {
+			fprintf(f, "%s{\"name\":", first ? "" : ",");
+			json_str(f, p->name);
+			fprintf(f, ",\"problems\":%d,\"report\":", n);
+			json_str(f, report);
+			fprintf(f, "}");
+		} else {
+			fprintf(f, "pool %s: %s%s\n", p->name, n ? "PROBLEMS: " : "ok", n ? report : "");
+		}
+		first = 0;
+	}
+	if (fmt == PKV_FMT_JSON)
+		fprintf(f, "],\"problems\":%d}\n", total);
+	else
+		fprintf(f, "audit: %d problem%s\n", total, total == 1 ? "" : "s");
+	return total;
+}
+
+static void do_flush(struct pkv_daemon *d, FILE *f, uint32_t fmt)
+{
+	int first = 1;
+
+	if (fmt == PKV_FMT_JSON)
+		fprintf(f, "{\"pools\":[");
+	for (struct pool *p = d->pools; p; p = p->next) {
+		int n = pkv_cache_flush(p->cache);
+
+		if (fmt == PKV_FMT_JSON) {
+			fprintf(f, "%s{\"name\":", first ? "" : ",");
+			json_str(f, p->name);
+			fprintf(f, ",\"flushed_blocks\":%d}", n);
+		} else {
+			fprintf(f, "pool %s: %d cached blocks dropped\n", p->name, n);
+		}
+		first = 0;
+	}
+	if (fmt == PKV_FMT_JSON)
+		fprintf(f, "]}\n");
+}
+
+static void metric(FILE *f, const char *name, const char *pool, const char *extra, double v)
+{
+	fprintf(f, "%s{pool=\"", name);
+	prom_str(f, pool);
+	fprintf(f, "\"%s} %.17g\n", extra ? extra : "", v);
+}
+
+static void do_metrics(struct pkv_daemon *d, FILE *f)
+{
+	static const struct { const char *name, *type, *help; } m[] = {
+		{ "pagedkv_blocks", "gauge", "KV blocks by state" },
+		{ "pagedkv_prefix_lookup_tokens_total", "counter", "prompt tokens looked up in the prefix table" },
+		{ "pagedkv_prefix_hit_tokens_total", "counter", "prompt tokens found cached" },
+		{ "pagedkv_open_sequences", "gauge", "sequences open" },
+		{ "pagedkv_clients", "gauge", "connections attached" },
+		{ "pagedkv_attends_total", "counter", "attend requests" },
+		{ "pagedkv_backend_calls_total", "counter", "backend attention calls (after coalescing)" },
+		{ "pagedkv_evictions_total", "counter", "cached blocks evicted" },
+		{ "pagedkv_cow_copies_total", "counter", "copy-on-write block copies" },
+	};
+
+	fprintf(f, "# HELP pagedkv_connections connections to the daemon\n# TYPE pagedkv_connections gauge\n"
+		   "pagedkv_connections %u\n", d->n_sessions);
+	fprintf(f, "# HELP pagedkv_memory_bytes KV memory of all pools\n# TYPE pagedkv_memory_bytes gauge\n"
+		   "pagedkv_memory_bytes %llu\n", (unsigned long long)d->budget_used);
+	fprintf(f, "# HELP pagedkv_memory_budget_bytes KV memory budget\n# TYPE pagedkv_memory_budget_bytes gauge\n"
+		   "pagedkv_memory_budget_bytes %llu\n", (unsigned long long)d->cfg.memory_budget);
+	for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+		fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", m[i].name, m[i].help, m[i].name, m[i].type);
+		for (struct pool *p = d->pools; p; p = p->next) {
+			struct pkv_cache_stats cs;
+
+			pkv_cache_stats(p->cache, &cs);
+			switch (i) {
+			case 0:
+				metric(f, m[i].name, p->name, ",state=\"free\"", cs.free_blocks);
+				metric(f, m[i].name, p->name, ",state=\"cached\"", cs.cached_blocks);
+				metric(f, m[i].name, p->name, ",state=\"in_use\"", cs.in_use_blocks);
+				metric(f, m[i].name, p->name, ",state=\"pinned\"", cs.pinned_blocks);
+				break;
+			case 1: metric(f, m[i].name, p->name, NULL, (double)cs.lookup_tokens); break;
+			case 2: metric(f, m[i].name, p->name, NULL, (double)cs.hit_tokens); break;
+			case 3: metric(f, m[i].name, p->name, NULL, cs.open_seqs); break;
+			case 4: metric(f, m[i].name, p->name, NULL, p->n_clients); break;
+			case 5: metric(f, m[i].name, p->name, NULL, (double)p->attends); break;
+			case 6: metric(f, m[i].name, p->name, NULL, (double)p->batches); break;
+			case 7: metric(f, m[i].name, p->name, NULL, (double)cs.evictions); break;
+			case 8: metric(f, m[i].name, p->name, NULL, (double)cs.cow_copies); break;
+			}
+		}
+	}
+}
+
+int ctl_run(struct pkv_daemon *d, uint32_t cmd, uint32_t format, char **out)
+{
+	size_t len = 0;
+	FILE *f = open_memstream(out, &len);
+	int status = 0;
+
+	if (!f)
+		return -ENOMEM;
+	switch (cmd) {
+	case PKV_CTL_STATUS:
+		do_status(d, f, format);
+		break;
+	case PKV_CTL_AUDIT:
+		status = do_audit(d, f, format);
+		break;
+	case PKV_CTL_FLUSH:
+		do_flush(d, f, format);
+		break;
+	case PKV_CTL_METRICS:
+		if (format == PKV_FMT_JSON)
+			do_status(d, f, format);
+		else
+			do_metrics(d, f);
+		break;
+	default:
+		status = -EINVAL;
+	}
+	fclose(f);
+	return status;
+}

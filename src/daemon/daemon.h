@@ -1,0 +1,195 @@
+/* SPDX-License-Identifier: MIT */
+/* pagedkvd's internal state: pools, sessions (one per connection), the worker and the event loop. */
+#ifndef PKV_DAEMON_H
+#define PKV_DAEMON_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <liburing.h>
+#include "cache/cache.h"
+#include "common/proto.h"
+#include "common/ring.h"
+#include "daemon/conf.h"
+#include "loader/loader.h"
+
+struct pkv_daemon;
+struct session;
+
+/* ---------------------------------------------------------------- pools */
+
+struct pool {
+	struct pool *next;
+	char name[PKV_NAME_MAX];
+	struct pkv_geometry geo;
+	uint32_t act_dtype, flags;
+	uint64_t model_id;
+	float scale, softcap;
+	int32_t window_left;
+	uint64_t bytes;               /* KV memory, counted against the budget */
+	struct pkv_cache *cache;      /* touched by the loop thread only */
+	struct pkv_dispatch disp;     /* touched by the worker thread only (after creation) */
+	uint32_t n_clients;
+	/* counters for status/metrics (loop thread; attend counters updated from worker completions) */
+	uint64_t attends, batches, batch_seqs, steps, step_errors;
+};
+
+/* Creates or finds a pool for an attach; -errno with the reason. */
+int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, struct pool **out,
+		char *why, size_t why_len);
+void pool_destroy(struct pkv_daemon *d, struct pool *p);
+/* Bytes of KV cache a geometry needs, or 0 on overflow. */
+uint64_t pool_bytes(const struct pkv_geometry *g);
+
+/* ---------------------------------------------------------------- sessions */
+
+enum watch_kind { W_LISTEN = 1, W_SIGNAL, W_WAKE, W_TIMER, W_CTL, W_BELL };
+
+/* What an io_uring request's user_data points to. */
+struct watch {
+	enum watch_kind kind;
+	struct session *s;
+};
+
+/* A sequence this connection holds, with its committed length (for block quotas). */
+struct seq_ent {
+	uint32_t seq, len;
+};
+
+struct session {
+	struct session *next, *prev;
+	uint32_t id;                  /* the cache's owner id */
+	int sock, memfd, sq_bell, cq_bell;
+	uid_t uid;
+	pid_t pid;
+	int role;                     /* 0 until hello */
+	uint64_t created_ns;
+	struct watch w_ctl, w_bell;
+	int armed;                    /* io_uring requests still pointing at this session */
+	uint64_t bell_buf;            /* target of the doorbell read */
+	int closing;                  /* hung up: stop reading, release when idle */
+	int released;
+	/* shared region (clients) */
+	uint8_t *region;
+	size_t region_size;
+	struct pkv_shm_hdr hdr;       /* validated private copy; never re-read */
+	struct pkv_ring sq, cq;
+	uint8_t *arena;
+	uint64_t arena_size;
+	/* pool */
+	struct pool *pool;
+	struct pkv_key ns;
+	struct pkv_step *step;
+	struct pkv_step_meta meta;
+	struct pkv_step_req *step_reqs; /* private copies for length updates at commit */
+	uint32_t n_step_reqs;
+	int32_t *step_tokens;
+	uint32_t inflight;            /* attends handed to the worker */
+	uint32_t cq_pending;          /* SQEs consumed whose CQE is not posted yet */
+	struct seq_ent *seqs;
+	uint32_t n_seqs, cap_seqs;
+	uint64_t ops, errors;
+};
+
+/* ---------------------------------------------------------------- worker */
+
+/* One attend of one session, as handed to the worker. */
+struct attend_item {
+	struct session *s;
+	uint64_t user_data;
+	const struct pkv_step_meta *meta;
+	const void *q, *k, *v;
+	void *o;
+	int32_t res;
+};
+
+enum job_kind { JOB_ATTEND = 1, JOB_COPY };
+
+struct job {
+	struct job *next;
+	enum job_kind kind;
+	struct pool *pool;
+	uint32_t layer;
+	/* JOB_ATTEND */
+	struct attend_item *items;
+	uint32_t n_items, cap_items;
+	/* JOB_COPY */
+	struct session *s;
+	const struct pkv_block_copy *copies;
+	uint32_t n_copies;
+	int32_t res;
+};
+
+struct worker {
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct job *head, *tail;      /* queued */
+	struct job *done;             /* finished, for the loop */
+	int stop, sleeping;
+	unsigned spin_us;
+	int coalesce;
+	struct pkv_daemon *d;
+	/* scratch for merged batches (worker thread only) */
+	uint8_t *scratch;
+	size_t scratch_len;
+	uint64_t batches, merged_items;
+};
+
+int worker_start(struct pkv_daemon *d);
+void worker_stop(struct pkv_daemon *d);
+void worker_push(struct pkv_daemon *d, struct job *j);
+/* Takes the finished jobs (loop thread). */
+struct job *worker_take_done(struct pkv_daemon *d);
+void job_free(struct job *j);
+
+/* ---------------------------------------------------------------- daemon */
+
+struct pkv_daemon {
+	struct pkv_config cfg;
+	struct io_uring ring;
+	int listen_fd, signal_fd, wake_fd, lock_fd;
+	struct watch w_listen, w_signal, w_wake, w_timer;
+	uint64_t wake_buf;
+	struct __kernel_timespec tick;
+	int loop_sleeping;            /* shared with the worker: ring wake_fd when set */
+	int stopping;
+	struct session *sessions;
+	uint32_t next_id;
+	uint32_t n_sessions;
+	struct pool *pools;
+	uint64_t budget_used;
+	struct pkv_host *host;
+	struct pkv_plugin plug_varlen, plug_decode;
+	int same_plugin;
+	struct worker worker;
+	/* attends collected in the current sweep, grouped into jobs at its end */
+	struct job *sweep_jobs;
+	uint64_t accepted, refused;
+};
+
+/* Session lifecycle (loop thread). */
+struct session *session_new(struct pkv_daemon *d, int sock);
+void session_hangup(struct pkv_daemon *d, struct session *s);
+/* Frees what can be freed; returns 1 when the session is gone. */
+int session_maybe_free(struct pkv_daemon *d, struct session *s);
+/* Handles one control message. */
+void session_ctl_message(struct pkv_daemon *d, struct session *s);
+/* Consumes SQEs; returns how many were handled. */
+int session_process(struct pkv_daemon *d, struct session *s);
+/* Posts a completion for one of the worker's results. */
+void session_complete(struct pkv_daemon *d, struct session *s, uint64_t ud, int32_t res);
+int session_post(struct session *s, uint64_t ud, int32_t res, uint64_t p0, uint64_t p1);
+void session_set_err(struct session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void session_release(struct pkv_daemon *d, struct session *s);
+
+/* Administrative commands (pagedkvctl). Writes the output into a malloc'd string; returns status. */
+int ctl_run(struct pkv_daemon *d, uint32_t cmd, uint32_t format, char **out);
+/* Daemon-wide audit: returns problems found, text appended to buf. */
+
+int loop_run(struct pkv_daemon *d);
+void loop_arm_session(struct pkv_daemon *d, struct session *s);
+
+uint64_t pkv_now_ns(void);
+
+#endif

@@ -1,0 +1,370 @@
+/* SPDX-License-Identifier: MIT */
+/* The event loop: one io_uring for accept, control sockets, doorbells, signals and timers, plus ring sweeps. */
+#include "config.h"
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include "common/barrier.h"
+#include "common/log.h"
+#include "daemon/daemon.h"
+
+#define HELLO_TIMEOUT_NS (5ull * 1000000000ull)
+
+static struct io_uring_sqe *get_sqe(struct pkv_daemon *d)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
+
+	if (!sqe) {
+		io_uring_submit(&d->ring);
+		sqe = io_uring_get_sqe(&d->ring);
+	}
+	return sqe;
+}
+
+static int arm_poll(struct pkv_daemon *d, int fd, unsigned events, struct watch *w)
+{
+	struct io_uring_sqe *sqe = get_sqe(d);
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_poll_multishot(sqe, fd, events);
+	io_uring_sqe_set_data(sqe, w);
+	return 0;
+}
+
+static int arm_read(struct pkv_daemon *d, int fd, uint64_t *buf, struct watch *w)
+{
+	struct io_uring_sqe *sqe = get_sqe(d);
+
+	if (!sqe)
+		return -EBUSY;
+	/* A read, not poll + read(2): the client shares the eventfd's file
+	 * description and could make it blocking; io_uring never blocks us. */
+	io_uring_prep_read(sqe, fd, buf, sizeof(*buf), 0);
+	io_uring_sqe_set_data(sqe, w);
+	return 0;
+}
+
+static int arm_timer(struct pkv_daemon *d)
+{
+	struct io_uring_sqe *sqe = get_sqe(d);
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_timeout(sqe, &d->tick, 0, 0);
+	io_uring_sqe_set_data(sqe, &d->w_timer);
+	return 0;
+}
+
+void loop_arm_session(struct pkv_daemon *d, struct session *s)
+{
+	if (!arm_read(d, s->sq_bell, &s->bell_buf, &s->w_bell))
+		s->armed++;
+}
+
+static void do_accept(struct pkv_daemon *d)
+{
+	for (;;) {
+		struct session *s;
+		int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EINTR)
+				pkv_warn("accept: %s", strerror(errno));
+			return;
+		}
+		s = session_new(d, fd);
+		if (!s) {
+			close(fd);
+			continue;
+		}
+		d->accepted++;
+		if (arm_poll(d, fd, POLLIN | POLLRDHUP, &s->w_ctl)) {
+			s->closing = 1;
+			s->released = 1;
+			session_maybe_free(d, s);
+			continue;
+		}
+		s->armed++;
+	}
+}
+
+static void begin_stop(struct pkv_daemon *d)
+{
+	struct io_uring_sqe *sqe;
+
+	if (d->stopping)
+		return;
+	d->stopping = 1;
+	pkv_info("stopping: finishing in-flight work, releasing %u connections", d->n_sessions);
+	sqe = get_sqe(d);
+	if (sqe) {
+		io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)&d->w_listen, 0);
+		io_uring_sqe_set_data(sqe, NULL);
+	}
+	for (struct session *s = d->sessions; s; s = s->next)
+		session_hangup(d, s);
+}
+
+static void on_ctl(struct pkv_daemon *d, struct session *s, struct io_uring_cqe *cqe)
+{
+	if (!(cqe->flags & IORING_CQE_F_MORE)) {
+		s->armed--;
+		if (!s->closing && cqe->res >= 0 && !arm_poll(d, s->sock, POLLIN | POLLRDHUP, &s->w_ctl))
+			s->armed++;
+	}
+	if (cqe->res < 0) {
+		if (cqe->res != -ECANCELED && !s->closing)
+			session_hangup(d, s);
+		return;
+	}
+	if (cqe->res & POLLIN) {
+		/* Several messages may be queued behind one wake-up. */
+		for (int i = 0; i < 16 && !s->closing; i++) {
+			char peek;
+			ssize_t n = recv(s->sock, &peek, 1, MSG_PEEK | MSG_DONTWAIT);
+
+			if (n < 0 && (errno == EAGAIN || errno == EINTR))
+				break;
+			session_ctl_message(d, s);
+		}
+	} else if (cqe->res & (POLLHUP | POLLERR | POLLRDHUP)) {
+		session_hangup(d, s);
+	}
+}
+
+static void on_bell(struct pkv_daemon *d, struct session *s, struct io_uring_cqe *cqe)
+{
+	s->armed--;
+	if (cqe->res == -ECANCELED || s->closing)
+		return;
+	if (cqe->res < 0) {
+		pkv_warn("client %u: doorbell: %s", s->id, strerror(-cqe->res));
+		session_hangup(d, s);
+		return;
+	}
+	loop_arm_session(d, s);
+}
+
+static void on_signal(struct pkv_daemon *d)
+{
+	struct signalfd_siginfo si;
+
+	while (read(d->signal_fd, &si, sizeof(si)) == sizeof(si)) {
+		if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT)
+			begin_stop(d);
+	}
+}
+
+static void on_timer(struct pkv_daemon *d)
+{
+	uint64_t now = pkv_now_ns();
+
+	for (struct session *s = d->sessions; s; s = s->next)
+		if (!s->role && !s->closing && now - s->created_ns > HELLO_TIMEOUT_NS) {
+			pkv_info("client %u (pid %d): no hello within 5 s; closing", s->id, (int)s->pid);
+			session_hangup(d, s);
+		}
+	arm_timer(d);
+}
+
+/* Handles every io_uring completion available now; returns how many. */
+static int drain_uring(struct pkv_daemon *d)
+{
+	struct io_uring_cqe *cqe;
+	unsigned head, n = 0;
+	struct session *closed[64];
+	unsigned n_closed = 0;
+
+	io_uring_for_each_cqe(&d->ring, head, cqe) {
+		struct watch *w = io_uring_cqe_get_data(cqe);
+
+		n++;
+		if (!w)
+			continue;
+		switch (w->kind) {
+		case W_LISTEN:
+			if (cqe->res > 0 && !d->stopping)
+				do_accept(d);
+			if (!(cqe->flags & IORING_CQE_F_MORE) && !d->stopping)
+				arm_poll(d, d->listen_fd, POLLIN, &d->w_listen);
+			break;
+		case W_SIGNAL:
+			on_signal(d);
+			if (!(cqe->flags & IORING_CQE_F_MORE))
+				arm_poll(d, d->signal_fd, POLLIN, &d->w_signal);
+			break;
+		case W_WAKE:
+			arm_read(d, d->wake_fd, &d->wake_buf, &d->w_wake);
+			break;
+		case W_TIMER:
+			on_timer(d);
+			break;
+		case W_CTL:
+			on_ctl(d, w->s, cqe);
+			if (w->s->closing && n_closed < 64)
+				closed[n_closed++] = w->s;
+			break;
+		case W_BELL:
+			on_bell(d, w->s, cqe);
+			if (w->s->closing && n_closed < 64)
+				closed[n_closed++] = w->s;
+			break;
+		}
+	}
+	io_uring_cq_advance(&d->ring, n);
+	(void)closed;
+	(void)n_closed;
+	return (int)n;
+}
+
+/* Frees every session that finished closing. */
+static void reap(struct pkv_daemon *d)
+{
+	struct session *s = d->sessions, *next;
+
+	for (; s; s = next) {
+		next = s->next;
+		if (s->closing)
+			session_maybe_free(d, s);
+	}
+}
+
+static int process_done(struct pkv_daemon *d)
+{
+	struct job *j = worker_take_done(d), *next;
+	int n = 0;
+
+	for (; j; j = next) {
+		next = j->next;
+		if (j->kind == JOB_ATTEND) {
+			j->pool->attends += j->n_items;
+			j->pool->batches++;
+			for (uint32_t i = 0; i < j->n_items; i++) {
+				j->pool->batch_seqs += j->items[i].meta->num_seqs;
+				session_complete(d, j->items[i].s, j->items[i].user_data, j->res);
+			}
+		} else if (j->s->inflight) {
+			/* A failed copy-on-write poisons the step: its commit must not publish. */
+			if (j->res < 0 && j->s->step)
+				pkv_warn("client %u: copy-on-write failed: %s", j->s->id, strerror(-j->res));
+			j->s->inflight--;
+		}
+		job_free(j);
+		n++;
+	}
+	return n;
+}
+
+/* Runs every session's ready SQEs, then hands this sweep's attend jobs to the worker. */
+static int sweep(struct pkv_daemon *d)
+{
+	struct job *j, *rev = NULL;
+	int n = 0;
+
+	for (struct session *s = d->sessions; s; s = s->next)
+		n += session_process(d, s);
+	/* Jobs were prepended; push them in creation order. */
+	for (j = d->sweep_jobs; j;) {
+		struct job *next = j->next;
+
+		j->next = rev;
+		rev = j;
+		j = next;
+	}
+	d->sweep_jobs = NULL;
+	for (j = rev; j;) {
+		struct job *next = j->next;
+
+		worker_push(d, j);
+		j = next;
+	}
+	return n;
+}
+
+/* Tells every client we sleep; returns 1 when work arrived meanwhile. */
+static int prepare_sleep(struct pkv_daemon *d)
+{
+	int work = 0;
+
+	for (struct session *s = d->sessions; s; s = s->next) {
+		int64_t a;
+
+		if (!s->region || s->closing)
+			continue;
+		a = pkv_ring_prepare_sleep(&s->sq);
+		/* A session waiting on its attends is woken by their completion. */
+		if (a != 0 && !s->inflight)
+			work = 1;
+	}
+	pkv_store_relaxed(&d->loop_sleeping, 1);
+	/* Pairs with the worker's fence between publishing a job and reading loop_sleeping. */
+	pkv_smp_mb();
+	if (pkv_load_relaxed(&d->worker.done))
+		work = 1;
+	return work;
+}
+
+static void wake_up(struct pkv_daemon *d)
+{
+	pkv_store_relaxed(&d->loop_sleeping, 0);
+	for (struct session *s = d->sessions; s; s = s->next)
+		if (s->region && !s->closing)
+			pkv_ring_clear_wakeup(&s->sq);
+}
+
+int loop_run(struct pkv_daemon *d)
+{
+	uint64_t spin_ns = (uint64_t)d->cfg.spin_us * 1000, last = pkv_now_ns();
+	int r;
+
+	d->w_listen = (struct watch){ W_LISTEN, NULL };
+	d->w_signal = (struct watch){ W_SIGNAL, NULL };
+	d->w_wake = (struct watch){ W_WAKE, NULL };
+	d->w_timer = (struct watch){ W_TIMER, NULL };
+	d->tick.tv_sec = 1;
+	d->tick.tv_nsec = 0;
+	if (arm_poll(d, d->listen_fd, POLLIN, &d->w_listen) || arm_poll(d, d->signal_fd, POLLIN, &d->w_signal) ||
+	    arm_read(d, d->wake_fd, &d->wake_buf, &d->w_wake) || arm_timer(d))
+		return -EBUSY;
+	io_uring_submit(&d->ring);
+	for (;;) {
+		int act;
+
+		act = drain_uring(d);
+		act += process_done(d);
+		act += sweep(d);
+		reap(d);
+		if (io_uring_sq_ready(&d->ring))
+			io_uring_submit(&d->ring);
+		if (d->stopping && !d->sessions)
+			break;
+		if (act) {
+			last = pkv_now_ns();
+			continue;
+		}
+		if (pkv_now_ns() - last < spin_ns) {
+			for (int i = 0; i < 16; i++)
+				pkv_cpu_relax();
+			continue;
+		}
+		if (prepare_sleep(d)) {
+			wake_up(d);
+			last = pkv_now_ns();
+			continue;
+		}
+		r = io_uring_submit_and_wait(&d->ring, 1);
+		if (r < 0 && r != -EINTR && r != -ETIME) {
+			pkv_err("io_uring wait: %s", strerror(-r));
+			return r;
+		}
+		wake_up(d);
+		last = pkv_now_ns();
+	}
+	return 0;
+}

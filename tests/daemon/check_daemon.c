@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: MIT */
+/* Process tests of pagedkvd + libpagedkv: attach, steps, attention against a reference, prefix sharing. */
+#include "config.h"
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <pagedkv/pagedkv.h>
+#include "harness.h"
+
+#define QN(k) ((size_t)(k) * T_HEADS * T_DIM)
+
+static struct dmn D;
+
+static void setup(void)
+{
+	ck_assert_int_eq(dmn_start(&D, NULL), 0);
+}
+
+static void teardown(void)
+{
+	if (D.pid > 0)
+		ck_assert_int_eq(dmn_stop(&D), 0);
+	dmn_cleanup(&D);
+}
+
+static struct pkv_client *connect_attach(const char *pool)
+{
+	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 4 << 20, .timeout_ms = 5000 };
+	struct pkv_pool_params p;
+	struct pkv_client *c = NULL;
+	int r = pkv_connect(&o, &c);
+
+	if (r)
+		return NULL;
+	test_pool_params(&p, pool);
+	if (pkv_pool_attach(c, &p)) {
+		pkv_disconnect(c);
+		return NULL;
+	}
+	return c;
+}
+
+static void make_prompt(int32_t *t, uint32_t n, int32_t seed)
+{
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = (int32_t)((seed * 131 + i * 17) % 500);
+}
+
+/* Prefills toks[n_cached..n) and checks every layer's output against the reference. */
+static float prefill_and_check(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t n,
+			       uint32_t n_cached, float *got_out)
+{
+	uint32_t k = n - n_cached;
+	float *got = malloc(T_LAYERS * QN(k) * 4), *ref = malloc(QN(k) * 4), worst = 0;
+
+	ck_assert_int_eq(run_step(c, seq, toks, n_cached, k, got), 0);
+	for (uint32_t l = 0; l < T_LAYERS; l++) {
+		float e;
+
+		ref_attend(toks, n, n_cached, l, ref);
+		e = max_diff(got + l * QN(k), ref, QN(k));
+		worst = e > worst ? e : worst;
+	}
+	if (got_out)
+		memcpy(got_out, got, T_LAYERS * QN(k) * 4);
+	free(got);
+	free(ref);
+	return worst;
+}
+
+START_TEST(test_attach_step_attend_matches_reference)
+{
+	struct pkv_client *c = connect_attach("p");
+	int32_t toks[40];
+	uint32_t seq, n_cached;
+
+	ck_assert_ptr_nonnull(c);
+	make_prompt(toks, 40, 1);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 40, &seq, &n_cached), 0);
+	ck_assert_uint_eq(n_cached, 0);
+	ck_assert_float_le(prefill_and_check(c, seq, toks, 40, 0, NULL), 1e-5f);
+	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
+	pkv_disconnect(c);
+	ck_assert_int_eq(audit_until_clean(D.sock, 1000, NULL, 0), 0);
+}
+END_TEST
+
+START_TEST(test_decode_steps_match_reference)
+{
+	struct pkv_client *c = connect_attach("p");
+	int32_t toks[24];
+	uint32_t seq, n_cached;
+
+	ck_assert_ptr_nonnull(c);
+	make_prompt(toks, 24, 2);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 20, &seq, &n_cached), 0);
+	ck_assert_float_le(prefill_and_check(c, seq, toks, 20, 0, NULL), 1e-5f);
+	for (uint32_t n = 21; n <= 24; n++)
+		ck_assert_float_le(prefill_and_check(c, seq, toks, n, n - 1, NULL), 1e-5f);
+	pkv_disconnect(c);
+}
+END_TEST
+
+/* Child: opens the prompt, prefills what is not cached, writes n_cached and outputs to a pipe. */
+static void prefix_child(int fd, const int32_t *toks, uint32_t n)
+{
+	struct pkv_client *c = connect_attach("shared");
+	uint32_t seq, n_cached = 0;
+	float *out = malloc(T_LAYERS * QN(n) * 4);
+	int ok = 0;
+
+	if (c && !pkv_seq_open(c, toks, n, &seq, &n_cached)) {
+		uint32_t k = n - n_cached;
+		float *got = malloc(T_LAYERS * QN(k) * 4);
+
+		if (!run_step(c, seq, toks, n_cached, k, got)) {
+			for (uint32_t l = 0; l < T_LAYERS; l++)
+				memcpy(out + l * QN(n) + QN(n_cached), got + l * QN(k), QN(k) * 4);
+			ok = 1;
+		}
+		free(got);
+	}
+	if (write(fd, &ok, sizeof(ok)) < 0 || write(fd, &n_cached, 4) < 0 ||
+	    write(fd, out, T_LAYERS * QN(n) * 4) < 0)
+		_exit(2);
+	/* Keep the sequence open until the parent says so, so its blocks stay referenced. */
+	{
+		char ch;
+
+		if (read(fd, &ch, 1) < 0)
+			_exit(3);
+	}
+	pkv_disconnect(c);
+	_exit(ok ? 0 : 1);
+}
+
+static pid_t start_prefix_child(int *fd, const int32_t *toks, uint32_t n)
+{
+	int sv[2];
+	pid_t pid;
+
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		close(sv[0]);
+		prefix_child(sv[1], toks, n);
+	}
+	close(sv[1]);
+	*fd = sv[0];
+	return pid;
+}
+
+static void read_full(int fd, void *buf, size_t len)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = read(fd, (char *)buf + got, len - got);
+
+		ck_assert_int_gt(n, 0);
+		got += (size_t)n;
+	}
+}
+
+START_TEST(test_two_processes_share_prefix)
+{
+	enum { N = 40 };
+	int32_t toks[N];
+	float *a = malloc(T_LAYERS * QN(N) * 4), *b = malloc(T_LAYERS * QN(N) * 4), *ref = malloc(QN(N) * 4);
+	uint32_t nc_a, nc_b;
+	int fa, fb, ok, st;
+	pid_t pa, pb;
+
+	make_prompt(toks, N, 3);
+	pa = start_prefix_child(&fa, toks, N);
+	read_full(fa, &ok, sizeof(ok));
+	ck_assert_int_eq(ok, 1);
+	read_full(fa, &nc_a, 4);
+	read_full(fa, a, T_LAYERS * QN(N) * 4);
+	ck_assert_uint_eq(nc_a, 0);
+	pb = start_prefix_child(&fb, toks, N);
+	read_full(fb, &ok, sizeof(ok));
+	ck_assert_int_eq(ok, 1);
+	read_full(fb, &nc_b, 4);
+	read_full(fb, b, T_LAYERS * QN(N) * 4);
+	/* Block-aligned prefix, and never the last token. */
+	ck_assert_uint_eq(nc_b, (N - 1) / T_BS * T_BS);
+	for (uint32_t l = 0; l < T_LAYERS; l++) {
+		ref_attend(toks, N, 0, l, ref);
+		/* B computed only rows nc_b.. reading A's blocks; they must equal A's and the reference. */
+		ck_assert_float_le(max_diff(b + l * QN(N) + QN(nc_b), a + l * QN(N) + QN(nc_b), QN(N - nc_b)), 1e-6f);
+		ck_assert_float_le(max_diff(b + l * QN(N) + QN(nc_b), ref + QN(nc_b), QN(N - nc_b)), 1e-5f);
+	}
+	ck_assert_int_eq(write(fa, "x", 1), 1);
+	ck_assert_int_eq(write(fb, "x", 1), 1);
+	ck_assert_int_eq(waitpid(pa, &st, 0), pa);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	ck_assert_int_eq(waitpid(pb, &st, 0), pb);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	close(fa);
+	close(fb);
+	free(a);
+	free(b);
+	free(ref);
+	ck_assert_int_eq(audit_until_clean(D.sock, 1000, NULL, 0), 0);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("daemon");
+	TCase *t = tcase_create("process");
+
+	tcase_add_checked_fixture(t, setup, teardown);
+	tcase_set_timeout(t, 60);
+	tcase_add_test(t, test_attach_step_attend_matches_reference);
+	tcase_add_test(t, test_decode_steps_match_reference);
+	tcase_add_test(t, test_two_processes_share_prefix);
+	suite_add_tcase(s, t);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

@@ -1,0 +1,423 @@
+/* SPDX-License-Identifier: MIT */
+/* Test harness implementation: daemon processes, control client, raw protocol, reference attention. */
+#include "config.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <pagedkv/pagedkv.h>
+#include "common/msg.h"
+#include "common/region.h"
+#include "harness.h"
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+static int spawn(struct dmn *d, const char *const *extra)
+{
+	const char *top = getenv("PKV_TOP_BUILDDIR");
+	char bin[512], plugin[512];
+	const char *argv[48];
+	int n = 0;
+
+	if (!top)
+		top = ".";
+	snprintf(bin, sizeof(bin), "%s/src/daemon/pagedkvd", top);
+	snprintf(plugin, sizeof(plugin), "%s/tests/daemon/.libs/pkv_naive.so", top);
+	argv[n++] = bin;
+	argv[n++] = "-f";
+	argv[n++] = "--socket";
+	argv[n++] = d->sock;
+	argv[n++] = "--backend";
+	argv[n++] = plugin;
+	argv[n++] = "--memory-budget";
+	argv[n++] = "256M";
+	argv[n++] = "--workers";
+	argv[n++] = "1";
+	argv[n++] = "--log-level";
+	argv[n++] = getenv("PKV_TEST_DAEMON_LOG") ? getenv("PKV_TEST_DAEMON_LOG") : "error";
+	for (; extra && *extra && n < 46; extra++)
+		argv[n++] = *extra;
+	argv[n] = NULL;
+	d->pid = fork();
+	if (d->pid < 0)
+		return -errno;
+	if (d->pid == 0) {
+		execv(bin, (char *const *)argv);
+		_exit(127);
+	}
+	/* Ready when the socket accepts a connection. */
+	for (int i = 0; i < 1000; i++) {
+		int s = pkv_sock_connect(d->sock), st;
+
+		if (s >= 0) {
+			close(s);
+			return 0;
+		}
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			d->pid = 0;
+			return -ECHILD;
+		}
+		sleep_ms(10);
+	}
+	return -ETIMEDOUT;
+}
+
+int dmn_start(struct dmn *d, const char *const *extra)
+{
+	snprintf(d->dir, sizeof(d->dir), "/tmp/pkvd-test-XXXXXX");
+	if (!mkdtemp(d->dir))
+		return -errno;
+	snprintf(d->sock, sizeof(d->sock), "%s/pagedkv.sock", d->dir);
+	return spawn(d, extra);
+}
+
+int dmn_restart(struct dmn *d, const char *const *extra)
+{
+	return spawn(d, extra);
+}
+
+int dmn_alive(struct dmn *d)
+{
+	int st;
+
+	return d->pid > 0 && waitpid(d->pid, &st, WNOHANG) == 0;
+}
+
+int dmn_stop(struct dmn *d)
+{
+	int st;
+
+	if (d->pid <= 0)
+		return -1;
+	kill(d->pid, SIGTERM);
+	for (int i = 0; i < 1000; i++) {
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			d->pid = 0;
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		}
+		sleep_ms(10);
+	}
+	dmn_kill(d);
+	return -1;
+}
+
+void dmn_kill(struct dmn *d)
+{
+	if (d->pid > 0) {
+		kill(d->pid, SIGKILL);
+		waitpid(d->pid, NULL, 0);
+	}
+	d->pid = 0;
+}
+
+void dmn_cleanup(struct dmn *d)
+{
+	char p[256];
+
+	dmn_kill(d);
+	unlink(d->sock);
+	snprintf(p, sizeof(p), "%s.lock", d->sock);
+	unlink(p);
+	rmdir(d->dir);
+}
+
+int ctl_cmd(const char *sock, uint32_t cmd, uint32_t fmt, char *out, size_t len)
+{
+	struct pkv_msg_hello h = { { PKV_MSG_HELLO, sizeof(h) }, PKV_PROTO_VERSION, PKV_ROLE_CTL, 0 };
+	struct pkv_msg_ctl m = { { PKV_MSG_CTL, sizeof(m) }, cmd, fmt };
+	struct pkv_msg_reply rep;
+	size_t used = 0;
+	int s = pkv_sock_connect(sock), status = 0;
+	ssize_t n;
+
+	if (out && len)
+		out[0] = 0;
+	if (s < 0)
+		return s;
+	if (pkv_msg_send(s, &h, sizeof(h), NULL, 0) ||
+	    pkv_msg_recv(s, &rep, sizeof(rep), NULL, 0, NULL, 5000) < (ssize_t)PKV_REPLY_HDR_SIZE ||
+	    rep.status) {
+		close(s);
+		return -EPROTO;
+	}
+	if (pkv_msg_send(s, &m, sizeof(m), NULL, 0)) {
+		close(s);
+		return -EPIPE;
+	}
+	do {
+		n = pkv_msg_recv(s, &rep, sizeof(rep), NULL, 0, NULL, 5000);
+		if (n < (ssize_t)PKV_REPLY_HDR_SIZE) {
+			close(s);
+			return n < 0 ? (int)n : -EPROTO;
+		}
+		status = rep.status;
+		if (out && used + 1 < len) {
+			size_t t = (size_t)n - PKV_REPLY_HDR_SIZE;
+
+			if (t > len - used - 1)
+				t = len - used - 1;
+			memcpy(out + used, rep.text, t);
+			used += t;
+			out[used] = 0;
+		}
+	} while (rep.flags & PKV_REPLY_MORE);
+	close(s);
+	return status;
+}
+
+int audit_until_clean(const char *sock, int timeout_ms, char *out, size_t len)
+{
+	int r = -1;
+
+	for (int t = 0; t <= timeout_ms; t += 5) {
+		r = ctl_cmd(sock, PKV_CTL_AUDIT, PKV_FMT_TEXT, out, len);
+		if (r == 0)
+			return 0;
+		sleep_ms(5);
+	}
+	return r;
+}
+
+void test_pool_params(struct pkv_pool_params *p, const char *name)
+{
+	memset(p, 0, sizeof(*p));
+	p->name = name;
+	p->geo = (struct pkv_geometry){ T_LAYERS, T_HEADS, T_KV_HEADS, T_DIM, PKV_DTYPE_F32, T_BS, T_BLOCKS };
+	p->act_dtype = PKV_DTYPE_F32;
+	p->model_id = 0x1234;
+	p->window_left = -1;
+}
+
+float act_q(int32_t tok, uint32_t pos, uint32_t layer, uint32_t h, uint32_t x)
+{
+	return sinf(0.37f * tok + 0.11f * pos + 1.3f * layer + 0.7f * h + 0.05f * x);
+}
+
+float act_k(int32_t tok, uint32_t pos, uint32_t layer, uint32_t h, uint32_t x)
+{
+	return cosf(0.23f * tok + 0.13f * pos + 0.9f * layer + 0.5f * h + 0.07f * x);
+}
+
+float act_v(int32_t tok, uint32_t pos, uint32_t layer, uint32_t h, uint32_t x)
+{
+	return sinf(0.19f * tok - 0.17f * pos + 0.6f * layer + 0.3f * h + 0.09f * x) * 2.0f;
+}
+
+void ref_attend(const int32_t *toks, uint32_t n, uint32_t p0, uint32_t layer, float *out)
+{
+	float scale = 1.0f / sqrtf((float)T_DIM), *sc = malloc(sizeof(float) * n);
+
+	for (uint32_t p = p0; p < n; p++)
+		for (uint32_t h = 0; h < T_HEADS; h++) {
+			uint32_t kh = h / (T_HEADS / T_KV_HEADS);
+			float q[T_DIM], mx = -INFINITY, sum = 0, *o = out + ((size_t)(p - p0) * T_HEADS + h) * T_DIM;
+
+			for (uint32_t x = 0; x < T_DIM; x++)
+				q[x] = act_q(toks[p], p, layer, h, x);
+			for (uint32_t j = 0; j <= p; j++) {
+				float dot = 0;
+
+				for (uint32_t x = 0; x < T_DIM; x++)
+					dot += q[x] * act_k(toks[j], j, layer, kh, x);
+				sc[j] = dot * scale;
+				mx = sc[j] > mx ? sc[j] : mx;
+			}
+			for (uint32_t j = 0; j <= p; j++) {
+				sc[j] = expf(sc[j] - mx);
+				sum += sc[j];
+			}
+			for (uint32_t x = 0; x < T_DIM; x++) {
+				float acc = 0;
+
+				for (uint32_t j = 0; j <= p; j++)
+					acc += sc[j] / sum * act_v(toks[j], j, layer, kh, x);
+				o[x] = acc;
+			}
+		}
+	free(sc);
+}
+
+int run_step(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t p0, uint32_t k, float *out)
+{
+	size_t qn = (size_t)k * T_HEADS * T_DIM, kn = (size_t)k * T_KV_HEADS * T_DIM;
+	float *q = pkv_alloc(c, qn * 4), *kk = pkv_alloc(c, kn * 4), *v = pkv_alloc(c, kn * 4),
+	      *o = pkv_alloc(c, qn * 4);
+	int r = -ENOMEM;
+
+	if (!q || !kk || !v || !o)
+		goto out;
+	r = pkv_step_begin(c, &seq, &k, toks + p0, 1);
+	if (r)
+		goto out;
+	for (uint32_t l = 0; l < T_LAYERS; l++) {
+		for (uint32_t t = 0; t < k; t++) {
+			for (uint32_t h = 0; h < T_HEADS; h++)
+				for (uint32_t x = 0; x < T_DIM; x++)
+					q[(t * T_HEADS + h) * T_DIM + x] = act_q(toks[p0 + t], p0 + t, l, h, x);
+			for (uint32_t h = 0; h < T_KV_HEADS; h++)
+				for (uint32_t x = 0; x < T_DIM; x++) {
+					kk[(t * T_KV_HEADS + h) * T_DIM + x] = act_k(toks[p0 + t], p0 + t, l, h, x);
+					v[(t * T_KV_HEADS + h) * T_DIM + x] = act_v(toks[p0 + t], p0 + t, l, h, x);
+				}
+		}
+		r = pkv_attend(c, l, q, kk, v, o);
+		if (r) {
+			pkv_step_abort(c);
+			goto out;
+		}
+		if (out)
+			memcpy(out + l * qn, o, qn * 4);
+	}
+	r = pkv_step_end(c);
+out:
+	pkv_free(c, q);
+	pkv_free(c, kk);
+	pkv_free(c, v);
+	pkv_free(c, o);
+	return r;
+}
+
+float max_diff(const float *a, const float *b, size_t n)
+{
+	float m = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		float d = fabsf(a[i] - b[i]);
+
+		if (!(d <= m))
+			m = d; /* NaN propagates as a failure */
+	}
+	return m;
+}
+
+/* ---------------------------------------------------------------- raw protocol */
+
+int raw_open(struct raw *r, const char *sock, uint64_t arena, int seals)
+{
+	memset(r, 0, sizeof(*r));
+	r->sock = r->memfd = r->sq_bell = r->cq_bell = -1;
+	if (pkv_region_layout(arena, 64, 64, &r->hdr))
+		return -EINVAL;
+	r->memfd = memfd_create("raw", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (r->memfd < 0 || ftruncate(r->memfd, r->hdr.region_size) < 0)
+		return -errno;
+	if (seals && fcntl(r->memfd, F_ADD_SEALS, seals) < 0)
+		return -errno;
+	r->size = r->hdr.region_size;
+	r->region = mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_SHARED, r->memfd, 0);
+	if (r->region == MAP_FAILED)
+		return -errno;
+	memcpy(r->region, &r->hdr, sizeof(r->hdr));
+	pkv_ring_bind(&r->sq, r->region + r->hdr.sq_ring_off, r->region + r->hdr.sq_sqes_off,
+		      r->hdr.sq_entries, r->hdr.sqe_size, &r->hdr);
+	pkv_ring_bind(&r->cq, r->region + r->hdr.cq_ring_off, r->region + r->hdr.cq_cqes_off,
+		      r->hdr.cq_entries, r->hdr.cqe_size, &r->hdr);
+	*r->sq.sh_flags = PKV_RING_NEED_WAKEUP;
+	r->arena = r->region + r->hdr.arena_off;
+	r->sq_bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	r->cq_bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	r->sock = pkv_sock_connect(sock);
+	return r->sock < 0 ? r->sock : 0;
+}
+
+static int raw_reply(struct raw *r, char *why, size_t len)
+{
+	struct pkv_msg_reply rep;
+	ssize_t n = pkv_msg_recv(r->sock, &rep, sizeof(rep), NULL, 0, NULL, 5000);
+
+	if (n == 0)
+		return -ECONNRESET;
+	if (n < (ssize_t)PKV_REPLY_HDR_SIZE)
+		return n < 0 ? (int)n : -EPROTO;
+	if (why && len) {
+		size_t t = (size_t)n - PKV_REPLY_HDR_SIZE;
+
+		if (t >= len)
+			t = len - 1;
+		memcpy(why, rep.text, t);
+		why[t] = 0;
+	}
+	return rep.status;
+}
+
+int raw_hello(struct raw *r, uint32_t version, uint64_t region_size, int pass_fds, char *why, size_t len)
+{
+	struct pkv_msg_hello h = { { PKV_MSG_HELLO, sizeof(h) }, version, PKV_ROLE_CLIENT, region_size };
+	int fds[3] = { r->memfd, r->sq_bell, r->cq_bell };
+	int e = pkv_msg_send(r->sock, &h, sizeof(h), fds, pass_fds ? 3 : 0);
+
+	return e ? e : raw_reply(r, why, len);
+}
+
+void raw_attach_msg(struct pkv_msg_attach *m, const char *name)
+{
+	memset(m, 0, sizeof(*m));
+	m->hdr.type = PKV_MSG_ATTACH;
+	m->hdr.size = sizeof(*m);
+	m->geo = (struct pkv_geometry){ T_LAYERS, T_HEADS, T_KV_HEADS, T_DIM, PKV_DTYPE_F32, T_BS, T_BLOCKS };
+	m->act_dtype = PKV_DTYPE_F32;
+	m->model_id = 0x1234;
+	m->window_left = -1;
+	snprintf(m->name, sizeof(m->name), "%s", name);
+}
+
+int raw_attach(struct raw *r, const struct pkv_msg_attach *m, char *why, size_t len)
+{
+	int e = pkv_msg_send(r->sock, m, sizeof(*m), NULL, 0);
+
+	return e ? e : raw_reply(r, why, len);
+}
+
+int raw_call(struct raw *r, struct pkv_sqe *sqe, struct pkv_cqe *cqe)
+{
+	uint64_t one = 1;
+
+	sqe->user_data = ++r->ud;
+	memcpy(pkv_ring_prod_slot(&r->sq), sqe, sizeof(*sqe));
+	pkv_ring_publish(&r->sq);
+	if (pkv_ring_needs_wakeup(&r->sq) && write(r->sq_bell, &one, 8) < 0)
+		return -errno;
+	for (int i = 0; i < 2000; i++) {
+		struct pollfd p = { .fd = r->sock, .events = POLLRDHUP };
+
+		if (pkv_ring_avail(&r->cq) > 0) {
+			pkv_ring_peek_copy(&r->cq, cqe);
+			pkv_ring_consume(&r->cq);
+			return 0;
+		}
+		if (poll(&p, 1, 1) > 0 && (p.revents & (POLLRDHUP | POLLHUP)))
+			return -ECONNRESET;
+	}
+	return -ETIMEDOUT;
+}
+
+void raw_close(struct raw *r)
+{
+	if (r->region && r->region != MAP_FAILED)
+		munmap(r->region, r->size);
+	if (r->sock >= 0)
+		close(r->sock);
+	if (r->memfd >= 0)
+		close(r->memfd);
+	if (r->sq_bell >= 0)
+		close(r->sq_bell);
+	if (r->cq_bell >= 0)
+		close(r->cq_bell);
+	memset(r, 0, sizeof(*r));
+	r->sock = r->memfd = r->sq_bell = r->cq_bell = -1;
+}

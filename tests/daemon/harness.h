@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+/* Test harness: a private pagedkvd per test, a control client, raw protocol access, synthetic Q/K/V. */
+#ifndef PKV_TEST_HARNESS_H
+#define PKV_TEST_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include "common/proto.h"
+#include "common/ring.h"
+
+struct dmn {
+	pid_t pid;
+	char dir[64];
+	char sock[128];
+};
+
+/* Starts build/src/daemon/pagedkvd -f on a socket in a fresh temp dir, with the naive backend. */
+int dmn_start(struct dmn *d, const char *const *extra);
+/* Same socket and dir as d (restart). */
+int dmn_restart(struct dmn *d, const char *const *extra);
+/* SIGTERM and wait: returns the exit status, or -1 if it did not exit within 10 s. */
+int dmn_stop(struct dmn *d);
+void dmn_kill(struct dmn *d);
+void dmn_cleanup(struct dmn *d);
+int dmn_alive(struct dmn *d);
+
+/* Runs one pagedkvctl command over the socket; returns the reply status, output in out. */
+int ctl_cmd(const char *sock, uint32_t cmd, uint32_t fmt, char *out, size_t len);
+/* Audits until clean (releases are immediate but the hang-up is asynchronous); returns problems. */
+int audit_until_clean(const char *sock, int timeout_ms, char *out, size_t len);
+
+/* The tests' geometry: 2 layers, 4 query heads, 2 KV heads, head_dim 16, f32, blocks of 16. */
+#define T_LAYERS 2u
+#define T_HEADS 4u
+#define T_KV_HEADS 2u
+#define T_DIM 16u
+#define T_BS 16u
+#define T_BLOCKS 64u
+
+struct pkv_client;
+struct pkv_pool_params;
+void test_pool_params(struct pkv_pool_params *p, const char *name);
+
+/* Synthetic activations: a function of (token, position, layer, head, x) only. */
+float act_q(int32_t tok, uint32_t pos, uint32_t layer, uint32_t h, uint32_t x);
+float act_k(int32_t tok, uint32_t pos, uint32_t layer, uint32_t h, uint32_t x);
+float act_v(int32_t tok, uint32_t pos, uint32_t layer, uint32_t h, uint32_t x);
+
+/*
+ * Reference attention for one sequence whose full token list is toks[0..n):
+ * output rows for positions p0..n-1 of `layer` into out[(p - p0)][H][D].
+ */
+void ref_attend(const int32_t *toks, uint32_t n, uint32_t p0, uint32_t layer, float *out);
+
+/*
+ * Runs one step for one sequence through the daemon: positions p0..p0+k-1
+ * of toks, every layer; writes O into out[layer][k][H][D] (may be NULL).
+ */
+int run_step(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t p0, uint32_t k, float *out);
+/* Largest |a-b| over n floats. */
+float max_diff(const float *a, const float *b, size_t n);
+
+/* ---- raw protocol access, for hostile-input tests */
+struct raw {
+	int sock, memfd, sq_bell, cq_bell;
+	uint8_t *region;
+	size_t size;
+	struct pkv_shm_hdr hdr;
+	struct pkv_ring sq, cq;
+	uint8_t *arena;
+	uint64_t ud;
+};
+
+/* Builds a region and eventfds (sealed unless seals == 0), connects, does not send hello. */
+int raw_open(struct raw *r, const char *sock, uint64_t arena, int seals);
+/* Sends a hello with the given version and region size (fds: memfd, bells when pass_fds). Returns reply status. */
+int raw_hello(struct raw *r, uint32_t version, uint64_t region_size, int pass_fds, char *why, size_t len);
+int raw_attach(struct raw *r, const struct pkv_msg_attach *m, char *why, size_t len);
+void raw_attach_msg(struct pkv_msg_attach *m, const char *name);
+/* Submits one SQE and waits (2 s) for its CQE; returns 0 or -ETIMEDOUT/-ECONNRESET. */
+int raw_call(struct raw *r, struct pkv_sqe *sqe, struct pkv_cqe *cqe);
+void raw_close(struct raw *r);
+
+#endif
