@@ -23,7 +23,17 @@ int session_open(struct session *s, const struct session_opts *o, char *err, siz
 		snprintf(err, errlen, "cannot start threads: %s", strerror(-r));
 		goto err_tok;
 	}
-	llama_geometry(&s->m, o->block_size ? o->block_size : 16, o->num_blocks ? o->num_blocks : 4096, &geo);
+	{
+		/* Default pool size: kv_mib of f32 KV (a pool the daemon's default 1 GiB budget fits). */
+		uint32_t bs = o->block_size ? o->block_size : 16, nb = o->num_blocks;
+		uint64_t block_bytes = (uint64_t)2 * s->m.hp.n_layers * s->m.hp.n_kv_heads * s->m.hp.head_dim * 4 * bs;
+		if (!nb) {
+			uint64_t budget = (uint64_t)(o->kv_mib ? o->kv_mib : 256) << 20;
+			nb = (uint32_t)(budget / block_bytes);
+			nb = nb > 65536 ? 65536 : nb < 16 ? 16 : nb;
+		}
+		llama_geometry(&s->m, bs, nb, &geo);
+	}
 	if (o->in_process) {
 		r = pkv_attn_ref_create(&geo, (uint64_t)geo.num_blocks * geo.block_size, s->tp, &s->attn);
 		if (r)

@@ -16,7 +16,8 @@ struct session_opts {
 	int threads;             /* 0: $PKV_THREADS or all CPUs */
 	uint32_t max_tokens;     /* per forward step (buffers); 0: 256 */
 	uint32_t block_size;     /* 0: 16 */
-	uint32_t num_blocks;     /* pool size when this client creates it; 0: 4096 */
+	uint32_t num_blocks;     /* pool size when this client creates it; 0: from kv_mib */
+	uint32_t kv_mib;         /* 0: 256 MiB of f32 KV */
 	const char *pool;        /* pool name; NULL: derived from the model fingerprint */
 };
 
