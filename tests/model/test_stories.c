@@ -7,6 +7,7 @@
 #include "../../examples/llama.h"
 #include "../../examples/sampler.h"
 #include "../../examples/tokenizer.h"
+#include "daemon.h"
 #include "modeldir.h"
 
 static char path[4096];
@@ -36,38 +37,70 @@ START_TEST(encodes_prompt)
 }
 END_TEST
 
-/* Greedy generation with the prompt in one prefill step and then one token per step. */
-START_TEST(greedy_matches_reference)
+/* Greedy generation: the prompt in one prefill step, then one token per step. */
+static void greedy_run(struct pkv_attn *a, struct tpool *tp, const struct llama *m, uint32_t want_cached)
+{
+	struct llama_ctx c;
+	uint32_t seq, nc, pos = 0, n = 5;
+	int32_t cur[8];
+	ck_assert_int_eq(llama_ctx_init(&c, m, a, tp, 64), 0);
+	float *logits = malloc(m->hp.n_vocab * sizeof *logits);
+	ck_assert_int_eq(a->ops->seq_open(a->ctx, prompt_ref, 5, &seq, &nc), 0);
+	ck_assert_uint_eq(nc, want_cached);
+	memcpy(cur, prompt_ref + nc, (5 - nc) * sizeof *cur);
+	pos = nc;
+	n = 5 - nc;
+	for (int i = 0; i < 60; i++) {
+		ck_assert_int_eq(llama_forward(&c, &seq, &n, &pos, cur, 1, logits, 0), 0);
+		pos += n;
+		cur[0] = argmax(logits, m->hp.n_vocab);
+		ck_assert_msg(cur[0] == cont_ref[i], "token %d: got %d, reference %d", i, cur[0], cont_ref[i]);
+		n = 1;
+	}
+	ck_assert_int_eq(a->ops->seq_close(a->ctx, seq), 0);
+	free(logits);
+	llama_ctx_free(&c);
+}
+
+START_TEST(greedy_matches_reference_in_process)
 {
 	struct llama m;
-	struct llama_ctx c;
 	struct pkv_attn a;
 	struct pkv_geometry geo;
 	struct tpool *tp;
-	uint32_t seq, nc, pos = 0;
-	int32_t cur[8];
-	uint32_t n = 5;
 	ck_assert_int_eq(llama_load(&m, path), 0);
 	ck_assert_int_eq(tpool_create(2, &tp), 0);
 	llama_geometry(&m, 16, 1024, &geo);
 	ck_assert_int_eq(pkv_attn_ref_create(&geo, 0, tp, &a), 0);
-	ck_assert_int_eq(llama_ctx_init(&c, &m, &a, tp, 64), 0);
-	float *logits = malloc(m.hp.n_vocab * sizeof *logits);
-	ck_assert_int_eq(a.ops->seq_open(a.ctx, prompt_ref, 5, &seq, &nc), 0);
-	ck_assert_uint_eq(nc, 0);
-	memcpy(cur, prompt_ref, sizeof prompt_ref);
-	for (int i = 0; i < 60; i++) {
-		ck_assert_int_eq(llama_forward(&c, &seq, &n, &pos, cur, 1, logits, 0), 0);
-		pos += n;
-		cur[0] = argmax(logits, m.hp.n_vocab);
-		ck_assert_msg(cur[0] == cont_ref[i], "token %d: got %d, reference %d", i, cur[0], cont_ref[i]);
-		n = 1;
-	}
-	free(logits);
-	llama_ctx_free(&c);
+	greedy_run(&a, tp, &m, 0);
 	pkv_attn_destroy(&a);
 	tpool_destroy(tp);
 	llama_free(&m);
+}
+END_TEST
+
+/* The same through pagedkvd and the CPU backend, twice: the second run's prompt is a prefix hit. */
+START_TEST(greedy_matches_reference_through_daemon)
+{
+	struct llama m;
+	struct pkv_attn a;
+	struct tpool *tp;
+	struct test_daemon d;
+	char err[512];
+	ck_assert_int_eq(test_daemon_start(&d), 0);
+	ck_assert_int_eq(llama_load(&m, path), 0);
+	ck_assert_int_eq(tpool_create(2, &tp), 0);
+	struct pkv_connect_opts co = { .socket_path = d.sock };
+	struct pkv_pool_params pp = { .name = "stories", .act_dtype = PKV_DTYPE_F32, .model_id = m.model_id,
+				      .window_left = -1 };
+	llama_geometry(&m, 4, 1024, &pp.geo);
+	ck_assert_msg(pkv_attn_daemon_create(&co, &pp, &a, err, sizeof err) == 0, "%s", err);
+	greedy_run(&a, tp, &m, 0);
+	greedy_run(&a, tp, &m, 4); /* 4-token blocks: BOS + "Once upon a" come from the cache */
+	pkv_attn_destroy(&a);
+	tpool_destroy(tp);
+	llama_free(&m);
+	test_daemon_stop(&d);
 }
 END_TEST
 
@@ -80,7 +113,8 @@ int main(void)
 	Suite *s = suite_create("stories260K");
 	TCase *tc = tcase_create("reference");
 	tcase_add_test(tc, encodes_prompt);
-	tcase_add_test(tc, greedy_matches_reference);
+	tcase_add_test(tc, greedy_matches_reference_in_process);
+	tcase_add_test(tc, greedy_matches_reference_through_daemon);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
