@@ -289,6 +289,28 @@ START_TEST(several_client_processes_equal_contiguous)
 }
 END_TEST
 
+static struct test_daemon d;
+
+/* Runs in the runner process before the pagedkvd tests; a daemon that cannot start leaves
+ * daemon_sock unset and fx_up fails every test of the tcase with the reason on stderr. */
+static void daemon_up(void)
+{
+	int r = test_daemon_start(&d);
+	if (r) {
+		fprintf(stderr, "test_equality: cannot start pagedkvd: %s\n", strerror(-r));
+		daemon_sock = "/nonexistent/pagedkvd-did-not-start";
+		return;
+	}
+	daemon_sock = d.sock;
+}
+
+static void daemon_down(void)
+{
+	if (d.pid)
+		test_daemon_stop(&d);
+	daemon_sock = NULL;
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/pkv-eq-XXXXXX";
@@ -301,35 +323,28 @@ int main(void)
 		if (randmodel_write(path[i], &p))
 			return 99;
 	}
-	/* First against the in-process cache (the reference's own paging logic), then through
-	 * pagedkvd with the CPU backend. */
-	struct test_daemon d = { 0 };
-	int nf = 0;
-	for (int pass = 0; pass < 2; pass++) {
-		if (pass == 1) {
-			int r = test_daemon_start(&d);
-			if (r) {
-				fprintf(stderr, "test_equality: cannot start pagedkvd: %s\n", strerror(-r));
-				nf++;
-				break;
-			}
-			daemon_sock = d.sock;
-		}
-		Suite *s = suite_create(pass ? "equality-daemon" : "equality-in-process");
-		TCase *tc = tcase_create(pass ? "pagedkvd" : "in-process");
-		tcase_set_timeout(tc, 120);
-		tcase_add_loop_test(tc, chunked_prefill_equals_contiguous, 0, 3);
-		tcase_add_loop_test(tc, prefix_hit_equals_contiguous, 0, 3);
-		tcase_add_loop_test(tc, fork_equals_contiguous, 0, 3);
-		tcase_add_loop_test(tc, mixed_prefill_decode_batch_equals_contiguous, 0, 3);
-		if (pass)
-			tcase_add_loop_test(tc, several_client_processes_equal_contiguous, 0, 3);
-		suite_add_tcase(s, tc);
-		SRunner *sr = srunner_create(s);
-		srunner_run_all(sr, CK_NORMAL);
-		nf += srunner_ntests_failed(sr);
-		srunner_free(sr);
-	}
+	/* One runner (one TAP plan): first against the in-process cache (the reference's own paging
+	 * logic), then through pagedkvd with the CPU backend, started by the tcase's fixture. */
+	Suite *s = suite_create("equality");
+	TCase *tc = tcase_create("in-process");
+	tcase_add_loop_test(tc, chunked_prefill_equals_contiguous, 0, 3);
+	tcase_add_loop_test(tc, prefix_hit_equals_contiguous, 0, 3);
+	tcase_add_loop_test(tc, fork_equals_contiguous, 0, 3);
+	tcase_add_loop_test(tc, mixed_prefill_decode_batch_equals_contiguous, 0, 3);
+	suite_add_tcase(s, tc);
+	TCase *td = tcase_create("pagedkvd");
+	tcase_add_unchecked_fixture(td, daemon_up, daemon_down);
+	tcase_set_timeout(td, 120);
+	tcase_add_loop_test(td, chunked_prefill_equals_contiguous, 0, 3);
+	tcase_add_loop_test(td, prefix_hit_equals_contiguous, 0, 3);
+	tcase_add_loop_test(td, fork_equals_contiguous, 0, 3);
+	tcase_add_loop_test(td, mixed_prefill_decode_batch_equals_contiguous, 0, 3);
+	tcase_add_loop_test(td, several_client_processes_equal_contiguous, 0, 3);
+	suite_add_tcase(s, td);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int nf = srunner_ntests_failed(sr);
+	srunner_free(sr);
 	if (d.pid)
 		test_daemon_stop(&d);
 	for (int i = 0; i < 3; i++)
