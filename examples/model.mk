@@ -20,3 +20,7 @@ examples_pkv_generate_LDADD = examples/libpkvmodel.la
 bin_PROGRAMS += examples/pkv-chat
 examples_pkv_chat_SOURCES = examples/chat.c
 examples_pkv_chat_LDADD = examples/libpkvmodel.la
+
+bin_PROGRAMS += examples/pkv-demo
+examples_pkv_demo_SOURCES = examples/demo.c
+examples_pkv_demo_LDADD = examples/libpkvmodel.la
