@@ -1,0 +1,275 @@
+/* SPDX-License-Identifier: MIT */
+/* pkv-bench e2e: end-to-end model figures through pagedkvd — single-stream prefill and decode, aggregate
+ * decode with 8 conversations in one process and in 8 processes, and TTFT behind a 1,000-token shared
+ * system prompt, cold and warm. Medians over --reps runs. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../../examples/engine.h"
+#include "../../examples/session.h"
+
+struct opts {
+	struct session_opts so;
+	int reps, json;
+	uint32_t prompt_len, decode_len;
+};
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof *v, cmp_d);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Text of about n tokens; `salt` makes its start unique so it never hits the prefix cache. */
+static int32_t *make_prompt(const struct tokenizer *t, uint32_t n, unsigned salt, int *out_n)
+{
+	static const char *words[] = { "river", "stone", "garden", "lamp", "orbit", "violin", "harbor",
+				       "maple", "signal", "copper", "meadow", "thunder", "pencil", "canyon" };
+	size_t cap = (size_t)n * 12 + 64, len = 0;
+	char *s = malloc(cap);
+	int32_t *ids = NULL;
+	len += (size_t)snprintf(s, cap, "Session %u.", salt);
+	for (unsigned i = 0; len + 16 < cap && i < n; i++)
+		len += (size_t)snprintf(s + len, cap - len, " %s", words[(i * 7 + salt + i / 14) % 14]);
+	int k = tok_encode(t, s, len, t->add_bos, 0, &ids);
+	free(s);
+	if (k > (int)n)
+		k = (int)n;
+	*out_n = k;
+	return ids;
+}
+
+static struct conv *run_one(struct engine *e, const int32_t *ids, uint32_t n, uint32_t max_new)
+{
+	struct sampler smp;
+	sampler_init(&smp, 0, 0, 1, 1);
+	struct conv *c = engine_conv_new(e, &smp, NULL, NULL);
+	if (!c || engine_submit(e, c, ids, n, max_new) || engine_run(e) < 0 || c->state != CONV_DONE)
+		return NULL;
+	return c;
+}
+
+/* A model that meets EOS early would end the decode run: suppress by a large max and measure what ran. */
+static int single_stream(struct session *s, const struct opts *o, unsigned salt, double *prefill, double *decode)
+{
+	struct engine e;
+	int n;
+	int32_t *ids = make_prompt(&s->tok, o->prompt_len, salt, &n);
+	if (!ids || engine_init(&e, &s->lc, &s->tok, 256, 1))
+		return -ENOMEM;
+	struct conv *c = run_one(&e, ids, (uint32_t)n, o->decode_len);
+	free(ids);
+	if (!c) {
+		engine_free(&e);
+		return -EIO;
+	}
+	*prefill = n / (c->t_first - c->t_submit);
+	*decode = c->n_gen > 1 ? (c->n_gen - 1) / (c->t_done - c->t_first) : 0;
+	engine_free(&e);
+	return 0;
+}
+
+static int agg_inproc(struct session *s, const struct opts *o, unsigned salt, double *tok_s)
+{
+	struct engine e;
+	struct sampler smp;
+	if (engine_init(&e, &s->lc, &s->tok, 256, 8))
+		return -ENOMEM;
+	sampler_init(&smp, 0, 0, 1, 1);
+	for (unsigned i = 0; i < 8; i++) {
+		int n;
+		int32_t *ids = make_prompt(&s->tok, 16, salt * 8 + i, &n);
+		struct conv *c = engine_conv_new(&e, &smp, NULL, NULL);
+		if (!ids || !c || engine_submit(&e, c, ids, (uint32_t)n, o->decode_len)) {
+			free(ids);
+			engine_free(&e);
+			return -ENOMEM;
+		}
+		free(ids);
+	}
+	double t0 = engine_now();
+	int r = engine_run(&e);
+	double dt = engine_now() - t0;
+	uint64_t gen = 0;
+	for (struct conv *c = e.convs; c; c = c->next)
+		gen += c->n_gen;
+	engine_free(&e);
+	*tok_s = dt > 0 ? (double)gen / dt : 0;
+	return r;
+}
+
+/* 8 processes, one conversation each, released together by closing a pipe. */
+static int agg_procs(const struct opts *o, unsigned salt, double *tok_s)
+{
+	int go[2], res[2];
+	pid_t kids[8];
+	if (pipe(go) || pipe(res))
+		return -errno;
+	for (unsigned i = 0; i < 8; i++) {
+		kids[i] = fork();
+		if (kids[i] < 0)
+			return -errno;
+		if (kids[i] == 0) {
+			struct session s;
+			struct session_opts so = o->so;
+			struct engine e;
+			char err[512], b;
+			uint32_t gen = 0;
+			close(go[1]);
+			close(res[0]);
+			so.threads = 1;
+			if (session_open(&s, &so, err, sizeof err) == 0 && engine_init(&e, &s.lc, &s.tok, 256, 1) == 0) {
+				int n;
+				int32_t *ids = make_prompt(&s.tok, 16, salt * 8 + i + 1000, &n);
+				if (read(go[0], &b, 1) < 0) /* EOF when the parent closes: start */
+					_exit(1);
+				struct conv *c = run_one(&e, ids, (uint32_t)n, o->decode_len);
+				gen = c ? c->n_gen : 0;
+				free(ids);
+			} else {
+				fprintf(stderr, "pkv-bench e2e: client: %s\n", err);
+			}
+			if (write(res[1], &gen, sizeof gen) != sizeof gen)
+				_exit(1);
+			_exit(gen ? 0 : 1);
+		}
+	}
+	close(go[0]);
+	close(res[1]);
+	sleep(1); /* let every client load and attach before the clock starts */
+	double t0 = engine_now();
+	close(go[1]);
+	uint64_t total = 0;
+	uint32_t g;
+	int ok = 0;
+	while (read(res[0], &g, sizeof g) == (ssize_t)sizeof g) {
+		total += g;
+		ok += g > 0;
+	}
+	double dt = engine_now() - t0;
+	close(res[0]);
+	for (unsigned i = 0; i < 8; i++) {
+		int st;
+		waitpid(kids[i], &st, 0);
+	}
+	*tok_s = dt > 0 ? (double)total / dt : 0;
+	return ok == 8 ? 0 : -EIO;
+}
+
+/* TTFT of a new conversation behind a ~1,000-token system prompt: cold (never seen) and warm (same
+ * system prompt, a different question, after one conversation has used it). */
+static int ttft(struct session *s, const struct opts *o, unsigned salt, double *cold, double *warm)
+{
+	struct engine e;
+	int ns, nq1, nq2;
+	int32_t *sys = make_prompt(&s->tok, 1000, salt + 5000, &ns);
+	int32_t *q1 = make_prompt(&s->tok, 12, salt + 6000, &nq1), *q2 = make_prompt(&s->tok, 12, salt + 7000, &nq2);
+	int32_t *a = malloc((size_t)(ns + 16) * sizeof *a), *b = malloc((size_t)(ns + 16) * sizeof *b);
+	if (!sys || !q1 || !q2 || !a || !b || engine_init(&e, &s->lc, &s->tok, 256, 1))
+		return -ENOMEM;
+	memcpy(a, sys, (size_t)ns * sizeof *a);
+	memcpy(a + ns, q1 + 1, (size_t)(nq1 - 1) * sizeof *a); /* skip the question's BOS */
+	memcpy(b, sys, (size_t)ns * sizeof *b);
+	memcpy(b + ns, q2 + 1, (size_t)(nq2 - 1) * sizeof *b);
+	struct conv *c1 = run_one(&e, a, (uint32_t)(ns + nq1 - 1), 1);
+	struct conv *c2 = c1 ? run_one(&e, b, (uint32_t)(ns + nq2 - 1), 1) : NULL;
+	int r = c1 && c2 ? 0 : -EIO;
+	if (!r) {
+		*cold = (c1->t_first - c1->t_submit) * 1e3;
+		*warm = (c2->t_first - c2->t_submit) * 1e3;
+	}
+	engine_free(&e);
+	free(sys);
+	free(q1);
+	free(q2);
+	free(a);
+	free(b);
+	return r;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "model", 1, 0, 'm' }, { "socket", 1, 0, 1 }, { "in-process", 0, 0, 2 }, { "json", 0, 0, 3 },
+		{ "reps", 1, 0, 'r' }, { "threads", 1, 0, 't' }, { "prompt", 1, 0, 'p' }, { "decode", 1, 0, 'n' },
+		{ "help", 0, 0, 'h' }, { 0 } };
+	struct opts o = { .so = { .threads = 2 }, .reps = 3, .prompt_len = 512, .decode_len = 64 };
+	int c;
+	char err[512];
+	while ((c = getopt_long(argc, argv, "m:r:t:p:n:h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'm': o.so.model = optarg; break;
+		case 1: o.so.socket = optarg; break;
+		case 2: o.so.in_process = 1; break;
+		case 3: o.json = 1; break;
+		case 'r': o.reps = atoi(optarg); break;
+		case 't': o.so.threads = atoi(optarg); break;
+		case 'p': o.prompt_len = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 'n': o.decode_len = (uint32_t)strtoul(optarg, NULL, 10); break;
+		default:
+			fprintf(c == 'h' ? stdout : stderr,
+				"usage: pkv-bench e2e -m MODEL [--socket PATH | --in-process] [--json] [--reps N]\n"
+				"       [-t THREADS] [-p PROMPT_TOKENS (512)] [-n DECODE_TOKENS (64)]\n"
+				"Runs through pagedkvd (start it first) unless --in-process. Run it under\n"
+				"flock /tmp/pkv-bench.lock so benchmarks never overlap.\n");
+			return c == 'h' ? 0 : 2;
+		}
+	}
+	if (!o.so.model || o.reps < 1 || o.reps > 99) {
+		fprintf(stderr, "pkv-bench e2e: -m MODEL is required (--reps 1..99)\n");
+		return 2;
+	}
+	o.so.max_tokens = 256;
+	o.so.kv_mib = 512;
+	struct session s;
+	if (session_open(&s, &o.so, err, sizeof err)) {
+		fprintf(stderr, "pkv-bench e2e: %s\n", err);
+		return 1;
+	}
+	double pf[99], dc[99], ai[99], ap[99], tc[99], tw[99];
+	for (int i = 0; i < o.reps; i++) {
+		unsigned salt = (unsigned)getpid() * 131u + (unsigned)i * 17u;
+		int r;
+		if ((r = single_stream(&s, &o, salt, &pf[i], &dc[i])) || (r = agg_inproc(&s, &o, salt, &ai[i])) ||
+		    (r = agg_procs(&o, salt, &ap[i])) || (r = ttft(&s, &o, salt, &tc[i], &tw[i]))) {
+			fprintf(stderr, "pkv-bench e2e: run %d failed: %s\n", i, strerror(-r));
+			session_close(&s);
+			return 1;
+		}
+		if (!o.json)
+			fprintf(stderr, "run %d: prefill %.1f tok/s, decode %.1f tok/s, agg8 %.1f / %.1f tok/s, "
+				"ttft %.0f / %.0f ms\n", i, pf[i], dc[i], ai[i], ap[i], tc[i], tw[i]);
+	}
+	double m_pf = median(pf, o.reps), m_dc = median(dc, o.reps), m_ai = median(ai, o.reps),
+	       m_ap = median(ap, o.reps), m_tc = median(tc, o.reps), m_tw = median(tw, o.reps);
+	if (o.json) {
+		printf("{\"model\": \"%s\", \"attention\": \"%s\", \"threads\": %d, \"reps\": %d, "
+		       "\"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f, \"agg8_inproc_tok_s\": %.1f, "
+		       "\"agg8_procs_tok_s\": %.1f, \"ttft_cold_ms\": %.1f, \"ttft_warm_ms\": %.1f, "
+		       "\"ttft_warm_over_cold\": %.4f}\n",
+		       o.so.model, s.attn.name, tpool_size(s.tp), o.reps, m_pf, m_dc, m_ai, m_ap, m_tc, m_tw,
+		       m_tc > 0 ? m_tw / m_tc : 0);
+	} else {
+		printf("pkv-bench e2e: %s via %s, %d threads, median of %d\n", o.so.model, s.attn.name,
+		       tpool_size(s.tp), o.reps);
+		printf("  prefill (%u-token prompt)      %8.1f tok/s\n", o.prompt_len, m_pf);
+		printf("  decode, single stream          %8.1f tok/s\n", m_dc);
+		printf("  decode, 8 convs in 1 process   %8.1f tok/s aggregate\n", m_ai);
+		printf("  decode, 8 processes            %8.1f tok/s aggregate\n", m_ap);
+		printf("  TTFT behind 1000-token prompt  %8.1f ms cold, %.1f ms warm (%.3f of cold)\n", m_tc, m_tw,
+		       m_tc > 0 ? m_tw / m_tc : 0);
+	}
+	session_close(&s);
+	return 0;
+}
