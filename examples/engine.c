@@ -118,6 +118,10 @@ static uint32_t n_running(const struct engine *e)
 static int admit(struct engine *e)
 {
 	uint32_t run = n_running(e);
+	/* Re-admitting what was just preempted would hit -ENOSPC again and starve the others. */
+	if (e->hold && run > 0)
+		return 0;
+	e->hold = 0;
 	for (struct conv *c = e->convs; c && run < e->max_running; c = c->next) {
 		uint32_t nc = 0;
 		int r;
@@ -156,6 +160,7 @@ static int preempt_youngest(struct engine *e)
 	conv_close(e, y);
 	y->state = CONV_WAITING;
 	y->preemptions++;
+	e->hold = 1;
 	return 0;
 }
 
@@ -163,6 +168,7 @@ static void finish(struct engine *e, struct conv *c, int err)
 {
 	c->t_done = engine_now();
 	c->state = err ? CONV_FAILED : CONV_DONE;
+	e->hold = 0; /* blocks came free: waiting conversations may try again */
 	c->err = err;
 	/* Closing publishes nothing new (full blocks were published at step_end) but frees the
 	 * sequence; its blocks stay cached for the next turn or for other conversations. */

@@ -44,6 +44,7 @@ struct engine {
 	uint32_t max_running;
 	struct conv *convs;     /* all conversations, admission order among waiting ones */
 	uint64_t admits;
+	int hold;               /* after a preemption: admit nothing until a conversation finishes */
 	float *logits;
 	/* totals */
 	uint64_t steps, decode_steps, tokens_computed;

@@ -40,7 +40,16 @@ static void mm_worker(void *arg, int ith, int nth)
 		r1 = w->rows;
 	for (size_t rt = r0; rt < r1; rt += ROW_TILE) {
 		size_t re = rt + ROW_TILE < r1 ? rt + ROW_TILE : r1;
-		for (size_t t = 0; t < j->n_x; t++) {
+		size_t t = 0;
+		if (j->xa && j->ops->quant_x4)
+			for (; t + 4 <= j->n_x; t += 4)
+				for (size_t r = rt; r < re; r++) {
+					float o[4];
+					j->ops->quant_x4(w->type, w->data + r * w->row_bytes, j->xa + t * nb, nb, nb, o);
+					for (int k = 0; k < 4; k++)
+						j->y[(t + (size_t)k) * w->rows + r] = o[k];
+				}
+		for (; t < j->n_x; t++) {
 			float *yr = j->y + t * w->rows;
 			for (size_t r = rt; r < re; r++) {
 				const void *wr = w->data + r * w->row_bytes;

@@ -48,6 +48,9 @@ struct pkv_dot_ops {
 	float (*f32)(const float *w, const float *x, size_t n);
 	float (*f16)(const uint16_t *w, const float *x, size_t n);
 	float (*bf16)(const uint16_t *w, const float *x, size_t n);
+	/* Optional (may be NULL): one quantized weight row against 4 activation rows (x, x + stride,
+	 * x + 2 stride, x + 3 stride blocks) so each weight block is unpacked once for 4 rows (prefill). */
+	void (*quant_x4)(uint32_t type, const void *w, const struct blk_a8 *x, size_t stride, size_t nb, float *out);
 };
 
 const struct pkv_dot_ops *pkv_dot_ops(void);

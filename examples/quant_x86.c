@@ -170,6 +170,50 @@ T_512 static float q8_0_512(const void *w, const struct blk_a8 *x, size_t nb)
 	return _mm512_reduce_add_ps(acc);
 }
 
+/* Weight block b of a row as 32 int16 values plus its scale and (Q4_1) offset. Q4_0's -8 is folded
+ * into the values so it needs no offset term. */
+T_512 static inline __m512i wblock16(uint32_t type, const void *w, size_t b, float *d, float *m)
+{
+	if (type == 3) { /* GGML_Q4_1 */
+		const struct blk_q4_1 *q = (const struct blk_q4_1 *)w + b;
+		*d = h2f(q->d);
+		*m = h2f(q->m);
+		return _mm512_cvtepi8_epi16(unpack_nibbles(q->qs));
+	}
+	if (type == 2) { /* GGML_Q4_0 */
+		const struct blk_q4_0 *q = (const struct blk_q4_0 *)w + b;
+		*d = h2f(q->d);
+		*m = 0;
+		return _mm512_sub_epi16(_mm512_cvtepi8_epi16(unpack_nibbles(q->qs)), _mm512_set1_epi16(8));
+	}
+	const struct blk_q8_0 *q = (const struct blk_q8_0 *)w + b;
+	*d = h2f(q->d);
+	*m = 0;
+	return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)q->qs));
+}
+
+T_512 static void quant_x4_512(uint32_t type, const void *w, const struct blk_a8 *x, size_t stride, size_t nb,
+			       float *out)
+{
+	__m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+	float o0 = 0, o1 = 0, o2 = 0, o3 = 0;
+	const struct blk_a8 *x0 = x, *x1 = x + stride, *x2 = x + 2 * stride, *x3 = x + 3 * stride;
+	for (size_t b = 0; b < nb; b++) {
+		float d, m;
+		__m512i wv = wblock16(type, w, b, &d, &m);
+#define ROW(k)                                                                                           \
+		a##k = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(wv, _mm512_loadu_si512(x##k[b].qs))), \
+				       _mm512_set1_ps(d * x##k[b].d), a##k);                                 \
+		o##k += m * x##k[b].s;
+		ROW(0) ROW(1) ROW(2) ROW(3)
+#undef ROW
+	}
+	out[0] = _mm512_reduce_add_ps(a0) + o0;
+	out[1] = _mm512_reduce_add_ps(a1) + o1;
+	out[2] = _mm512_reduce_add_ps(a2) + o2;
+	out[3] = _mm512_reduce_add_ps(a3) + o3;
+}
+
 T_512 static float f32_512(const float *w, const float *x, size_t n)
 {
 	__m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
@@ -197,7 +241,7 @@ static const struct pkv_dot_ops avx2_ops = {
 
 static const struct pkv_dot_ops avx512_ops = {
 	.isa = "avx512bw", .q4_0 = q4_0_512, .q4_1 = q4_1_512, .q8_0 = q8_0_512,
-	.f32 = f32_512, .f16 = f16_avx2, .bf16 = bf16_avx2,
+	.f32 = f32_512, .f16 = f16_avx2, .bf16 = bf16_avx2, .quant_x4 = quant_x4_512,
 };
 
 const struct pkv_dot_ops *pkv_dot_ops_avx2(void)

@@ -43,3 +43,9 @@ TESTS += tests/model/test_smollm
 tests_model_test_smollm_SOURCES = tests/model/test_smollm.c
 tests_model_test_smollm_CFLAGS = $(MODEL_TEST_CFLAGS)
 tests_model_test_smollm_LDADD = $(MODEL_TEST_LIBS)
+
+check_PROGRAMS += tests/model/test_engine
+TESTS += tests/model/test_engine
+tests_model_test_engine_SOURCES = tests/model/test_engine.c
+tests_model_test_engine_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_engine_LDADD = $(MODEL_TEST_LIBS)
