@@ -2,6 +2,7 @@
 /* In-process contiguous-KV attention: the reference the paged path is compared against, and the
  * fallback that lets the model programs run without a daemon. */
 #include "attn.h"
+#include "quant.h"
 
 #include <errno.h>
 #include <math.h>
@@ -318,6 +319,8 @@ static void attn_worker(void *arg, int ith, int nth)
 	uint64_t tasks = (uint64_t)r->n_step * H;
 	float *sc = NULL;
 	uint32_t sc_cap = 0;
+	/* the model's own f32 dot (SIMD): the plain formula, just not a scalar loop */
+	float (*dot)(const float *, const float *, size_t) = pkv_dot_ops()->f32;
 	for (uint64_t t = (uint64_t)ith; t < tasks; t += (uint64_t)nth) {
 		uint32_t si = (uint32_t)(t / H), h = (uint32_t)(t % H), kh = h / grp;
 		struct rseq *s = &r->s[r->step_seq[si]];
@@ -336,11 +339,7 @@ static void attn_worker(void *arg, int ith, int nth)
 			uint32_t nk = i + (sk - sq) + 1; /* bottom-right causal */
 			float mx = -INFINITY, sum = 0;
 			for (uint32_t k = 0; k < nk; k++) {
-				const float *kv = K + (size_t)k * w + (size_t)kh * D;
-				float d = 0;
-				for (uint32_t c = 0; c < D; c++)
-					d += qv[c] * kv[c];
-				sc[k] = d * scale;
+				sc[k] = dot(qv, K + (size_t)k * w + (size_t)kh * D, D) * scale;
 				mx = fmaxf(mx, sc[k]);
 			}
 			for (uint32_t k = 0; k < nk; k++) {
