@@ -78,8 +78,9 @@ int pkv_attn_daemon_create(const struct pkv_connect_opts *co, const struct pkv_p
 	struct pkv_client *c;
 	int r = pkv_connect(co, &c);
 	if (r) {
-		snprintf(err, errlen, "cannot connect to pagedkvd%s%s: %s", co && co->socket_path ? " at " : "",
-			 co && co->socket_path ? co->socket_path : "", pkv_strerror(r));
+		snprintf(err, errlen, "cannot connect to pagedkvd%s%s: %s (start pagedkvd, give --socket, or use --in-process)",
+			 co && co->socket_path ? " at " : "", co && co->socket_path ? co->socket_path : "",
+			 pkv_strerror(r));
 		return r;
 	}
 	r = pkv_pool_attach(c, p);
