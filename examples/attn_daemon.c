@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int d_open(void *ctx, const int32_t *t, uint32_t n, uint32_t *seq, uint32_t *nc)
 {
@@ -80,7 +81,7 @@ int pkv_attn_daemon_create(const struct pkv_connect_opts *co, const struct pkv_p
 	if (r) {
 		snprintf(err, errlen, "cannot connect to pagedkvd%s%s: %s (start pagedkvd, give --socket, or use --in-process)",
 			 co && co->socket_path ? " at " : "", co && co->socket_path ? co->socket_path : "",
-			 pkv_strerror(r));
+			 strerror(-r)); /* a socket errno here, not a daemon status */
 		return r;
 	}
 	r = pkv_pool_attach(c, p);
