@@ -213,6 +213,104 @@ START_TEST(test_two_processes_share_prefix)
 }
 END_TEST
 
+START_TEST(test_fork_and_truncate_across_steps)
+{
+	struct pkv_client *c = connect_attach("p");
+	int32_t par[32], kid[32];
+	uint32_t seq, child, n_cached;
+
+	ck_assert_ptr_nonnull(c);
+	make_prompt(par, 32, 4);
+	memcpy(kid, par, sizeof(kid));
+	kid[20] = 777; /* the fork diverges at position 20 */
+	kid[21] = 778;
+	ck_assert_int_eq(pkv_seq_open(c, par, 20, &seq, &n_cached), 0);
+	ck_assert_float_le(prefill_and_check(c, seq, par, 20, 0, NULL), 1e-5f);
+	ck_assert_int_eq(pkv_seq_fork(c, seq, &child), 0);
+	ck_assert_uint_ne(child, seq);
+	/* Both append into the shared partial block: copy-on-write keeps them apart. */
+	ck_assert_float_le(prefill_and_check(c, child, kid, 21, 20, NULL), 1e-5f);
+	ck_assert_float_le(prefill_and_check(c, seq, par, 21, 20, NULL), 1e-5f);
+	ck_assert_float_le(prefill_and_check(c, child, kid, 22, 21, NULL), 1e-5f);
+	ck_assert_float_le(prefill_and_check(c, seq, par, 22, 21, NULL), 1e-5f);
+	/* Truncate the parent to 10 tokens and continue it with different tokens. */
+	ck_assert_int_eq(pkv_seq_truncate(c, seq, 10), 0);
+	for (int i = 10; i < 32; i++)
+		par[i] = 900 + i;
+	ck_assert_float_le(prefill_and_check(c, seq, par, 14, 10, NULL), 1e-5f);
+	ck_assert_float_le(prefill_and_check(c, child, kid, 23, 22, NULL), 1e-5f);
+	ck_assert_int_eq(pkv_seq_close(c, child), 0);
+	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 1000, NULL, 0), 0);
+	pkv_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_concurrent_clients_attach_one_pool)
+{
+	enum { N = 4 };
+	pid_t pids[N];
+	char out[4096];
+
+	for (int i = 0; i < N; i++) {
+		pids[i] = fork();
+		ck_assert_int_ge(pids[i], 0);
+		if (pids[i] == 0) {
+			struct pkv_client *c = connect_attach("multi");
+			int32_t toks[36];
+			uint32_t seq, nc;
+			int bad = !c;
+
+			make_prompt(toks, 36, 10 + i);
+			bad = bad || pkv_seq_open(c, toks, 30, &seq, &nc);
+			bad = bad || run_step(c, seq, toks, 0, 30, NULL);
+			for (uint32_t n = 31; n <= 36 && !bad; n++) {
+				float got[T_LAYERS * T_HEADS * T_DIM], ref[T_HEADS * T_DIM];
+
+				bad = run_step(c, seq, toks, n - 1, 1, got) != 0;
+				for (uint32_t l = 0; l < T_LAYERS && !bad; l++) {
+					ref_attend(toks, n, n - 1, l, ref);
+					bad = max_diff(got + l * T_HEADS * T_DIM, ref, T_HEADS * T_DIM) > 1e-5f;
+				}
+			}
+			pkv_disconnect(c);
+			_exit(bad);
+		}
+	}
+	for (int i = 0; i < N; i++) {
+		int st;
+
+		ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "client %d failed", i);
+	}
+	ck_assert_int_ge(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_TEXT, out, sizeof(out)), 0);
+	ck_assert_ptr_nonnull(strstr(out, "pool multi"));
+	ck_assert_int_eq(audit_until_clean(D.sock, 1000, out, sizeof(out)), 0);
+}
+END_TEST
+
+START_TEST(test_stats_report_prefix_hits)
+{
+	struct pkv_client *c = connect_attach("p");
+	struct pkv_stats st;
+	int32_t toks[40];
+	uint32_t s1, s2, nc;
+
+	ck_assert_ptr_nonnull(c);
+	make_prompt(toks, 40, 5);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 40, &s1, &nc), 0);
+	ck_assert_int_eq(run_step(c, s1, toks, 0, 40, NULL), 0);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 40, &s2, &nc), 0);
+	ck_assert_uint_eq(nc, 32);
+	ck_assert_int_eq(pkv_stats(c, &st), 0);
+	ck_assert_uint_eq(st.num_blocks, T_BLOCKS);
+	ck_assert_uint_eq(st.open_seqs, 2);
+	ck_assert_uint_eq(st.free_blocks + st.cached_blocks + st.in_use_blocks, T_BLOCKS);
+	ck_assert_uint_eq(st.prefix_hit_tokens, 32);
+	pkv_disconnect(c);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("daemon");
@@ -223,6 +321,9 @@ static Suite *suite(void)
 	tcase_add_test(t, test_attach_step_attend_matches_reference);
 	tcase_add_test(t, test_decode_steps_match_reference);
 	tcase_add_test(t, test_two_processes_share_prefix);
+	tcase_add_test(t, test_fork_and_truncate_across_steps);
+	tcase_add_test(t, test_concurrent_clients_attach_one_pool);
+	tcase_add_test(t, test_stats_report_prefix_hits);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -17,3 +17,9 @@ TESTS += tests/daemon/check_daemon
 tests_daemon_check_daemon_SOURCES = tests/daemon/check_daemon.c
 tests_daemon_check_daemon_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_daemon_check_daemon_LDADD = $(DAEMON_TEST_LIBS)
+
+check_PROGRAMS += tests/daemon/check_hostile
+TESTS += tests/daemon/check_hostile
+tests_daemon_check_hostile_SOURCES = tests/daemon/check_hostile.c
+tests_daemon_check_hostile_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_hostile_LDADD = $(DAEMON_TEST_LIBS)
