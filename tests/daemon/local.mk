@@ -23,3 +23,15 @@ TESTS += tests/daemon/check_hostile
 tests_daemon_check_hostile_SOURCES = tests/daemon/check_hostile.c
 tests_daemon_check_hostile_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_daemon_check_hostile_LDADD = $(DAEMON_TEST_LIBS)
+
+check_PROGRAMS += tests/daemon/check_liveness
+TESTS += tests/daemon/check_liveness
+tests_daemon_check_liveness_SOURCES = tests/daemon/check_liveness.c
+tests_daemon_check_liveness_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_liveness_LDADD = $(DAEMON_TEST_LIBS)
+
+check_PROGRAMS += tests/daemon/check_scope
+TESTS += tests/daemon/check_scope
+tests_daemon_check_scope_SOURCES = tests/daemon/check_scope.c
+tests_daemon_check_scope_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_scope_LDADD = $(DAEMON_TEST_LIBS)
