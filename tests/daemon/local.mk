@@ -35,3 +35,18 @@ TESTS += tests/daemon/check_scope
 tests_daemon_check_scope_SOURCES = tests/daemon/check_scope.c
 tests_daemon_check_scope_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_daemon_check_scope_LDADD = $(DAEMON_TEST_LIBS)
+
+# Fuzz target: LLVMFuzzerTestOneInput in fuzz_proto.c; make check runs the standalone driver.
+# libFuzzer build: clang -fsanitize=fuzzer,address -Iinclude -Isrc -Ibuild tests/daemon/fuzz_proto.c
+#   src/daemon/validate.c src/common/region.c -lm
+check_PROGRAMS += tests/daemon/fuzz_proto
+TESTS += tests/daemon/fuzz_proto
+tests_daemon_fuzz_proto_SOURCES = tests/daemon/fuzz_proto.c tests/daemon/fuzz_driver.c tests/daemon/fuzz_proto.h
+tests_daemon_fuzz_proto_LDADD = src/daemon/libpkvvalidate.la src/common/libpkvcommon.la $(LIBM)
+
+# Unit test of the configuration parser.
+check_PROGRAMS += tests/daemon/check_conf
+TESTS += tests/daemon/check_conf
+tests_daemon_check_conf_SOURCES = tests/daemon/check_conf.c src/daemon/conf.c
+tests_daemon_check_conf_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_conf_LDADD = src/common/libpkvcommon.la $(CHECK_LIBS)
