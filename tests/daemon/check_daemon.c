@@ -311,6 +311,59 @@ START_TEST(test_stats_report_prefix_hits)
 }
 END_TEST
 
+/* Runs the built pagedkvctl with args; returns its exit status and its output in out. */
+static int run_ctl(const char *args, char *out, size_t len)
+{
+	const char *top = getenv("PKV_TOP_BUILDDIR");
+	char cmd[1024];
+	size_t n = 0;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "%s/src/tools/pagedkvctl --socket %s %s", top ? top : ".", D.sock, args);
+	f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	while (n + 1 < len && fgets(out + n, (int)(len - n), f))
+		n += strlen(out + n);
+	out[n] = 0;
+	return WEXITSTATUS(pclose(f));
+}
+
+START_TEST(test_pagedkvctl_commands)
+{
+	struct pkv_client *c = connect_attach("ctlpool");
+	static char out[65536];
+	int32_t toks[40];
+	uint32_t seq, nc;
+
+	ck_assert_ptr_nonnull(c);
+	make_prompt(toks, 40, 6);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 40, &seq, &nc), 0);
+	ck_assert_int_eq(run_step(c, seq, toks, 0, 40, NULL), 0);
+	ck_assert_int_eq(run_ctl("status", out, sizeof(out)), 0);
+	ck_assert_ptr_nonnull(strstr(out, "pool ctlpool"));
+	ck_assert_ptr_nonnull(strstr(out, "1 sequences"));
+	ck_assert_int_eq(run_ctl("--json status", out, sizeof(out)), 0);
+	ck_assert_ptr_nonnull(strstr(out, "\"name\":\"ctlpool\""));
+	ck_assert_ptr_nonnull(strstr(out, "\"in_use_blocks\":3"));
+	ck_assert_int_eq(run_ctl("audit", out, sizeof(out)), 0);
+	ck_assert_ptr_nonnull(strstr(out, "0 problems"));
+	ck_assert_int_eq(run_ctl("--json audit", out, sizeof(out)), 0);
+	ck_assert_ptr_nonnull(strstr(out, "\"problems\":0"));
+	ck_assert_int_eq(run_ctl("metrics", out, sizeof(out)), 0);
+	ck_assert_ptr_nonnull(strstr(out, "# TYPE pagedkv_blocks gauge"));
+	ck_assert_ptr_nonnull(strstr(out, "pagedkv_blocks{pool=\"ctlpool\",state=\"in_use\"} 3"));
+	ck_assert_ptr_nonnull(strstr(out, "pagedkv_attends_total{pool=\"ctlpool\"} 2"));
+	/* Closing leaves 2 full blocks cached; flush drops them. */
+	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
+	ck_assert_int_eq(run_ctl("flush", out, sizeof(out)), 0);
+	ck_assert_ptr_nonnull(strstr(out, "2 cached blocks dropped"));
+	ck_assert_int_eq(run_ctl("--json flush", out, sizeof(out)), 0);
+	ck_assert_ptr_nonnull(strstr(out, "\"flushed_blocks\":0"));
+	ck_assert_int_eq(run_ctl("bogus", out, sizeof(out)), 2);
+	pkv_disconnect(c);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("daemon");
@@ -324,6 +377,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_fork_and_truncate_across_steps);
 	tcase_add_test(t, test_concurrent_clients_attach_one_pool);
 	tcase_add_test(t, test_stats_report_prefix_hits);
+	tcase_add_test(t, test_pagedkvctl_commands);
 	suite_add_tcase(s, t);
 	return s;
 }
