@@ -67,7 +67,7 @@ static int run(const struct opts *o, const struct pkv_geometry *g, int share, st
 		goto out;
 	for (uint32_t i = 0; i < n; i++) {
 		int32_t *p = prompt + (size_t)i * plen;
-		char salt[16];
+		char salt[24];
 		struct pkv_key ns;
 		uint32_t nc;
 

@@ -233,6 +233,25 @@ START_TEST(open_max_seqs_enospc)
 }
 END_TEST
 
+START_TEST(open_empty_then_fork_and_fill)
+{
+	struct pkv_cache *c = test_cache(64);
+	int32_t t[20];
+	uint32_t s, k, nc = 5;
+
+	test_prompt(t, 20, 1);
+	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), NULL, 0, &s, &nc), 0);
+	ck_assert_uint_eq(nc, 0);
+	ck_assert_int_eq(pkv_seq_fork(c, OWN, s, &k), 0);
+	test_append(c, OWN, s, t, 20);
+	test_append(c, OWN, k, t, 3);
+	ck_assert_int_eq(pkv_seq_len(c, OWN, s), 20);
+	ck_assert_int_eq(pkv_seq_len(c, OWN, k), 3);
+	test_audit_clean(c);
+	pkv_cache_destroy(c);
+}
+END_TEST
+
 START_TEST(closed_handle_is_never_valid_again)
 {
 	struct pkv_cache *c = test_cache(64);
@@ -934,6 +953,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, open_other_namespace_misses);
 	tcase_add_test(tc, open_too_many_tokens_einval);
 	tcase_add_test(tc, open_max_seqs_enospc);
+	tcase_add_test(tc, open_empty_then_fork_and_fill);
 	tcase_add_test(tc, closed_handle_is_never_valid_again);
 	tcase_add_test(tc, close_returns_blocks);
 	tcase_add_test(tc, fork_shares_every_block);
