@@ -26,6 +26,7 @@
 #define NPROMPT 6
 #define PLEN 40
 #define NPIN 8
+#define NSTEP 3          /* steps open at once */
 
 struct mseq {
 	int used, in_step;
@@ -52,9 +53,13 @@ struct model {
 	int32_t prompt[NPROMPT][PLEN];
 	struct pkv_key ns[NNS];
 	uint64_t kv[NBLK * RBS];
-	struct pkv_step *step;     /* at most one step left open across operations */
-	uint32_t step_owner;
-	int step_seqs[MAXSEQ], step_n;
+	struct mstep {             /* steps left open across operations */
+		struct pkv_step *st;
+		uint32_t owner;
+		int n, seqs[MAXSEQ];
+		uint32_t nnew[MAXSEQ];
+		int32_t tok[MAXSEQ][MAXT];
+	} steps[NSTEP];
 };
 
 static struct model M;
@@ -298,38 +303,27 @@ static void play_step(const struct pkv_step_meta *m, const int *idx, const uint3
 	FAIL_IF(m->decode_only != (maxq == 1), "");
 }
 
-static void finish_step(int commit)
+/* Ends an open step in the cache and in the reference. */
+static void finish_step(struct mstep *ms, int commit)
 {
-	if (commit)
-		FAIL_IF(pkv_step_commit(M.c, M.step) != 0, "");
-	else
-		pkv_step_abort(M.c, M.step);
-	M.step = NULL;
-}
+	for (int j = 0; j < ms->n; j++) {
+		struct mseq *q = &M.s[ms->seqs[j]];
+		uint32_t used = ms->nnew[j] < q->npend ? ms->nnew[j] : q->npend;
 
-static int32_t step_tok[MAXSEQ][MAXT];
-static uint32_t step_nnew[MAXSEQ];
-
-static void model_commit(void)
-{
-	for (int j = 0; j < M.step_n; j++) {
-		struct mseq *q = &M.s[M.step_seqs[j]];
-
-		uint32_t used = step_nnew[j] < q->npend ? step_nnew[j] : q->npend;
-
-		for (uint32_t k = 0; k < step_nnew[j]; k++)
-			seq_push(q, step_tok[j][k]);
+		q->in_step = 0;
+		if (!commit)
+			continue;
+		for (uint32_t k = 0; k < ms->nnew[j]; k++)
+			seq_push(q, ms->tok[j][k]);
 		/* The prompt tokens the step carried are no longer pending. */
 		memmove(q->pend, q->pend + used, (q->npend - used) * sizeof(int32_t));
 		q->npend -= used;
-		q->in_step = 0;
 	}
-}
-
-static void model_abort(void)
-{
-	for (int j = 0; j < M.step_n; j++)
-		M.s[M.step_seqs[j]].in_step = 0;
+	if (commit)
+		FAIL_IF(pkv_step_commit(M.c, ms->st) != 0, "");
+	else
+		pkv_step_abort(M.c, ms->st);
+	ms->st = NULL;
 }
 
 static void op_step(void)
@@ -340,8 +334,12 @@ static void op_step(void)
 	struct pkv_step_meta m;
 	struct pkv_step *st;
 	struct pkv_cache_stats cs;
+	struct mstep *ms = NULL;
 
-	if (M.step)
+	for (int i = 0; i < NSTEP; i++)
+		if (!M.steps[i].st)
+			ms = &M.steps[i];
+	if (!ms)
 		return;
 	for (int i = 0; i < MAXSEQ; i++) {
 		struct mseq *q = &M.s[i];
@@ -356,10 +354,10 @@ static void op_step(void)
 		if (q->len + k > MAXT)
 			k = MAXT - q->len;
 		for (uint32_t j = 0; j < k; j++)
-			step_tok[n][j] = j < q->npend ? q->pend[j] : (int32_t)rnd(1000000);
-		step_nnew[n] = k;
+			ms->tok[n][j] = j < q->npend ? q->pend[j] : (int32_t)rnd(1000000);
+		ms->nnew[n] = k;
 		idx[n] = i;
-		req[n] = (struct pkv_step_req){ q->h, k, step_tok[n] };
+		req[n] = (struct pkv_step_req){ q->h, k, ms->tok[n] };
 		need += (q->len + k + RBS - 1) / RBS - (q->len + RBS - 1) / RBS;
 		n++;
 	}
@@ -369,10 +367,17 @@ static void op_step(void)
 	if (inject == 0) {
 		req[nr++] = req[rnd((uint32_t)n)];            /* named twice */
 	} else if (inject == 1) {
-		req[nr++] = (struct pkv_step_req){ req[0].seq, 1, step_tok[0] };
+		req[nr++] = (struct pkv_step_req){ req[0].seq, 1, ms->tok[0] };
 		req[0].seq ^= 1u << M.c->idx_bits;           /* stale generation */
 	} else if (inject == 2) {
 		req[0].n_new = MAXT + 1 - M.s[idx[0]].len;   /* one token too many */
+	} else if (inject == 3) {
+		int b = pick_seq(0);                          /* maybe one in another open step */
+
+		if (b >= 0 && M.s[b].in_step && M.s[b].owner == owner)
+			req[nr++] = (struct pkv_step_req){ M.s[b].h, 1, ms->tok[0] };
+		else
+			inject = -1;
 	}
 	pkv_cache_stats(M.c, &cs);
 	r = EXPECT_UNCHANGED_ON_ERROR(owner, pkv_step_begin(M.c, owner, req, nr, &st, &m));
@@ -382,6 +387,10 @@ static void op_step(void)
 	}
 	if (inject == 1) {
 		FAIL_IF(r != -ENOENT, "stale handle: %d", r);
+		return;
+	}
+	if (inject == 3) {
+		FAIL_IF(r != -EBUSY, "sequence in another step: %d", r);
 		return;
 	}
 	if (need && M.lim_blocks[owner] && owner_refs(owner) + need > M.lim_blocks[owner]) {
@@ -399,37 +408,29 @@ static void op_step(void)
 		return;
 	}
 	FAIL_IF(r != 0, "begin: %d", r);
-	play_step(&m, idx, step_nnew, step_tok, n);
-	M.step = st;
-	M.step_owner = owner;
-	M.step_n = n;
+	play_step(&m, idx, ms->nnew, ms->tok, n);
+	ms->st = st;
+	ms->owner = owner;
+	ms->n = n;
 	for (int j = 0; j < n; j++) {
-		M.step_seqs[j] = idx[j];
+		ms->seqs[j] = idx[j];
 		M.s[idx[j]].in_step = 1;
-		M.s[idx[j]].step_new = step_nnew[j];
+		M.s[idx[j]].step_new = ms->nnew[j];
 	}
 	/* Mostly commit at once; sometimes abort, sometimes leave the step open across operations. */
 	r = (int)rnd(10);
-	if (r < 7) {
-		finish_step(1);
-		model_commit();
-	} else if (r < 8) {
-		finish_step(0);
-		model_abort();
-	}
+	if (r < 6)
+		finish_step(ms, 1);
+	else if (r < 7)
+		finish_step(ms, 0);
 }
 
 static void op_end_step(void)
 {
-	if (!M.step)
-		return;
-	if (rnd(4)) {
-		finish_step(1);
-		model_commit();
-	} else {
-		finish_step(0);
-		model_abort();
-	}
+	struct mstep *ms = &M.steps[rnd(NSTEP)];
+
+	if (ms->st)
+		finish_step(ms, rnd(4) != 0);
 }
 
 static void op_fork(void)
@@ -505,10 +506,13 @@ static void op_release(void)
 	uint32_t o = rnd(NOWN);
 	int n = (int)owner_seqs(o), r;
 
-	if (M.step && M.step_owner == o) {
-		model_abort();
-		M.step = NULL;
-	}
+	/* The cache aborts the owner's steps itself; the reference just forgets them. */
+	for (int i = 0; i < NSTEP; i++)
+		if (M.steps[i].st && M.steps[i].owner == o) {
+			for (int j = 0; j < M.steps[i].n; j++)
+				M.s[M.steps[i].seqs[j]].in_step = 0;
+			M.steps[i].st = NULL;
+		}
 	r = pkv_cache_release_owner(M.c, o);
 	FAIL_IF(r != n, "release_owner: %d, expected %d", r, n);
 	for (int i = 0; i < MAXSEQ; i++)
