@@ -364,6 +364,68 @@ START_TEST(test_pagedkvctl_commands)
 }
 END_TEST
 
+/* Attends of two clients submitted together: coalesced into one backend call, results still per client. */
+START_TEST(test_coalesced_attends_match_reference)
+{
+	struct pkv_client *c[2] = { connect_attach("co"), connect_attach("co") };
+	int32_t toks[2][40];
+	uint32_t seq[2], nc, one = 1;
+	float *q[2], *k[2], *v[2], *o[2], ref[T_HEADS * T_DIM];
+	static char js[8192];
+	long attends, batches;
+	const char *p;
+
+	for (int i = 0; i < 2; i++) {
+		ck_assert_ptr_nonnull(c[i]);
+		make_prompt(toks[i], 40, 20 + i);
+		ck_assert_int_eq(pkv_seq_open(c[i], toks[i], 8, &seq[i], &nc), 0);
+		ck_assert_int_eq(run_step(c[i], seq[i], toks[i], 0, 8, NULL), 0);
+		q[i] = pkv_alloc(c[i], QN(1) * 4);
+		o[i] = pkv_alloc(c[i], QN(1) * 4);
+		k[i] = pkv_alloc(c[i], T_KV_HEADS * T_DIM * 4);
+		v[i] = pkv_alloc(c[i], T_KV_HEADS * T_DIM * 4);
+	}
+	for (uint32_t pos = 8; pos < 40; pos++) {
+		for (int i = 0; i < 2; i++)
+			ck_assert_int_eq(pkv_step_begin(c[i], &seq[i], &one, toks[i] + pos, 1), 0);
+		for (uint32_t l = 0; l < T_LAYERS; l++) {
+			uint64_t t[2];
+
+			for (int i = 0; i < 2; i++) {
+				for (uint32_t h = 0; h < T_HEADS; h++)
+					for (uint32_t x = 0; x < T_DIM; x++)
+						q[i][h * T_DIM + x] = act_q(toks[i][pos], pos, l, h, x);
+				for (uint32_t h = 0; h < T_KV_HEADS; h++)
+					for (uint32_t x = 0; x < T_DIM; x++) {
+						k[i][h * T_DIM + x] = act_k(toks[i][pos], pos, l, h, x);
+						v[i][h * T_DIM + x] = act_v(toks[i][pos], pos, l, h, x);
+					}
+			}
+			for (int i = 0; i < 2; i++)
+				ck_assert_int_eq(pkv_attend_async(c[i], l, q[i], k[i], v[i], o[i], &t[i]), 0);
+			for (int i = 0; i < 2; i++) {
+				ck_assert_int_eq(pkv_wait(c[i], t[i]), 0);
+				ref_attend(toks[i], pos + 1, pos, l, ref);
+				ck_assert_float_le(max_diff(o[i], ref, QN(1)), 1e-5f);
+			}
+		}
+		for (int i = 0; i < 2; i++)
+			ck_assert_int_eq(pkv_step_end(c[i]), 0);
+	}
+	ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, js, sizeof(js)), 0);
+	p = strstr(js, "\"attends\":");
+	ck_assert_ptr_nonnull(p);
+	attends = atol(p + 10);
+	p = strstr(js, "\"batches\":");
+	ck_assert_ptr_nonnull(p);
+	batches = atol(p + 10);
+	/* 64 decode rounds of two clients submitted back to back: some must have shared a call. */
+	ck_assert_int_lt(batches, attends);
+	for (int i = 0; i < 2; i++)
+		pkv_disconnect(c[i]);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("daemon");
@@ -378,6 +440,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_concurrent_clients_attach_one_pool);
 	tcase_add_test(t, test_stats_report_prefix_hits);
 	tcase_add_test(t, test_pagedkvctl_commands);
+	tcase_add_test(t, test_coalesced_attends_match_reference);
 	suite_add_tcase(s, t);
 	return s;
 }

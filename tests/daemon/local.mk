@@ -50,3 +50,9 @@ TESTS += tests/daemon/check_conf
 tests_daemon_check_conf_SOURCES = tests/daemon/check_conf.c src/daemon/conf.c
 tests_daemon_check_conf_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_daemon_check_conf_LDADD = src/common/libpkvcommon.la $(CHECK_LIBS)
+
+check_PROGRAMS += tests/daemon/check_cpu
+TESTS += tests/daemon/check_cpu
+tests_daemon_check_cpu_SOURCES = tests/daemon/check_cpu.c
+tests_daemon_check_cpu_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_cpu_LDADD = $(DAEMON_TEST_LIBS)
