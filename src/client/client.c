@@ -712,3 +712,16 @@ int pkv_nop(struct pkv_client *c)
 		return -EINVAL;
 	return call(c, &sqe, NULL);
 }
+
+int pkv_nop_async(struct pkv_client *c, uint64_t *ticket)
+{
+	struct pkv_sqe sqe = { .opcode = PKV_OP_NOP };
+	int r;
+
+	if (!c || !ticket)
+		return -EINVAL;
+	r = submit(c, &sqe);
+	if (!r)
+		*ticket = sqe.user_data;
+	return r;
+}

@@ -43,7 +43,7 @@ uint64_t pool_bytes(const struct pkv_geometry *g);
 
 /* ---------------------------------------------------------------- sessions */
 
-enum watch_kind { W_LISTEN = 1, W_SIGNAL, W_WAKE, W_TIMER, W_CTL, W_BELL };
+enum watch_kind { W_LISTEN = 1, W_SIGNAL, W_WAKE, W_TIMER, W_CTL, W_BELL, W_CANCEL };
 
 /* What an io_uring request's user_data points to. */
 struct watch {
@@ -64,8 +64,8 @@ struct session {
 	pid_t pid;
 	int role;                     /* 0 until hello */
 	uint64_t created_ns;
-	struct watch w_ctl, w_bell;
-	int armed;                    /* io_uring requests still pointing at this session */
+	struct watch w_ctl, w_bell, w_cancel;
+	int armed;                    /* io_uring requests (cancels included) still pointing at this session */
 	uint64_t bell_buf;            /* target of the doorbell read */
 	int closing;                  /* hung up: stop reading, release when idle */
 	int released;

@@ -84,6 +84,7 @@ static void do_accept(struct pkv_daemon *d)
 			continue;
 		}
 		d->accepted++;
+		pkv_dbg("client %u: accepted (fd %d, pid %d)", s->id, fd, (int)s->pid);
 		if (arm_poll(d, fd, POLLIN | POLLRDHUP, &s->w_ctl)) {
 			s->closing = 1;
 			s->released = 1;
@@ -113,6 +114,8 @@ static void begin_stop(struct pkv_daemon *d)
 
 static void on_ctl(struct pkv_daemon *d, struct session *s, struct io_uring_cqe *cqe)
 {
+	pkv_dbg("client %u: control socket event 0x%x%s", s->id, (unsigned)cqe->res,
+		(cqe->flags & IORING_CQE_F_MORE) ? " (more)" : "");
 	if (!(cqe->flags & IORING_CQE_F_MORE)) {
 		s->armed--;
 		if (!s->closing && cqe->res >= 0 && !arm_poll(d, s->sock, POLLIN | POLLRDHUP, &s->w_ctl))
@@ -178,8 +181,6 @@ static int drain_uring(struct pkv_daemon *d)
 {
 	struct io_uring_cqe *cqe;
 	unsigned head, n = 0;
-	struct session *closed[64];
-	unsigned n_closed = 0;
 
 	io_uring_for_each_cqe(&d->ring, head, cqe) {
 		struct watch *w = io_uring_cqe_get_data(cqe);
@@ -207,19 +208,16 @@ static int drain_uring(struct pkv_daemon *d)
 			break;
 		case W_CTL:
 			on_ctl(d, w->s, cqe);
-			if (w->s->closing && n_closed < 64)
-				closed[n_closed++] = w->s;
 			break;
 		case W_BELL:
 			on_bell(d, w->s, cqe);
-			if (w->s->closing && n_closed < 64)
-				closed[n_closed++] = w->s;
+			break;
+		case W_CANCEL:
+			w->s->armed--;
 			break;
 		}
 	}
 	io_uring_cq_advance(&d->ring, n);
-	(void)closed;
-	(void)n_closed;
 	return (int)n;
 }
 

@@ -51,6 +51,7 @@ struct session *session_new(struct pkv_daemon *d, int sock)
 	s->created_ns = pkv_now_ns();
 	s->w_ctl = (struct watch){ W_CTL, s };
 	s->w_bell = (struct watch){ W_BELL, s };
+	s->w_cancel = (struct watch){ W_CANCEL, s };
 	s->next = d->sessions;
 	if (d->sessions)
 		d->sessions->prev = s;
@@ -738,11 +739,24 @@ int session_process(struct pkv_daemon *d, struct session *s)
 
 /* ---------------------------------------------------------------- hang-up */
 
+/*
+ * Queued SQEs name fds by number and take their file only when submitted: a
+ * re-armed doorbell read still in the SQ when we close the eventfd would,
+ * once accept reuses the number, read (and eat) a new client's hello.
+ * Submit before closing anything.
+ */
+static void flush_sqes(struct pkv_daemon *d)
+{
+	if (io_uring_sq_ready(&d->ring))
+		io_uring_submit(&d->ring);
+}
+
 void session_release(struct pkv_daemon *d, struct session *s)
 {
 	if (s->released)
 		return;
 	s->released = 1;
+	flush_sqes(d);
 	if (s->pool) {
 		if (s->step)
 			pkv_step_abort(s->pool->cache, s->step);
@@ -774,25 +788,26 @@ void session_hangup(struct pkv_daemon *d, struct session *s)
 		return;
 	s->closing = 1;
 	pkv_dbg("client %u (pid %d): hung up", s->id, (int)s->pid);
-	/* Cancel the requests that point at us; the memory stays until they report back. */
+	/*
+	 * Cancel the requests that point at us. The cancels themselves count as
+	 * armed until they complete: were the session freed while a cancel is
+	 * still queued, a new session allocated at the same address would be
+	 * the one cancelled.
+	 */
 	if (s->armed) {
-		sqe = io_uring_get_sqe(&d->ring);
-		if (!sqe) {
-			io_uring_submit(&d->ring);
+		struct watch *targets[2] = { &s->w_ctl, &s->w_bell };
+
+		for (int i = 0; i < 2; i++) {
 			sqe = io_uring_get_sqe(&d->ring);
-		}
-		if (sqe) {
-			io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)&s->w_ctl, 0);
-			io_uring_sqe_set_data(sqe, NULL);
-		}
-		sqe = io_uring_get_sqe(&d->ring);
-		if (!sqe) {
-			io_uring_submit(&d->ring);
-			sqe = io_uring_get_sqe(&d->ring);
-		}
-		if (sqe) {
-			io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)&s->w_bell, 0);
-			io_uring_sqe_set_data(sqe, NULL);
+			if (!sqe) {
+				io_uring_submit(&d->ring);
+				sqe = io_uring_get_sqe(&d->ring);
+			}
+			if (!sqe)
+				continue;
+			io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)targets[i], 0);
+			io_uring_sqe_set_data(sqe, &s->w_cancel);
+			s->armed++;
 		}
 	}
 	/* Releasing waits for attends still running on the worker: they write into our arena
@@ -809,6 +824,8 @@ int session_maybe_free(struct pkv_daemon *d, struct session *s)
 		session_release(d, s);
 	if (!s->released || s->armed)
 		return 0;
+	pkv_dbg("client %u: freed (fd %d)", s->id, s->sock);
+	flush_sqes(d);
 	close(s->sock);
 	if (s->prev)
 		s->prev->next = s->next;
