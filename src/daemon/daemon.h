@@ -85,6 +85,8 @@ struct session {
 	uint32_t n_step_reqs;
 	int32_t *step_tokens;
 	uint32_t inflight;            /* attends handed to the worker */
+	pthread_spinlock_t cq_lock;   /* the loop and the worker both post completions */
+	int cq_broken;                /* set by a poster that found the ring corrupted */
 	uint32_t cq_pending;          /* SQEs consumed whose CQE is not posted yet */
 	struct seq_ent *seqs;
 	uint32_t n_seqs, cap_seqs;
@@ -101,6 +103,7 @@ struct attend_item {
 	const void *q, *k, *v;
 	void *o;
 	int32_t res;
+	int posted;                   /* the worker already posted the completion */
 };
 
 enum job_kind { JOB_ATTEND = 1, JOB_COPY };
@@ -178,7 +181,7 @@ void session_ctl_message(struct pkv_daemon *d, struct session *s);
 /* Consumes SQEs; returns how many were handled. */
 int session_process(struct pkv_daemon *d, struct session *s);
 /* Posts a completion for one of the worker's results. */
-void session_complete(struct pkv_daemon *d, struct session *s, uint64_t ud, int32_t res);
+void session_complete(struct pkv_daemon *d, struct session *s, uint64_t ud, int32_t res, int posted);
 int session_post(struct session *s, uint64_t ud, int32_t res, uint64_t p0, uint64_t p1);
 void session_set_err(struct session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void session_release(struct pkv_daemon *d, struct session *s);

@@ -3,6 +3,7 @@
 #include "config.h"
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,7 +246,7 @@ static int process_done(struct pkv_daemon *d)
 			j->pool->batches++;
 			for (uint32_t i = 0; i < j->n_items; i++) {
 				j->pool->batch_seqs += j->items[i].meta->num_seqs;
-				session_complete(d, j->items[i].s, j->items[i].user_data, j->res);
+				session_complete(d, j->items[i].s, j->items[i].user_data, j->res, j->items[i].posted);
 			}
 		} else if (j->s->inflight) {
 			/* A failed copy-on-write poisons the step: its commit must not publish. */
@@ -349,6 +350,9 @@ int loop_run(struct pkv_daemon *d)
 		if (pkv_now_ns() - last < spin_ns) {
 			for (int i = 0; i < 16; i++)
 				pkv_cpu_relax();
+			/* Spinning must not starve the worker when cores are scarce. */
+			if (pkv_now_ns() - last > 2000)
+				sched_yield();
 			continue;
 		}
 		if (prepare_sleep(d)) {

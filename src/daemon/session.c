@@ -52,6 +52,7 @@ struct session *session_new(struct pkv_daemon *d, int sock)
 	s->w_ctl = (struct watch){ W_CTL, s };
 	s->w_bell = (struct watch){ W_BELL, s };
 	s->w_cancel = (struct watch){ W_CANCEL, s };
+	pthread_spin_init(&s->cq_lock, PTHREAD_PROCESS_PRIVATE);
 	s->next = d->sessions;
 	if (d->sessions)
 		d->sessions->prev = s;
@@ -94,28 +95,38 @@ static void ring_cq_bell(struct session *s)
 		pkv_dbg("client %u: doorbell: %s", s->id, strerror(errno));
 }
 
+/*
+ * Posts one completion. Called by the loop and by the worker (attends, so a
+ * result reaches the client without another thread hop); the region stays
+ * mapped while the worker holds attends of this session, since release
+ * waits for them.
+ */
 int session_post(struct session *s, uint64_t ud, int32_t res, uint64_t p0, uint64_t p1)
 {
 	struct pkv_cqe cqe = { .user_data = ud, .res = res, .payload = { p0, p1 } };
 	int64_t space;
+	int wake;
 
-	if (!s->region || s->closing)
+	if (!s->region)
 		return -ECONNRESET;
+	pthread_spin_lock(&s->cq_lock);
 	space = pkv_ring_space(&s->cq);
-	if (space <= 0) {
+	if (space <= 0 || s->cq_broken) {
 		/* Room was checked before the SQE was taken: the client corrupted its ring. */
-		pkv_warn("client %u (pid %d): completion ring corrupted or overrun; disconnecting",
-			 s->id, (int)s->pid);
+		s->cq_broken = 1;
+		pthread_spin_unlock(&s->cq_lock);
 		return -EPROTO;
 	}
 	memcpy(pkv_ring_prod_slot(&s->cq), &cqe, sizeof(cqe));
 	pkv_ring_publish(&s->cq);
-	if (pkv_ring_needs_wakeup(&s->cq))
+	wake = pkv_ring_needs_wakeup(&s->cq);
+	pthread_spin_unlock(&s->cq_lock);
+	if (wake)
 		ring_cq_bell(s);
 	return 0;
 }
 
-void session_complete(struct pkv_daemon *d, struct session *s, uint64_t ud, int32_t res)
+void session_complete(struct pkv_daemon *d, struct session *s, uint64_t ud, int32_t res, int posted)
 {
 	if (s->inflight)
 		s->inflight--;
@@ -125,8 +136,11 @@ void session_complete(struct pkv_daemon *d, struct session *s, uint64_t ud, int3
 		return;
 	if (res < 0)
 		s->errors++;
-	if (session_post(s, ud, res, 0, 0))
+	if ((!posted && session_post(s, ud, res, 0, 0)) || s->cq_broken) {
+		pkv_warn("client %u (pid %d): completion ring corrupted or overrun; disconnecting",
+			 s->id, (int)s->pid);
 		session_hangup(d, s);
+	}
 }
 
 /* ---------------------------------------------------------------- sequences table */
@@ -730,6 +744,8 @@ int session_process(struct pkv_daemon *d, struct session *s)
 		if (r < 0)
 			s->errors++;
 		if (session_post(s, e.user_data, r, p0, p1)) {
+			pkv_warn("client %u (pid %d): completion ring corrupted or overrun; disconnecting",
+				 s->id, (int)s->pid);
 			session_hangup(d, s);
 			break;
 		}
@@ -834,6 +850,7 @@ int session_maybe_free(struct pkv_daemon *d, struct session *s)
 	if (s->next)
 		s->next->prev = s->prev;
 	d->n_sessions--;
+	pthread_spin_destroy(&s->cq_lock);
 	free(s);
 	return 1;
 }

@@ -30,6 +30,7 @@ struct opts {
 	char plugin_dir[PATH_MAX];
 	int json;
 	int quick;
+	char workers[16];  /* backend threads, daemon and in-process alike ("0": one per CPU) */
 };
 
 static uint64_t now_ns(void)
@@ -96,8 +97,8 @@ static int start_daemon(struct priv *p, const struct opts *o, int coalesce)
 	if (p->pid == 0) {
 		const char *lvl = getenv("PKV_BENCH_DAEMON_LOG");
 
-		execl(exe, exe, "-f", "--socket", p->sock, "--plugin-dir", o->plugin_dir, "--log-level",
-		      lvl ? lvl : "error",
+		execl(exe, exe, "-f", "--socket", p->sock, "--plugin-dir", o->plugin_dir, "--workers", o->workers,
+		      "--log-level", lvl ? lvl : "error",
 		      coalesce ? "--spin-us=50" : "--no-coalesce", (char *)NULL);
 		_exit(127);
 	}
@@ -330,7 +331,7 @@ static int bench_inproc(const struct opts *o, struct results *res)
 		bt[i] = (int32_t)i;
 	for (size_t i = 0; i < H * HD; i++)
 		q[i] = sinf((float)i * 0.01f);
-	r = pkv_host_create(0, PKV_LOG_ERROR, &host);
+	r = pkv_host_create((unsigned)atoi(o->workers), PKV_LOG_ERROR, &host);
 	if (r)
 		return r;
 	r = pkv_plugin_load("cpu", NULL, o->plugin_dir, host, &plug, err, sizeof(err));
@@ -480,7 +481,7 @@ static int bench_coalesce(const struct opts *o, struct results *res)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: pkv-bench ipc [--json] [--socket PATH] [--plugin-dir DIR] [--quick]\n"
+	fprintf(f, "usage: pkv-bench ipc [--json] [--socket PATH] [--plugin-dir DIR] [--workers N] [--quick]\n"
 		   "  Without --socket (or $PAGEDKV_SOCKET) a private pagedkvd is started.\n"
 		   "  The coalescing comparison always uses two private daemons (on, off).\n");
 }
@@ -490,6 +491,7 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "json", no_argument, NULL, 'j' }, { "socket", required_argument, NULL, 's' },
 		{ "plugin-dir", required_argument, NULL, 'p' }, { "quick", no_argument, NULL, 'q' },
+		{ "workers", required_argument, NULL, 'w' },
 		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
 	};
 	struct opts o = { 0 };
@@ -511,12 +513,14 @@ int main(int argc, char **argv)
 	if (access(o.plugin_dir, R_OK))
 		snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s", PKV_PLUGIN_DIR);
 	o.socket = getenv("PAGEDKV_SOCKET");
-	while ((c = getopt_long(argc, argv, "js:p:qh", lo, NULL)) != -1) {
+	snprintf(o.workers, sizeof(o.workers), "0");
+	while ((c = getopt_long(argc, argv, "js:p:qw:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'j': o.json = 1; break;
 		case 's': o.socket = optarg; break;
 		case 'p': snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s", optarg); break;
 		case 'q': o.quick = 1; break;
+		case 'w': snprintf(o.workers, sizeof(o.workers), "%u", (unsigned)atoi(optarg)); break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
