@@ -80,6 +80,7 @@ struct session {
 	struct pool *pool;
 	struct pkv_key ns;
 	struct pkv_step *step;
+	int step_poisoned;            /* its copy-on-write failed: commit must not publish */
 	struct pkv_step_meta meta;
 	struct pkv_step_req *step_reqs; /* private copies for length updates at commit */
 	uint32_t n_step_reqs;

@@ -250,8 +250,10 @@ static int process_done(struct pkv_daemon *d)
 			}
 		} else if (j->s->inflight) {
 			/* A failed copy-on-write poisons the step: its commit must not publish. */
-			if (j->res < 0 && j->s->step)
+			if (j->res < 0 && j->s->step) {
 				pkv_warn("client %u: copy-on-write failed: %s", j->s->id, strerror(-j->res));
+				j->s->step_poisoned = 1;
+			}
 			j->s->inflight--;
 		}
 		job_free(j);

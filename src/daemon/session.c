@@ -418,6 +418,7 @@ static void *copy_out(const struct session *s, uint64_t off, uint64_t n)
 static void step_clear(struct session *s)
 {
 	s->step = NULL;
+	s->step_poisoned = 0;
 	memset(&s->meta, 0, sizeof(s->meta));
 	free(s->step_reqs);
 	free(s->step_tokens);
@@ -540,7 +541,6 @@ out:
 
 static int op_attend(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e)
 {
-	uint32_t act = pkv_dtype_size(s->pool->act_dtype);
 	struct attend_item it = {
 		.s = s, .user_data = e->user_data, .meta = &s->meta,
 		.q = s->arena + e->off[0], .k = s->arena + e->off[1],
@@ -548,7 +548,6 @@ static int op_attend(struct pkv_daemon *d, struct session *s, const struct pkv_s
 	};
 	struct job *j;
 
-	(void)act;
 	/* Attends of one pool and layer seen in the same sweep share a job (coalescing). */
 	for (j = d->sweep_jobs; j; j = j->next)
 		if (d->cfg.coalesce && j->pool == s->pool && j->layer == e->layer)
@@ -648,6 +647,13 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 			session_set_err(s, "no open step");
 			return -EINVAL;
 		}
+		if (s->step_poisoned) {
+			/* Its copy-on-write failed: publishing those blocks would share wrong KV. */
+			pkv_step_abort(c, s->step);
+			step_clear(s);
+			session_set_err(s, "copy-on-write failed in the backend; the step was aborted");
+			return -EIO;
+		}
 		r = pkv_step_commit(c, s->step);
 		if (r) {
 			session_set_err(s, "commit: %s", strerror(-r));
@@ -713,7 +719,9 @@ int session_process(struct pkv_daemon *d, struct session *s)
 
 		if (avail == 0)
 			break;
+		pthread_spin_lock(&s->cq_lock); /* the worker may be posting */
 		space = pkv_ring_space(&s->cq);
+		pthread_spin_unlock(&s->cq_lock);
 		if (avail < 0 || space < 0) {
 			pkv_warn("client %u (pid %d): ring indices corrupted; disconnecting", s->id, (int)s->pid);
 			session_hangup(d, s);
