@@ -21,7 +21,11 @@
 struct pkv_cache;
 struct pkv_step;
 
-/* A 128-bit prefix key, or a namespace seed. */
+/*
+ * A 128-bit prefix key, or a namespace seed. A full block's key is
+ * XXH3-128(parent key, namespace, XXH3-128(its block_size token ids)), the
+ * parent key of a chain's first block being the namespace itself.
+ */
 struct pkv_key {
 	uint64_t lo, hi;
 };
