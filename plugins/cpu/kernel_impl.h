@@ -18,11 +18,15 @@
  */
 #include <math.h>
 #include <string.h>
-#if defined(__x86_64__) && (defined(__F16C__) || defined(__AVX512F__))
+#if defined(__x86_64__) && (defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__))
 #include <immintrin.h>
 #endif
 
 #include "cpu.h"
+
+#ifndef PKV_PREFETCH
+#define PKV_PREFETCH 1
+#endif
 
 typedef float v16sf __attribute__((vector_size(64)));
 typedef int32_t v16si __attribute__((vector_size(64)));
@@ -90,12 +94,11 @@ static inline float hsum(v16sf v)
 
 static inline float hmax(v16sf v)
 {
-	float m = v[0];
-	int i;
-
-	for (i = 1; i < 16; i++)
-		m = v[i] > m ? v[i] : m;
-	return m;
+	v = vmax(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+	v = vmax(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
+	v = vmax(v, __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+	v = vmax(v, __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+	return v[0];
 }
 
 /* Horizontal sums of four vectors at once: [sum a, sum b, sum c, sum d]. */
@@ -158,10 +161,21 @@ static inline v16sf cvt16(const void *p, uint32_t dtype)
 	if (dtype == PKV_DTYPE_F32)
 		return ld(p);
 	if (dtype == PKV_DTYPE_BF16) {
+#if defined(__AVX512F__)
+		/* vpmovzxwd straight from memory, then shift: two instructions for 16 values. */
+		return (v16sf)_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p)), 16));
+#elif defined(__AVX2__)
+		__m256i lo = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(p)), 16);
+		__m256i hi = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p + 1)), 16);
+		v8sf l8 = (v8sf)_mm256_castsi256_ps(lo), h8 = (v8sf)_mm256_castsi256_ps(hi);
+
+		return __builtin_shufflevector(l8, h8, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#else
 		v16hu h;
 
 		memcpy(&h, p, sizeof(h));
 		return as_f(__builtin_convertvector(h, v16si) << 16);
+#endif
 	}
 #if defined(__AVX512F__)
 	return (v16sf)_mm512_cvtph_ps(_mm256_loadu_si256(p));
@@ -196,14 +210,6 @@ static inline void row_to_f32(float *dst, const void *src, uint32_t dtype, uint3
 		dst[d] = pkv_cpu_load(src, dtype, d);
 	for (; d < hdp; d++)
 		dst[d] = 0.0f;
-}
-
-/* Address of token j's row (for KV head kvh) in this layer's K or V. */
-static inline const char *kv_row(const struct cpu_call *c, const char *base, const int32_t *bt,
-				 uint32_t j, uint32_t kvh)
-{
-	return base + (size_t)bt[j / c->bs] * c->block_stride + (size_t)(j % c->bs) * c->token_stride +
-	       (size_t)kvh * c->hd * pkv_dtype_size(c->cdt);
 }
 
 #if defined(KERNEL_DPBF16)
@@ -381,6 +387,22 @@ static void softmax_tile(const struct cpu_call *c, struct cpu_scratch *sc, uint3
 	}
 }
 
+/* The scratch of rows [r0, ...): lets the tile functions work on one KV head's rows of an item. */
+static inline struct cpu_scratch rows_from(const struct cpu_call *c, const struct cpu_scratch *sc, uint32_t r0)
+{
+	struct cpu_scratch v = *sc;
+
+	v.qf += (size_t)r0 * c->hdp;
+	v.qh += (size_t)r0 * CPU_MAX_HD;
+	v.s += (size_t)r0 * CPU_TK;
+	v.acc += (size_t)r0 * c->hdp;
+	v.m += r0;
+	v.l += r0;
+	v.lo += r0;
+	v.hi += r0;
+	return v;
+}
+
 static void attend_item(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc)
 {
 	const struct pkv_attn_batch *b = c->b;
@@ -388,9 +410,11 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 	int32_t sq = b->cu_seq_lens_q[it->seq + 1] - b->cu_seq_lens_q[it->seq];
 	int32_t sk = b->cu_seq_lens_k[it->seq + 1] - b->cu_seq_lens_k[it->seq];
 	int32_t kstart = INT32_MAX, kend = -1;
-	uint32_t R = it->nq * c->G, asz = pkv_dtype_size(c->adt), r, t, t0;
+	uint32_t Rh = it->nq * c->G, R = Rh * it->nkvh, asz = pkv_dtype_size(c->adt), r, t, t0, hh;
+	size_t csz = pkv_dtype_size(c->cdt);
 	const float *krow[CPU_TK], *vrow[CPU_TK];
 	const char *kraw[CPU_TK], *vraw[CPU_TK];
+	size_t tok[CPU_TK];
 	int direct = c->cdt == PKV_DTYPE_F32 && c->hd == c->hdp;
 #if defined(KERNEL_DPBF16)
 	int use_dp = c->cdt == PKV_DTYPE_BF16 && c->adt == PKV_DTYPE_BF16;
@@ -398,11 +422,14 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 
 	/* Queries of this item, f32 (and raw bf16 for the dpbf16 scores). */
 	for (r = 0; r < R; r++) {
-		uint32_t qi = r / c->G, h = it->kvh * c->G + r % c->G;
-		const char *src = (const char *)b->q + ((size_t)(b->cu_seq_lens_q[it->seq] + it->q0 + qi) *
-							b->q_stride_tok + (size_t)h * b->q_stride_head) * asz;
-		int32_t i = (int32_t)(it->q0 + qi);
+		uint32_t qi, h;
+		const char *src;
+		int32_t i;
 
+		cpu_row_map(c, it, r, &qi, &h);
+		src = (const char *)b->q + ((size_t)(b->cu_seq_lens_q[it->seq] + it->q0 + qi) * b->q_stride_tok +
+					    (size_t)h * b->q_stride_head) * asz;
+		i = (int32_t)(it->q0 + qi);
 		row_to_f32(sc->qf + (size_t)r * c->hdp, src, c->adt, c->hd, c->hdp);
 #if defined(KERNEL_DPBF16)
 		if (use_dp) {
@@ -427,37 +454,73 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 
 	for (t0 = (uint32_t)kstart; kend > 0 && (int32_t)t0 < kend; t0 += CPU_TK) {
 		uint32_t nt = (uint32_t)kend - t0 < CPU_TK ? (uint32_t)kend - t0 : CPU_TK;
+		/* Walk the block table: one division per tile, not per key. */
+		uint32_t blk = t0 / c->bs, off = t0 % c->bs;
 
 		for (t = 0; t < nt; t++) {
-			kraw[t] = kv_row(c, c->kbase, bt, t0 + t, it->kvh);
-			vraw[t] = kv_row(c, c->vbase, bt, t0 + t, it->kvh);
+			tok[t] = (size_t)bt[blk] * c->block_stride + (size_t)off * c->token_stride;
+			if (++off == c->bs) {
+				off = 0;
+				blk++;
+			}
 		}
-#if defined(KERNEL_DPBF16)
-		if (use_dp) {
-			scores_dpbf16(c, sc, kraw, nt, R);
-		} else
-#endif
-		{
-			for (t = 0; t < nt; t++) {
-				if (direct) {
-					krow[t] = (const float *)kraw[t];
-				} else {
-					row_to_f32(sc->kf + (size_t)t * c->hdp, kraw[t], c->cdt, c->hd, c->hdp);
-					krow[t] = sc->kf + (size_t)t * c->hdp;
+		/*
+		 * Prefetch the next tile into L2 while this one computes: this item's
+		 * heads of each token are contiguous, but tokens hop between blocks.
+		 */
+		if (PKV_PREFETCH && (int32_t)(t0 + CPU_TK) < kend) {
+			uint32_t n2 = (uint32_t)kend - (t0 + CPU_TK) < CPU_TK ? (uint32_t)kend - (t0 + CPU_TK) : CPU_TK;
+			size_t first = (size_t)it->kvh * c->hd * csz, span = (size_t)it->nkvh * c->hd * csz, l;
+
+			for (t = 0; t < n2; t++) {
+				size_t o = (size_t)bt[blk] * c->block_stride + (size_t)off * c->token_stride + first;
+
+				for (l = 0; l < span; l += 64) {
+					__builtin_prefetch(c->kbase + o + l, 0, 2);
+					__builtin_prefetch(c->vbase + o + l, 0, 2);
+				}
+				if (++off == c->bs) {
+					off = 0;
+					blk++;
 				}
 			}
-			scores_f32(c, sc, krow, nt, R);
 		}
-		softmax_tile(c, sc, t0, nt, R);
-		for (t = 0; t < nt; t++) {
-			if (direct) {
-				vrow[t] = (const float *)vraw[t];
-			} else {
-				row_to_f32(sc->vf + (size_t)t * c->hdp, vraw[t], c->cdt, c->hd, c->hdp);
-				vrow[t] = sc->vf + (size_t)t * c->hdp;
+
+		for (hh = 0; hh < it->nkvh; hh++) {
+			struct cpu_scratch v = rows_from(c, sc, hh * Rh);
+			size_t head = (size_t)(it->kvh + hh) * c->hd * csz;
+
+			for (t = 0; t < nt; t++) {
+				kraw[t] = c->kbase + tok[t] + head;
+				vraw[t] = c->vbase + tok[t] + head;
 			}
+#if defined(KERNEL_DPBF16)
+			if (use_dp) {
+				scores_dpbf16(c, &v, kraw, nt, Rh);
+			} else
+#endif
+			{
+				for (t = 0; t < nt; t++) {
+					if (direct) {
+						krow[t] = (const float *)kraw[t];
+					} else {
+						row_to_f32(sc->kf + (size_t)t * c->hdp, kraw[t], c->cdt, c->hd, c->hdp);
+						krow[t] = sc->kf + (size_t)t * c->hdp;
+					}
+				}
+				scores_f32(c, &v, krow, nt, Rh);
+			}
+			softmax_tile(c, &v, t0, nt, Rh);
+			for (t = 0; t < nt; t++) {
+				if (direct) {
+					vrow[t] = (const float *)vraw[t];
+				} else {
+					row_to_f32(sc->vf + (size_t)t * c->hdp, vraw[t], c->cdt, c->hd, c->hdp);
+					vrow[t] = sc->vf + (size_t)t * c->hdp;
+				}
+			}
+			accumulate_pv(c, &v, vrow, nt, Rh);
 		}
-		accumulate_pv(c, sc, vrow, nt, R);
 	}
 
 	for (r = 0; r < R; r++) {
@@ -470,12 +533,14 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 			p[1] = sc->l[r];
 			memcpy(p + 2, a, c->hdp * sizeof(float));
 		} else {
-			uint32_t qi = r / c->G, h = it->kvh * c->G + r % c->G, d;
-			char *dst = (char *)b->o + ((size_t)(b->cu_seq_lens_q[it->seq] + it->q0 + qi) * b->o_stride_tok +
-						    (size_t)h * b->o_stride_head) * asz;
+			uint32_t qi, h, d;
+			char *dst;
 			/* A row that saw no key has l == 0: its output is 0, never 0/0. */
 			float inv = sc->l[r] > 0 ? 1.0f / sc->l[r] : 0.0f;
 
+			cpu_row_map(c, it, r, &qi, &h);
+			dst = (char *)b->o + ((size_t)(b->cu_seq_lens_q[it->seq] + it->q0 + qi) * b->o_stride_tok +
+					      (size_t)h * b->o_stride_head) * asz;
 			for (d = 0; d < c->hd; d++)
 				a[d] *= inv;
 			pkv_cpu_store_row(dst, c->adt, a, c->hd);
