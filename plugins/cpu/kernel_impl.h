@@ -24,9 +24,6 @@
 
 #include "cpu.h"
 
-#ifndef PKV_PREFETCH
-#define PKV_PREFETCH 1
-#endif
 
 typedef float v16sf __attribute__((vector_size(64)));
 typedef int32_t v16si __attribute__((vector_size(64)));
@@ -257,6 +254,181 @@ static void scores_dpbf16(const struct cpu_call *c, struct cpu_scratch *sc, cons
 }
 #endif
 
+#if defined(KERNEL_DPBF16)
+/*
+ * acc[r] += P[r] . V with vdpbf16ps, two keys per instruction (bf16 cache,
+ * head_dim % 32 == 0). The V rows of a key pair are interleaved with
+ * vpunpck{l,h}wd once per tile and shared by all R rows; P is rounded to
+ * bf16 for the product, as FlashAttention does for its PV matmul (the sums
+ * stay f32). The unpack permutes dims inside each 128-bit lane: acc keeps
+ * that order until unpermute_acc.
+ */
+static void accumulate_pv_dpbf16(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *vraw,
+				 const char *const *vnext, uint32_t nt, uint32_t R)
+{
+	uint32_t nc = c->hd / 32, np = (nt + 1) / 2, r, t, k;
+	__m512i *v2 = (__m512i *)sc->vf; /* [np][nc][lo, hi] */
+
+	for (t = 0; t < np; t++)
+		for (k = 0; k < nc; k++) {
+			__m512i a = _mm512_loadu_si512(vraw[2 * t] + 64 * k);
+			__m512i b = 2 * t + 1 < nt ? _mm512_loadu_si512(vraw[2 * t + 1] + 64 * k) : _mm512_setzero_si512();
+
+			if (vnext[2 * t])
+				__builtin_prefetch(vnext[2 * t] + 64 * k, 0, 2);
+			if (2 * t + 1 < CPU_TK && vnext[2 * t + 1])
+				__builtin_prefetch(vnext[2 * t + 1] + 64 * k, 0, 2);
+			v2[(t * nc + k) * 2] = _mm512_unpacklo_epi16(a, b);
+			v2[(t * nc + k) * 2 + 1] = _mm512_unpackhi_epi16(a, b);
+		}
+	for (r = 0; r < R; r++) {
+		const float *p = sc->s + (size_t)r * CPU_TK;
+		float *a = sc->acc + (size_t)r * c->hdp;
+		uint32_t ph[CPU_TK / 2];
+
+		/* 32 probabilities -> 32 bf16, i.e. 16 (key, key+1) pairs. */
+		_mm512_storeu_si512(ph, (__m512i)_mm512_cvtne2ps_pbh((__m512)ld(p + 16), (__m512)ld(p)));
+		for (k = 0; k < nc; k++) {
+			__m512 lo0 = _mm512_loadu_ps(a + 32 * k), hi0 = _mm512_loadu_ps(a + 32 * k + 16);
+			__m512 lo1 = _mm512_setzero_ps(), hi1 = _mm512_setzero_ps();
+
+			for (t = 0; t + 2 <= np; t += 2) {
+				__m512bh p0 = (__m512bh)_mm512_set1_epi32((int)ph[t]);
+				__m512bh p1 = (__m512bh)_mm512_set1_epi32((int)ph[t + 1]);
+
+				lo0 = _mm512_dpbf16_ps(lo0, (__m512bh)v2[(t * nc + k) * 2], p0);
+				hi0 = _mm512_dpbf16_ps(hi0, (__m512bh)v2[(t * nc + k) * 2 + 1], p0);
+				lo1 = _mm512_dpbf16_ps(lo1, (__m512bh)v2[((t + 1) * nc + k) * 2], p1);
+				hi1 = _mm512_dpbf16_ps(hi1, (__m512bh)v2[((t + 1) * nc + k) * 2 + 1], p1);
+			}
+			if (t < np) {
+				__m512bh p0 = (__m512bh)_mm512_set1_epi32((int)ph[t]);
+
+				lo0 = _mm512_dpbf16_ps(lo0, (__m512bh)v2[(t * nc + k) * 2], p0);
+				hi0 = _mm512_dpbf16_ps(hi0, (__m512bh)v2[(t * nc + k) * 2 + 1], p0);
+			}
+			_mm512_storeu_ps(a + 32 * k, _mm512_add_ps(lo0, lo1));
+			_mm512_storeu_ps(a + 32 * k + 16, _mm512_add_ps(hi0, hi1));
+		}
+	}
+}
+
+/*
+ * Scores with vdpbf16ps and no horizontal sums (bf16 cache and queries,
+ * head_dim % 32 == 0): the K tile is transposed once into (dim pair) x
+ * (16 keys) vectors, 16x16 dword transposes in three shuffle stages, then
+ * each query row's dim pair is broadcast against 16 keys at a time. The
+ * shuffles (port 5) overlap the dot products (port 0).
+ */
+static void scores_dpbf16_t(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *kraw,
+			    const char *const *knext, uint32_t nt, uint32_t R)
+{
+	uint32_t np = c->hd / 2, nchunk = c->hd / 32, g, k, i, r, p, cc;
+	__m512i *kt = (__m512i *)sc->kf; /* [np][2]: keys 0-15, 16-31 */
+
+	for (g = 0; g < 2; g++) {
+		if (g * 16 >= nt) {
+			for (p = 0; p < np; p++)
+				kt[p * 2 + g] = _mm512_setzero_si512();
+			continue;
+		}
+		for (k = 0; k < nchunk; k++) {
+			__m512i rw[16], a[16], b[16];
+
+			for (i = 0; i < 16; i++) {
+				rw[i] = g * 16 + i < nt ? _mm512_loadu_si512(kraw[g * 16 + i] + 64 * k) : _mm512_setzero_si512();
+				if (knext[g * 16 + i])
+					__builtin_prefetch(knext[g * 16 + i] + 64 * k, 0, 2);
+			}
+			for (i = 0; i < 8; i++) {
+				a[2 * i] = _mm512_unpacklo_epi32(rw[2 * i], rw[2 * i + 1]);
+				a[2 * i + 1] = _mm512_unpackhi_epi32(rw[2 * i], rw[2 * i + 1]);
+			}
+			/* b[4i + c], lane L: column 4L + c of rows 4i..4i+3. */
+			for (i = 0; i < 4; i++) {
+				b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+				b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+				b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+				b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+			}
+			/* A 4x4 transpose of 128-bit lanes gathers each column's 16 rows. */
+			for (cc = 0; cc < 4; cc++) {
+				__m512i x0 = _mm512_shuffle_i32x4(b[cc], b[4 + cc], 0x44);
+				__m512i x1 = _mm512_shuffle_i32x4(b[cc], b[4 + cc], 0xee);
+				__m512i y0 = _mm512_shuffle_i32x4(b[8 + cc], b[12 + cc], 0x44);
+				__m512i y1 = _mm512_shuffle_i32x4(b[8 + cc], b[12 + cc], 0xee);
+
+				kt[(16 * k + cc) * 2 + g] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+				kt[(16 * k + 4 + cc) * 2 + g] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
+				kt[(16 * k + 8 + cc) * 2 + g] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+				kt[(16 * k + 12 + cc) * 2 + g] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
+			}
+		}
+	}
+	for (r = 0; r + 4 <= R; r += 4) {
+		const uint32_t *q0 = (const uint32_t *)(sc->qh + (size_t)r * CPU_MAX_HD);
+		const uint32_t *q1 = q0 + CPU_MAX_HD / 2, *q2 = q1 + CPU_MAX_HD / 2, *q3 = q2 + CPU_MAX_HD / 2;
+		__m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0;
+		float *srow = sc->s + (size_t)r * CPU_TK;
+
+		for (p = 0; p < np; p++) {
+			__m512bh k0 = (__m512bh)kt[2 * p], k1 = (__m512bh)kt[2 * p + 1];
+			__m512bh w;
+
+			w = (__m512bh)_mm512_set1_epi32((int)q0[p]);
+			a0 = _mm512_dpbf16_ps(a0, k0, w);
+			a1 = _mm512_dpbf16_ps(a1, k1, w);
+			w = (__m512bh)_mm512_set1_epi32((int)q1[p]);
+			b0 = _mm512_dpbf16_ps(b0, k0, w);
+			b1 = _mm512_dpbf16_ps(b1, k1, w);
+			w = (__m512bh)_mm512_set1_epi32((int)q2[p]);
+			c0 = _mm512_dpbf16_ps(c0, k0, w);
+			c1 = _mm512_dpbf16_ps(c1, k1, w);
+			w = (__m512bh)_mm512_set1_epi32((int)q3[p]);
+			d0 = _mm512_dpbf16_ps(d0, k0, w);
+			d1 = _mm512_dpbf16_ps(d1, k1, w);
+		}
+		_mm512_storeu_ps(srow, a0);
+		_mm512_storeu_ps(srow + 16, a1);
+		_mm512_storeu_ps(srow + CPU_TK, b0);
+		_mm512_storeu_ps(srow + CPU_TK + 16, b1);
+		_mm512_storeu_ps(srow + 2 * CPU_TK, c0);
+		_mm512_storeu_ps(srow + 2 * CPU_TK + 16, c1);
+		_mm512_storeu_ps(srow + 3 * CPU_TK, d0);
+		_mm512_storeu_ps(srow + 3 * CPU_TK + 16, d1);
+	}
+	for (; r < R; r++) {
+		const uint32_t *q0 = (const uint32_t *)(sc->qh + (size_t)r * CPU_MAX_HD);
+		__m512 a0 = _mm512_setzero_ps(), a1 = a0;
+
+		for (p = 0; p < np; p++) {
+			__m512bh w = (__m512bh)_mm512_set1_epi32((int)q0[p]);
+
+			a0 = _mm512_dpbf16_ps(a0, (__m512bh)kt[2 * p], w);
+			a1 = _mm512_dpbf16_ps(a1, (__m512bh)kt[2 * p + 1], w);
+		}
+		_mm512_storeu_ps(sc->s + (size_t)r * CPU_TK, a0);
+		_mm512_storeu_ps(sc->s + (size_t)r * CPU_TK + 16, a1);
+	}
+}
+
+/* Back from accumulate_pv_dpbf16's lane order to dims in order, for each 32-dim chunk. */
+static void unpermute_acc(float *a, uint32_t hd)
+{
+	float tmp[32];
+	uint32_t k, l, j;
+
+	for (k = 0; k < hd; k += 32) {
+		for (l = 0; l < 4; l++)
+			for (j = 0; j < 4; j++) {
+				tmp[8 * l + j] = a[k + 4 * l + j];
+				tmp[8 * l + 4 + j] = a[k + 16 + 4 * l + j];
+			}
+		memcpy(a + k, tmp, sizeof(tmp));
+	}
+}
+#endif
+
 /* Scores of R query vectors against nt keys (rows of f32 at krow[t], hdp long). */
 static void scores_f32(const struct cpu_call *c, struct cpu_scratch *sc, const float *const *krow,
 		       uint32_t nt, uint32_t R)
@@ -387,6 +559,17 @@ static void softmax_tile(const struct cpu_call *c, struct cpu_scratch *sc, uint3
 	}
 }
 
+/* Prefetches the next tile's rows of one head into L2 (paths that convert rows one by one). */
+static inline void prefetch_rows(const struct cpu_call *c, const char *const *next)
+{
+	size_t rowb = (size_t)c->hd * pkv_dtype_size(c->cdt), l;
+	uint32_t t;
+
+	for (t = 0; t < CPU_TK && next[t]; t++)
+		for (l = 0; l < rowb; l += 64)
+			__builtin_prefetch(next[t] + l, 0, 2);
+}
+
 /* The scratch of rows [r0, ...): lets the tile functions work on one KV head's rows of an item. */
 static inline struct cpu_scratch rows_from(const struct cpu_call *c, const struct cpu_scratch *sc, uint32_t r0)
 {
@@ -414,10 +597,13 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 	size_t csz = pkv_dtype_size(c->cdt);
 	const float *krow[CPU_TK], *vrow[CPU_TK];
 	const char *kraw[CPU_TK], *vraw[CPU_TK];
-	size_t tok[CPU_TK];
+	size_t tok[CPU_TK], tok_next[CPU_TK];
+	const char *knext[CPU_TK], *vnext[CPU_TK];
+	uint32_t n2;
 	int direct = c->cdt == PKV_DTYPE_F32 && c->hd == c->hdp;
 #if defined(KERNEL_DPBF16)
 	int use_dp = c->cdt == PKV_DTYPE_BF16 && c->adt == PKV_DTYPE_BF16;
+	int use_dp_pv = use_dp && c->hd % 32 == 0;
 #endif
 
 	/* Queries of this item, f32 (and raw bf16 for the dpbf16 scores). */
@@ -465,20 +651,16 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 			}
 		}
 		/*
-		 * Prefetch the next tile into L2 while this one computes: this item's
-		 * heads of each token are contiguous, but tokens hop between blocks.
+		 * Token offsets of the next tile, so the tile code can prefetch each
+		 * row it reads for the next tile right next to the read: spread out,
+		 * the prefetches overlap memory with compute; issued in one burst they
+		 * stall on the fill buffers and serialise the two.
 		 */
-		if (PKV_PREFETCH && (int32_t)(t0 + CPU_TK) < kend) {
-			uint32_t n2 = (uint32_t)kend - (t0 + CPU_TK) < CPU_TK ? (uint32_t)kend - (t0 + CPU_TK) : CPU_TK;
-			size_t first = (size_t)it->kvh * c->hd * csz, span = (size_t)it->nkvh * c->hd * csz, l;
-
+		n2 = 0;
+		if ((int32_t)(t0 + CPU_TK) < kend) {
+			n2 = (uint32_t)kend - (t0 + CPU_TK) < CPU_TK ? (uint32_t)kend - (t0 + CPU_TK) : CPU_TK;
 			for (t = 0; t < n2; t++) {
-				size_t o = (size_t)bt[blk] * c->block_stride + (size_t)off * c->token_stride + first;
-
-				for (l = 0; l < span; l += 64) {
-					__builtin_prefetch(c->kbase + o + l, 0, 2);
-					__builtin_prefetch(c->vbase + o + l, 0, 2);
-				}
+				tok_next[t] = (size_t)bt[blk] * c->block_stride + (size_t)off * c->token_stride;
 				if (++off == c->bs) {
 					off = 0;
 					blk++;
@@ -490,16 +672,24 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 			struct cpu_scratch v = rows_from(c, sc, hh * Rh);
 			size_t head = (size_t)(it->kvh + hh) * c->hd * csz;
 
-			for (t = 0; t < nt; t++) {
-				kraw[t] = c->kbase + tok[t] + head;
-				vraw[t] = c->vbase + tok[t] + head;
+			for (t = 0; t < CPU_TK; t++) {
+				if (t < nt) {
+					kraw[t] = c->kbase + tok[t] + head;
+					vraw[t] = c->vbase + tok[t] + head;
+				}
+				knext[t] = t < n2 ? c->kbase + tok_next[t] + head : NULL;
+				vnext[t] = t < n2 ? c->vbase + tok_next[t] + head : NULL;
 			}
 #if defined(KERNEL_DPBF16)
-			if (use_dp) {
+			if (use_dp_pv) {
+				scores_dpbf16_t(c, &v, kraw, knext, nt, Rh);
+			} else if (use_dp) {
 				scores_dpbf16(c, &v, kraw, nt, Rh);
+				prefetch_rows(c, knext);
 			} else
 #endif
 			{
+				prefetch_rows(c, knext);
 				for (t = 0; t < nt; t++) {
 					if (direct) {
 						krow[t] = (const float *)kraw[t];
@@ -511,6 +701,13 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 				scores_f32(c, &v, krow, nt, Rh);
 			}
 			softmax_tile(c, &v, t0, nt, Rh);
+#if defined(KERNEL_DPBF16)
+			if (use_dp_pv) {
+				accumulate_pv_dpbf16(c, &v, vraw, vnext, nt, Rh);
+				continue;
+			}
+#endif
+			prefetch_rows(c, vnext);
 			for (t = 0; t < nt; t++) {
 				if (direct) {
 					vrow[t] = (const float *)vraw[t];
@@ -526,6 +723,10 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 	for (r = 0; r < R; r++) {
 		float *a = sc->acc + (size_t)r * c->hdp;
 
+#if defined(KERNEL_DPBF16)
+		if (use_dp_pv)
+			unpermute_acc(a, c->hd);
+#endif
 		if (it->part >= 0) {
 			float *p = c->part + (size_t)it->part * c->part_stride + (size_t)r * (c->hdp + 2);
 

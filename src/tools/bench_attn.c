@@ -326,6 +326,12 @@ static int run_threads(const char *plugin, uint32_t threads, char *stream_buf, s
 				struct batch_data d;
 				uint32_t B = batches[bi], ctx = ctxs[ci];
 				double sec, bytes = (double)B * ctx * sh->nkv * sh->hd * 2 * 2;
+				char key[64];
+
+				/* PKV_BENCH_FILTER=hd64:1:512 runs one decode configuration (profiling). */
+				snprintf(key, sizeof(key), "%s:%u:%u", sh->name, B, ctx);
+				if (getenv("PKV_BENCH_FILTER") && strcmp(getenv("PKV_BENCH_FILTER"), key))
+					continue;
 
 				ret = pool_open(&bp, &plug, sh, (uint64_t)B * (ctx + 16), sweep_bytes);
 				if (ret)
