@@ -30,7 +30,6 @@
 #include "loader/loader.h"
 
 #define STREAM_BYTES (1ull << 30)
-#define SWEEP_BYTES (1ull << 30)
 
 struct shape {
 	const char *name;
@@ -52,12 +51,19 @@ static const uint32_t batches[] = { 1, 16 };
 static const uint32_t ctxs[] = { 512, 2048, 8192 };
 static const uint32_t pre_k[] = { 512, 4096 };
 static int quick;
+/* --only decode|prefill: run one half (profiling). */
+static const char *only;
+/* Bytes one sweep over the decode pool's layers covers: 1 GiB keeps KV out of the caches. */
+static uint64_t sweep_bytes = 1ull << 30;
+
+/* PKV_BENCH_CPUTIME=1 times with this thread's CPU time: steadier on a busy machine, valid for --threads 1 only. */
+static clockid_t bench_clock = CLOCK_MONOTONIC;
 
 static double now(void)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(bench_clock, &ts);
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -312,7 +318,7 @@ static int run_threads(const char *plugin, uint32_t threads, char *stream_buf, s
 	if (!json)
 		printf("threads %u: STREAM read %.1f GB/s\n", threads, res->stream_gbs);
 
-	for (si = 0; si < 2; si++)
+	for (si = 0; si < 2 && !(only && strcmp(only, "decode")); si++)
 		for (bi = 0; bi < 2; bi++)
 			for (ci = 0; ci < 3; ci++) {
 				const struct shape *sh = &shapes[si];
@@ -320,8 +326,14 @@ static int run_threads(const char *plugin, uint32_t threads, char *stream_buf, s
 				struct batch_data d;
 				uint32_t B = batches[bi], ctx = ctxs[ci];
 				double sec, bytes = (double)B * ctx * sh->nkv * sh->hd * 2 * 2;
+				char key[64];
 
-				ret = pool_open(&bp, &plug, sh, (uint64_t)B * (ctx + 16), SWEEP_BYTES);
+				/* PKV_BENCH_FILTER=hd64:1:512 runs one decode configuration (profiling). */
+				snprintf(key, sizeof(key), "%s:%u:%u", sh->name, B, ctx);
+				if (getenv("PKV_BENCH_FILTER") && strcmp(getenv("PKV_BENCH_FILTER"), key))
+					continue;
+
+				ret = pool_open(&bp, &plug, sh, (uint64_t)B * (ctx + 16), sweep_bytes);
 				if (ret)
 					goto out;
 				ret = batch_make(&d, &bp, B, 1, ctx);
@@ -338,7 +350,7 @@ static int run_threads(const char *plugin, uint32_t threads, char *stream_buf, s
 				if (ret)
 					goto out;
 			}
-	for (si = 0; si < 2; si++)
+	for (si = 0; si < 2 && !(only && strcmp(only, "prefill")); si++)
 		for (ki = 0; ki < 2; ki++) {
 			const struct shape *sh = &shapes[si];
 			struct bench_pool bp;
@@ -376,7 +388,7 @@ static void print_json_body(const struct result *r, uint32_t threads)
 	int si, bi, ci, ki, first = 1;
 
 	printf("\"threads\": %u, \"stream_read_gbs\": %.2f, \"decode_gbs\": [", threads, r->stream_gbs);
-	for (si = 0; si < 2; si++)
+	for (si = 0; si < 2 && !(only && strcmp(only, "decode")); si++)
 		for (bi = 0; bi < 2; bi++)
 			for (ci = 0; ci < 3; ci++) {
 				printf("%s{\"shape\": \"%s\", \"batch\": %u, \"ctx\": %u, \"gbs\": %.2f, \"of_stream\": %.3f}",
@@ -419,6 +431,8 @@ int main(int argc, char **argv)
 		{ "threads", required_argument, NULL, 't' },
 		{ "plugin", required_argument, NULL, 'p' },
 		{ "quick", no_argument, NULL, 'q' },
+		{ "sweep-mb", required_argument, NULL, 's' },
+		{ "only", required_argument, NULL, 'o' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -429,15 +443,18 @@ int main(int argc, char **argv)
 	int json = 0, threads = 0, c, ret = 0;
 	char *stream_buf;
 
-	while ((c = getopt_long(argc, argv, "jt:p:qh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "jt:p:qs:o:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'j': json = 1; break;
 		case 't': threads = atoi(optarg); break;
 		case 'p': plugin = optarg; break;
 		case 'q': quick = 1; break;
+		case 'o': only = optarg; break;
+		case 's': sweep_bytes = strtoull(optarg, NULL, 10) << 20; break;
 		case 'h':
-			printf("usage: pkv-bench attn [--json] [--threads N] [--plugin PATH|NAME] [--quick]\n"
-			       "  default: 1 thread and all %ld CPUs; --threads N measures only N\n", ncpu);
+			printf("usage: pkv-bench attn [--json] [--threads N] [--plugin PATH|NAME] [--quick] [--sweep-mb MB] [--only decode|prefill]\n"
+			       "  default: 1 thread and all %ld CPUs; --threads N measures only N\n"
+			       "  --sweep-mb: decode pool size swept (default 1024; 0 = one layer, cache-resident)\n", ncpu);
 			return 0;
 		default:
 			return 2;
@@ -449,6 +466,8 @@ int main(int argc, char **argv)
 	}
 	if (!plugin)
 		plugin = default_plugin(argv[0]);
+	if (getenv("PKV_BENCH_CPUTIME") && threads == 1)
+		bench_clock = CLOCK_THREAD_CPUTIME_ID;
 	if (threads) {
 		tl[nt++] = (uint32_t)threads;
 	} else {
