@@ -232,6 +232,44 @@ START_TEST(test_second_daemon_on_same_socket_refused)
 }
 END_TEST
 
+/*
+ * Clients that say hello and hang up at once while others connect: the
+ * daemon closes the first ones' fds while new connections reuse the numbers
+ * (regression: a queued doorbell read once ate a new client's hello).
+ */
+START_TEST(test_churn_of_connections_loses_no_hello)
+{
+	for (int round = 0; round < 20; round++) {
+		pid_t pids[6];
+
+		for (int i = 0; i < 6; i++) {
+			pids[i] = fork();
+			ck_assert_int_ge(pids[i], 0);
+			if (pids[i] == 0) {
+				struct pkv_connect_opts o = { .socket_path = D.sock, .timeout_ms = 3000 };
+				struct pkv_client *c;
+
+				for (int k = 0; k < 3; k++) {
+					if (pkv_connect(&o, &c))
+						_exit(1);
+					if (k == 2 && pkv_nop(c))
+						_exit(2);
+					pkv_disconnect(c);
+				}
+				_exit(0);
+			}
+		}
+		for (int i = 0; i < 6; i++) {
+			int st;
+
+			ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
+			ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "round %d client %d: %d", round, i,
+				      WEXITSTATUS(st));
+		}
+	}
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("daemon-liveness");
@@ -244,6 +282,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_dead_daemon_gives_errors_not_hang);
 	tcase_add_test(t, test_sigterm_finishes_and_exits_zero);
 	tcase_add_test(t, test_second_daemon_on_same_socket_refused);
+	tcase_add_test(t, test_churn_of_connections_loses_no_hello);
 	suite_add_tcase(s, t);
 	return s;
 }
