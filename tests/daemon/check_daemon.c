@@ -426,6 +426,32 @@ START_TEST(test_coalesced_attends_match_reference)
 }
 END_TEST
 
+START_TEST(test_pin_survives_flush_until_unpinned)
+{
+	struct pkv_client *c = connect_attach("pins");
+	static char out[4096];
+	int32_t toks[40];
+	uint32_t seq, nc;
+
+	ck_assert_ptr_nonnull(c);
+	make_prompt(toks, 40, 7);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 40, &seq, &nc), 0);
+	ck_assert_int_eq(run_step(c, seq, toks, 0, 40, NULL), 0);
+	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
+	ck_assert_int_eq(pkv_pin(c, toks, 40), 32);        /* two full blocks */
+	ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_FLUSH, PKV_FMT_TEXT, out, sizeof(out)), 0);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 40, &seq, &nc), 0);
+	ck_assert_uint_eq(nc, 32);                         /* still cached after the flush */
+	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
+	ck_assert_int_eq(pkv_unpin(c, toks, 40), 32);
+	ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_FLUSH, PKV_FMT_TEXT, out, sizeof(out)), 0);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 40, &seq, &nc), 0);
+	ck_assert_uint_eq(nc, 0);                          /* gone once unpinned and flushed */
+	pkv_disconnect(c);
+	ck_assert_int_eq(audit_until_clean(D.sock, 1000, NULL, 0), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("daemon");
@@ -441,6 +467,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_stats_report_prefix_hits);
 	tcase_add_test(t, test_pagedkvctl_commands);
 	tcase_add_test(t, test_coalesced_attends_match_reference);
+	tcase_add_test(t, test_pin_survives_flush_until_unpinned);
 	suite_add_tcase(s, t);
 	return s;
 }
