@@ -101,6 +101,8 @@ int pkv_stats(struct pkv_client *c, struct pkv_stats *st);
 
 /* A no-op round trip through the rings (liveness check, latency measurement). */
 int pkv_nop(struct pkv_client *c);
+/* Submits a no-op without waiting; pkv_wait(ticket) completes it (batching measurements). */
+int pkv_nop_async(struct pkv_client *c, uint64_t *ticket);
 
 #ifdef __cplusplus
 }

@@ -373,14 +373,17 @@ static void attend_task(void *arg, uint32_t task, uint32_t thread)
 static void merge_split(const struct cpu_call *c, const struct cpu_item *first, uint32_t nsplit)
 {
 	const struct pkv_attn_batch *b = c->b;
-	uint32_t R = first->nq * c->G, asz = pkv_dtype_size(c->adt), r, i, d;
+	uint32_t R = first->nq * first->nkvh * c->G, asz = pkv_dtype_size(c->adt), r, i, d;
 	float out[CPU_MAX_HD];
 
 	for (r = 0; r < R; r++) {
 		float M = -INFINITY, L = 0.0f;
-		uint32_t qi = r / c->G, h = first->kvh * c->G + r % c->G;
-		char *dst = (char *)b->o + ((size_t)(b->cu_seq_lens_q[first->seq] + first->q0 + qi) * b->o_stride_tok +
-					    (size_t)h * b->o_stride_head) * asz;
+		uint32_t qi, h;
+		char *dst;
+
+		cpu_row_map(c, first, r, &qi, &h);
+		dst = (char *)b->o + ((size_t)(b->cu_seq_lens_q[first->seq] + first->q0 + qi) * b->o_stride_tok +
+				      (size_t)h * b->o_stride_head) * asz;
 
 		for (i = 0; i < nsplit; i++) {
 			const float *p = c->part + (size_t)(first[i].part) * c->part_stride + (size_t)r * (c->hdp + 2);
@@ -464,7 +467,8 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 	call->scale = b->scale > 0 ? b->scale : 1.0f / sqrtf((float)g->head_dim);
 	call->softcap = b->softcap;
 	call->window = b->window_left;
-	rmax = call->qb * call->G;
+	/* A decode row (sq == 1) is one item over every KV head: whole token rows, read once, in order. */
+	rmax = call->qb * call->G > g->num_heads ? call->qb * call->G : g->num_heads;
 	ret = ensure_scratch(c, rmax);
 	if (ret)
 		return ret;
@@ -473,7 +477,7 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 	for (s = 0; s < b->num_seqs; s++) {
 		uint32_t sq = (uint32_t)(b->cu_seq_lens_q[s + 1] - b->cu_seq_lens_q[s]);
 
-		n_groups += (sq + call->qb - 1) / call->qb * g->num_kv_heads;
+		n_groups += sq == 1 ? 1 : (sq + call->qb - 1) / call->qb * g->num_kv_heads;
 	}
 	if (n_groups == 0)
 		return 0;
@@ -509,7 +513,9 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 			chunk = ((sk + nsplit - 1) / nsplit + CPU_TK - 1) / CPU_TK * CPU_TK;
 			nsplit = (sk + chunk - 1) / chunk;
 		}
-		for (h = 0; h < g->num_kv_heads; h++) {
+		uint32_t nkvh = sq == 1 ? g->num_kv_heads : 1;
+
+		for (h = 0; h < g->num_kv_heads; h += nkvh) {
 			for (q0 = 0; q0 < sq; q0 += call->qb) {
 				uint32_t nq = sq - q0 < call->qb ? sq - q0 : call->qb;
 
@@ -518,6 +524,7 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 
 					it->seq = s;
 					it->kvh = h;
+					it->nkvh = nkvh;
 					it->q0 = q0;
 					it->nq = nq;
 					it->k0 = i * chunk;

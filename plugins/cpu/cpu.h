@@ -29,14 +29,29 @@ struct cpu_call {
 
 /*
  * One unit of work: query rows [q0, q0+nq) of sequence seq, all G query heads
- * of KV head kvh, against keys [k0, k1). part < 0: the item covers every key
+ * of KV heads [kvh, kvh+nkvh), against keys [k0, k1). Decode items take every
+ * KV head, so a thread streams whole token rows (contiguous) of the cache. part < 0: the item covers every key
  * the rows can see and writes O; else it writes its (m, l, acc) partial into
  * part slot `part` for a later log-sum-exp merge (flash-decoding).
  */
 struct cpu_item {
-	uint32_t seq, kvh, q0, nq, k0, k1;
+	uint32_t seq, kvh, nkvh, q0, nq, k0, k1;
 	int32_t part;
 };
+
+/*
+ * Row r of an item (nq queries x nkvh KV heads x G query heads) is query
+ * q0 + qi, query head h; rows of one KV head are contiguous so the tile code
+ * can work on them as one group: r = (hh * nq + qi) * G + g.
+ */
+static inline void cpu_row_map(const struct cpu_call *c, const struct cpu_item *it, uint32_t r,
+			       uint32_t *qi, uint32_t *h)
+{
+	uint32_t g = r % c->G, rest = r / c->G;
+
+	*qi = rest % it->nq;
+	*h = (it->kvh + rest / it->nq) * c->G + g;
+}
 
 /* Per-thread scratch, sized for rmax = qb * G query vectors of hdp floats. */
 struct cpu_scratch {

@@ -18,11 +18,12 @@
  */
 #include <math.h>
 #include <string.h>
-#if defined(__x86_64__) && (defined(__F16C__) || defined(__AVX512F__))
+#if defined(__x86_64__) && (defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__))
 #include <immintrin.h>
 #endif
 
 #include "cpu.h"
+
 
 typedef float v16sf __attribute__((vector_size(64)));
 typedef int32_t v16si __attribute__((vector_size(64)));
@@ -90,12 +91,11 @@ static inline float hsum(v16sf v)
 
 static inline float hmax(v16sf v)
 {
-	float m = v[0];
-	int i;
-
-	for (i = 1; i < 16; i++)
-		m = v[i] > m ? v[i] : m;
-	return m;
+	v = vmax(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+	v = vmax(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
+	v = vmax(v, __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+	v = vmax(v, __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+	return v[0];
 }
 
 /* Horizontal sums of four vectors at once: [sum a, sum b, sum c, sum d]. */
@@ -158,10 +158,21 @@ static inline v16sf cvt16(const void *p, uint32_t dtype)
 	if (dtype == PKV_DTYPE_F32)
 		return ld(p);
 	if (dtype == PKV_DTYPE_BF16) {
+#if defined(__AVX512F__)
+		/* vpmovzxwd straight from memory, then shift: two instructions for 16 values. */
+		return (v16sf)_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p)), 16));
+#elif defined(__AVX2__)
+		__m256i lo = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(p)), 16);
+		__m256i hi = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p + 1)), 16);
+		v8sf l8 = (v8sf)_mm256_castsi256_ps(lo), h8 = (v8sf)_mm256_castsi256_ps(hi);
+
+		return __builtin_shufflevector(l8, h8, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#else
 		v16hu h;
 
 		memcpy(&h, p, sizeof(h));
 		return as_f(__builtin_convertvector(h, v16si) << 16);
+#endif
 	}
 #if defined(__AVX512F__)
 	return (v16sf)_mm512_cvtph_ps(_mm256_loadu_si256(p));
@@ -196,14 +207,6 @@ static inline void row_to_f32(float *dst, const void *src, uint32_t dtype, uint3
 		dst[d] = pkv_cpu_load(src, dtype, d);
 	for (; d < hdp; d++)
 		dst[d] = 0.0f;
-}
-
-/* Address of token j's row (for KV head kvh) in this layer's K or V. */
-static inline const char *kv_row(const struct cpu_call *c, const char *base, const int32_t *bt,
-				 uint32_t j, uint32_t kvh)
-{
-	return base + (size_t)bt[j / c->bs] * c->block_stride + (size_t)(j % c->bs) * c->token_stride +
-	       (size_t)kvh * c->hd * pkv_dtype_size(c->cdt);
 }
 
 #if defined(KERNEL_DPBF16)
@@ -247,6 +250,181 @@ static void scores_dpbf16(const struct cpu_call *c, struct cpu_scratch *sc, cons
 			}
 			s[t] = hsum((v16sf)a0);
 		}
+	}
+}
+#endif
+
+#if defined(KERNEL_DPBF16)
+/*
+ * acc[r] += P[r] . V with vdpbf16ps, two keys per instruction (bf16 cache,
+ * head_dim % 32 == 0). The V rows of a key pair are interleaved with
+ * vpunpck{l,h}wd once per tile and shared by all R rows; P is rounded to
+ * bf16 for the product, as FlashAttention does for its PV matmul (the sums
+ * stay f32). The unpack permutes dims inside each 128-bit lane: acc keeps
+ * that order until unpermute_acc.
+ */
+static void accumulate_pv_dpbf16(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *vraw,
+				 const char *const *vnext, uint32_t nt, uint32_t R)
+{
+	uint32_t nc = c->hd / 32, np = (nt + 1) / 2, r, t, k;
+	__m512i *v2 = (__m512i *)sc->vf; /* [np][nc][lo, hi] */
+
+	for (t = 0; t < np; t++)
+		for (k = 0; k < nc; k++) {
+			__m512i a = _mm512_loadu_si512(vraw[2 * t] + 64 * k);
+			__m512i b = 2 * t + 1 < nt ? _mm512_loadu_si512(vraw[2 * t + 1] + 64 * k) : _mm512_setzero_si512();
+
+			if (vnext[2 * t])
+				__builtin_prefetch(vnext[2 * t] + 64 * k, 0, 2);
+			if (2 * t + 1 < CPU_TK && vnext[2 * t + 1])
+				__builtin_prefetch(vnext[2 * t + 1] + 64 * k, 0, 2);
+			v2[(t * nc + k) * 2] = _mm512_unpacklo_epi16(a, b);
+			v2[(t * nc + k) * 2 + 1] = _mm512_unpackhi_epi16(a, b);
+		}
+	for (r = 0; r < R; r++) {
+		const float *p = sc->s + (size_t)r * CPU_TK;
+		float *a = sc->acc + (size_t)r * c->hdp;
+		uint32_t ph[CPU_TK / 2];
+
+		/* 32 probabilities -> 32 bf16, i.e. 16 (key, key+1) pairs. */
+		_mm512_storeu_si512(ph, (__m512i)_mm512_cvtne2ps_pbh((__m512)ld(p + 16), (__m512)ld(p)));
+		for (k = 0; k < nc; k++) {
+			__m512 lo0 = _mm512_loadu_ps(a + 32 * k), hi0 = _mm512_loadu_ps(a + 32 * k + 16);
+			__m512 lo1 = _mm512_setzero_ps(), hi1 = _mm512_setzero_ps();
+
+			for (t = 0; t + 2 <= np; t += 2) {
+				__m512bh p0 = (__m512bh)_mm512_set1_epi32((int)ph[t]);
+				__m512bh p1 = (__m512bh)_mm512_set1_epi32((int)ph[t + 1]);
+
+				lo0 = _mm512_dpbf16_ps(lo0, (__m512bh)v2[(t * nc + k) * 2], p0);
+				hi0 = _mm512_dpbf16_ps(hi0, (__m512bh)v2[(t * nc + k) * 2 + 1], p0);
+				lo1 = _mm512_dpbf16_ps(lo1, (__m512bh)v2[((t + 1) * nc + k) * 2], p1);
+				hi1 = _mm512_dpbf16_ps(hi1, (__m512bh)v2[((t + 1) * nc + k) * 2 + 1], p1);
+			}
+			if (t < np) {
+				__m512bh p0 = (__m512bh)_mm512_set1_epi32((int)ph[t]);
+
+				lo0 = _mm512_dpbf16_ps(lo0, (__m512bh)v2[(t * nc + k) * 2], p0);
+				hi0 = _mm512_dpbf16_ps(hi0, (__m512bh)v2[(t * nc + k) * 2 + 1], p0);
+			}
+			_mm512_storeu_ps(a + 32 * k, _mm512_add_ps(lo0, lo1));
+			_mm512_storeu_ps(a + 32 * k + 16, _mm512_add_ps(hi0, hi1));
+		}
+	}
+}
+
+/*
+ * Scores with vdpbf16ps and no horizontal sums (bf16 cache and queries,
+ * head_dim % 32 == 0): the K tile is transposed once into (dim pair) x
+ * (16 keys) vectors, 16x16 dword transposes in three shuffle stages, then
+ * each query row's dim pair is broadcast against 16 keys at a time. The
+ * shuffles (port 5) overlap the dot products (port 0).
+ */
+static void scores_dpbf16_t(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *kraw,
+			    const char *const *knext, uint32_t nt, uint32_t R)
+{
+	uint32_t np = c->hd / 2, nchunk = c->hd / 32, g, k, i, r, p, cc;
+	__m512i *kt = (__m512i *)sc->kf; /* [np][2]: keys 0-15, 16-31 */
+
+	for (g = 0; g < 2; g++) {
+		if (g * 16 >= nt) {
+			for (p = 0; p < np; p++)
+				kt[p * 2 + g] = _mm512_setzero_si512();
+			continue;
+		}
+		for (k = 0; k < nchunk; k++) {
+			__m512i rw[16], a[16], b[16];
+
+			for (i = 0; i < 16; i++) {
+				rw[i] = g * 16 + i < nt ? _mm512_loadu_si512(kraw[g * 16 + i] + 64 * k) : _mm512_setzero_si512();
+				if (knext[g * 16 + i])
+					__builtin_prefetch(knext[g * 16 + i] + 64 * k, 0, 2);
+			}
+			for (i = 0; i < 8; i++) {
+				a[2 * i] = _mm512_unpacklo_epi32(rw[2 * i], rw[2 * i + 1]);
+				a[2 * i + 1] = _mm512_unpackhi_epi32(rw[2 * i], rw[2 * i + 1]);
+			}
+			/* b[4i + c], lane L: column 4L + c of rows 4i..4i+3. */
+			for (i = 0; i < 4; i++) {
+				b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+				b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+				b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+				b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+			}
+			/* A 4x4 transpose of 128-bit lanes gathers each column's 16 rows. */
+			for (cc = 0; cc < 4; cc++) {
+				__m512i x0 = _mm512_shuffle_i32x4(b[cc], b[4 + cc], 0x44);
+				__m512i x1 = _mm512_shuffle_i32x4(b[cc], b[4 + cc], 0xee);
+				__m512i y0 = _mm512_shuffle_i32x4(b[8 + cc], b[12 + cc], 0x44);
+				__m512i y1 = _mm512_shuffle_i32x4(b[8 + cc], b[12 + cc], 0xee);
+
+				kt[(16 * k + cc) * 2 + g] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+				kt[(16 * k + 4 + cc) * 2 + g] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
+				kt[(16 * k + 8 + cc) * 2 + g] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+				kt[(16 * k + 12 + cc) * 2 + g] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
+			}
+		}
+	}
+	for (r = 0; r + 4 <= R; r += 4) {
+		const uint32_t *q0 = (const uint32_t *)(sc->qh + (size_t)r * CPU_MAX_HD);
+		const uint32_t *q1 = q0 + CPU_MAX_HD / 2, *q2 = q1 + CPU_MAX_HD / 2, *q3 = q2 + CPU_MAX_HD / 2;
+		__m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0;
+		float *srow = sc->s + (size_t)r * CPU_TK;
+
+		for (p = 0; p < np; p++) {
+			__m512bh k0 = (__m512bh)kt[2 * p], k1 = (__m512bh)kt[2 * p + 1];
+			__m512bh w;
+
+			w = (__m512bh)_mm512_set1_epi32((int)q0[p]);
+			a0 = _mm512_dpbf16_ps(a0, k0, w);
+			a1 = _mm512_dpbf16_ps(a1, k1, w);
+			w = (__m512bh)_mm512_set1_epi32((int)q1[p]);
+			b0 = _mm512_dpbf16_ps(b0, k0, w);
+			b1 = _mm512_dpbf16_ps(b1, k1, w);
+			w = (__m512bh)_mm512_set1_epi32((int)q2[p]);
+			c0 = _mm512_dpbf16_ps(c0, k0, w);
+			c1 = _mm512_dpbf16_ps(c1, k1, w);
+			w = (__m512bh)_mm512_set1_epi32((int)q3[p]);
+			d0 = _mm512_dpbf16_ps(d0, k0, w);
+			d1 = _mm512_dpbf16_ps(d1, k1, w);
+		}
+		_mm512_storeu_ps(srow, a0);
+		_mm512_storeu_ps(srow + 16, a1);
+		_mm512_storeu_ps(srow + CPU_TK, b0);
+		_mm512_storeu_ps(srow + CPU_TK + 16, b1);
+		_mm512_storeu_ps(srow + 2 * CPU_TK, c0);
+		_mm512_storeu_ps(srow + 2 * CPU_TK + 16, c1);
+		_mm512_storeu_ps(srow + 3 * CPU_TK, d0);
+		_mm512_storeu_ps(srow + 3 * CPU_TK + 16, d1);
+	}
+	for (; r < R; r++) {
+		const uint32_t *q0 = (const uint32_t *)(sc->qh + (size_t)r * CPU_MAX_HD);
+		__m512 a0 = _mm512_setzero_ps(), a1 = a0;
+
+		for (p = 0; p < np; p++) {
+			__m512bh w = (__m512bh)_mm512_set1_epi32((int)q0[p]);
+
+			a0 = _mm512_dpbf16_ps(a0, (__m512bh)kt[2 * p], w);
+			a1 = _mm512_dpbf16_ps(a1, (__m512bh)kt[2 * p + 1], w);
+		}
+		_mm512_storeu_ps(sc->s + (size_t)r * CPU_TK, a0);
+		_mm512_storeu_ps(sc->s + (size_t)r * CPU_TK + 16, a1);
+	}
+}
+
+/* Back from accumulate_pv_dpbf16's lane order to dims in order, for each 32-dim chunk. */
+static void unpermute_acc(float *a, uint32_t hd)
+{
+	float tmp[32];
+	uint32_t k, l, j;
+
+	for (k = 0; k < hd; k += 32) {
+		for (l = 0; l < 4; l++)
+			for (j = 0; j < 4; j++) {
+				tmp[8 * l + j] = a[k + 4 * l + j];
+				tmp[8 * l + 4 + j] = a[k + 16 + 4 * l + j];
+			}
+		memcpy(a + k, tmp, sizeof(tmp));
 	}
 }
 #endif
@@ -381,6 +559,33 @@ static void softmax_tile(const struct cpu_call *c, struct cpu_scratch *sc, uint3
 	}
 }
 
+/* Prefetches the next tile's rows of one head into L2 (paths that convert rows one by one). */
+static inline void prefetch_rows(const struct cpu_call *c, const char *const *next)
+{
+	size_t rowb = (size_t)c->hd * pkv_dtype_size(c->cdt), l;
+	uint32_t t;
+
+	for (t = 0; t < CPU_TK && next[t]; t++)
+		for (l = 0; l < rowb; l += 64)
+			__builtin_prefetch(next[t] + l, 0, 2);
+}
+
+/* The scratch of rows [r0, ...): lets the tile functions work on one KV head's rows of an item. */
+static inline struct cpu_scratch rows_from(const struct cpu_call *c, const struct cpu_scratch *sc, uint32_t r0)
+{
+	struct cpu_scratch v = *sc;
+
+	v.qf += (size_t)r0 * c->hdp;
+	v.qh += (size_t)r0 * CPU_MAX_HD;
+	v.s += (size_t)r0 * CPU_TK;
+	v.acc += (size_t)r0 * c->hdp;
+	v.m += r0;
+	v.l += r0;
+	v.lo += r0;
+	v.hi += r0;
+	return v;
+}
+
 static void attend_item(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc)
 {
 	const struct pkv_attn_batch *b = c->b;
@@ -388,21 +593,29 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 	int32_t sq = b->cu_seq_lens_q[it->seq + 1] - b->cu_seq_lens_q[it->seq];
 	int32_t sk = b->cu_seq_lens_k[it->seq + 1] - b->cu_seq_lens_k[it->seq];
 	int32_t kstart = INT32_MAX, kend = -1;
-	uint32_t R = it->nq * c->G, asz = pkv_dtype_size(c->adt), r, t, t0;
+	uint32_t Rh = it->nq * c->G, R = Rh * it->nkvh, asz = pkv_dtype_size(c->adt), r, t, t0, hh;
+	size_t csz = pkv_dtype_size(c->cdt);
 	const float *krow[CPU_TK], *vrow[CPU_TK];
 	const char *kraw[CPU_TK], *vraw[CPU_TK];
+	size_t tok[CPU_TK], tok_next[CPU_TK];
+	const char *knext[CPU_TK], *vnext[CPU_TK];
+	uint32_t n2;
 	int direct = c->cdt == PKV_DTYPE_F32 && c->hd == c->hdp;
 #if defined(KERNEL_DPBF16)
 	int use_dp = c->cdt == PKV_DTYPE_BF16 && c->adt == PKV_DTYPE_BF16;
+	int use_dp_pv = use_dp && c->hd % 32 == 0;
 #endif
 
 	/* Queries of this item, f32 (and raw bf16 for the dpbf16 scores). */
 	for (r = 0; r < R; r++) {
-		uint32_t qi = r / c->G, h = it->kvh * c->G + r % c->G;
-		const char *src = (const char *)b->q + ((size_t)(b->cu_seq_lens_q[it->seq] + it->q0 + qi) *
-							b->q_stride_tok + (size_t)h * b->q_stride_head) * asz;
-		int32_t i = (int32_t)(it->q0 + qi);
+		uint32_t qi, h;
+		const char *src;
+		int32_t i;
 
+		cpu_row_map(c, it, r, &qi, &h);
+		src = (const char *)b->q + ((size_t)(b->cu_seq_lens_q[it->seq] + it->q0 + qi) * b->q_stride_tok +
+					    (size_t)h * b->q_stride_head) * asz;
+		i = (int32_t)(it->q0 + qi);
 		row_to_f32(sc->qf + (size_t)r * c->hdp, src, c->adt, c->hd, c->hdp);
 #if defined(KERNEL_DPBF16)
 		if (use_dp) {
@@ -427,42 +640,93 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 
 	for (t0 = (uint32_t)kstart; kend > 0 && (int32_t)t0 < kend; t0 += CPU_TK) {
 		uint32_t nt = (uint32_t)kend - t0 < CPU_TK ? (uint32_t)kend - t0 : CPU_TK;
+		/* Walk the block table: one division per tile, not per key. */
+		uint32_t blk = t0 / c->bs, off = t0 % c->bs;
 
 		for (t = 0; t < nt; t++) {
-			kraw[t] = kv_row(c, c->kbase, bt, t0 + t, it->kvh);
-			vraw[t] = kv_row(c, c->vbase, bt, t0 + t, it->kvh);
+			tok[t] = (size_t)bt[blk] * c->block_stride + (size_t)off * c->token_stride;
+			if (++off == c->bs) {
+				off = 0;
+				blk++;
+			}
 		}
-#if defined(KERNEL_DPBF16)
-		if (use_dp) {
-			scores_dpbf16(c, sc, kraw, nt, R);
-		} else
-#endif
-		{
-			for (t = 0; t < nt; t++) {
-				if (direct) {
-					krow[t] = (const float *)kraw[t];
-				} else {
-					row_to_f32(sc->kf + (size_t)t * c->hdp, kraw[t], c->cdt, c->hd, c->hdp);
-					krow[t] = sc->kf + (size_t)t * c->hdp;
+		/*
+		 * Token offsets of the next tile, so the tile code can prefetch each
+		 * row it reads for the next tile right next to the read: spread out,
+		 * the prefetches overlap memory with compute; issued in one burst they
+		 * stall on the fill buffers and serialise the two.
+		 */
+		n2 = 0;
+		if ((int32_t)(t0 + CPU_TK) < kend) {
+			n2 = (uint32_t)kend - (t0 + CPU_TK) < CPU_TK ? (uint32_t)kend - (t0 + CPU_TK) : CPU_TK;
+			for (t = 0; t < n2; t++) {
+				tok_next[t] = (size_t)bt[blk] * c->block_stride + (size_t)off * c->token_stride;
+				if (++off == c->bs) {
+					off = 0;
+					blk++;
 				}
 			}
-			scores_f32(c, sc, krow, nt, R);
 		}
-		softmax_tile(c, sc, t0, nt, R);
-		for (t = 0; t < nt; t++) {
-			if (direct) {
-				vrow[t] = (const float *)vraw[t];
-			} else {
-				row_to_f32(sc->vf + (size_t)t * c->hdp, vraw[t], c->cdt, c->hd, c->hdp);
-				vrow[t] = sc->vf + (size_t)t * c->hdp;
+
+		for (hh = 0; hh < it->nkvh; hh++) {
+			struct cpu_scratch v = rows_from(c, sc, hh * Rh);
+			size_t head = (size_t)(it->kvh + hh) * c->hd * csz;
+
+			for (t = 0; t < CPU_TK; t++) {
+				if (t < nt) {
+					kraw[t] = c->kbase + tok[t] + head;
+					vraw[t] = c->vbase + tok[t] + head;
+				}
+				knext[t] = t < n2 ? c->kbase + tok_next[t] + head : NULL;
+				vnext[t] = t < n2 ? c->vbase + tok_next[t] + head : NULL;
 			}
+#if defined(KERNEL_DPBF16)
+			if (use_dp_pv) {
+				scores_dpbf16_t(c, &v, kraw, knext, nt, Rh);
+			} else if (use_dp) {
+				scores_dpbf16(c, &v, kraw, nt, Rh);
+				prefetch_rows(c, knext);
+			} else
+#endif
+			{
+				prefetch_rows(c, knext);
+				for (t = 0; t < nt; t++) {
+					if (direct) {
+						krow[t] = (const float *)kraw[t];
+					} else {
+						row_to_f32(sc->kf + (size_t)t * c->hdp, kraw[t], c->cdt, c->hd, c->hdp);
+						krow[t] = sc->kf + (size_t)t * c->hdp;
+					}
+				}
+				scores_f32(c, &v, krow, nt, Rh);
+			}
+			softmax_tile(c, &v, t0, nt, Rh);
+#if defined(KERNEL_DPBF16)
+			if (use_dp_pv) {
+				accumulate_pv_dpbf16(c, &v, vraw, vnext, nt, Rh);
+				continue;
+			}
+#endif
+			prefetch_rows(c, vnext);
+			for (t = 0; t < nt; t++) {
+				if (direct) {
+					vrow[t] = (const float *)vraw[t];
+				} else {
+					row_to_f32(sc->vf + (size_t)t * c->hdp, vraw[t], c->cdt, c->hd, c->hdp);
+					vrow[t] = sc->vf + (size_t)t * c->hdp;
+				}
+			}
+			accumulate_pv(c, &v, vrow, nt, Rh);
 		}
-		accumulate_pv(c, sc, vrow, nt, R);
 	}
 
 	for (r = 0; r < R; r++) {
 		float *a = sc->acc + (size_t)r * c->hdp;
 
+#if defined(KERNEL_DPBF16)
+		if (use_dp_pv)
+			unpermute_acc(a, c->hd);
+#endif
 		if (it->part >= 0) {
 			float *p = c->part + (size_t)it->part * c->part_stride + (size_t)r * (c->hdp + 2);
 
@@ -470,12 +734,14 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 			p[1] = sc->l[r];
 			memcpy(p + 2, a, c->hdp * sizeof(float));
 		} else {
-			uint32_t qi = r / c->G, h = it->kvh * c->G + r % c->G, d;
-			char *dst = (char *)b->o + ((size_t)(b->cu_seq_lens_q[it->seq] + it->q0 + qi) * b->o_stride_tok +
-						    (size_t)h * b->o_stride_head) * asz;
+			uint32_t qi, h, d;
+			char *dst;
 			/* A row that saw no key has l == 0: its output is 0, never 0/0. */
 			float inv = sc->l[r] > 0 ? 1.0f / sc->l[r] : 0.0f;
 
+			cpu_row_map(c, it, r, &qi, &h);
+			dst = (char *)b->o + ((size_t)(b->cu_seq_lens_q[it->seq] + it->q0 + qi) * b->o_stride_tok +
+					      (size_t)h * b->o_stride_head) * asz;
 			for (d = 0; d < c->hd; d++)
 				a[d] *= inv;
 			pkv_cpu_store_row(dst, c->adt, a, c->hd);

@@ -21,7 +21,11 @@
 struct pkv_cache;
 struct pkv_step;
 
-/* A 128-bit prefix key, or a namespace seed. */
+/*
+ * A 128-bit prefix key, or a namespace seed. A full block's key is
+ * XXH3-128(parent key, namespace, XXH3-128(its block_size token ids)), the
+ * parent key of a chain's first block being the namespace itself.
+ */
 struct pkv_key {
 	uint64_t lo, hi;
 };
@@ -101,7 +105,13 @@ struct pkv_step_meta {
 
 int pkv_step_begin(struct pkv_cache *c, uint32_t owner, const struct pkv_step_req *reqs,
 		   uint32_t n_reqs, struct pkv_step **step, struct pkv_step_meta *meta);
-/* Commits: lengths advance, newly full blocks are published. */
+/*
+ * Commits: lengths advance, newly full blocks are published. A full block
+ * stays private when its key is already published (another sequence filled
+ * the same prefix first; hits go to that one) and when the block before it
+ * in the sequence is not itself published: a published chain is always
+ * published end to end, so a hit never depends on a private block.
+ */
 int pkv_step_commit(struct pkv_cache *c, struct pkv_step *step);
 /*
  * Releases the reservation; nothing else changes, with one exception: a

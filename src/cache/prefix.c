@@ -132,6 +132,14 @@ static int check_tokens(const struct pkv_cache *c, const int32_t *tokens, uint32
 	return 0;
 }
 
+/* A chain never holds more blocks than the pool; the bound keeps scratch safe even so. */
+static uint32_t max_walk(const struct pkv_cache *c, uint32_t n_tokens)
+{
+	uint32_t n = n_tokens / c->bs;
+
+	return n < c->g.num_blocks ? n : c->g.num_blocks;
+}
+
 int pkv_prefix_pin(struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens, uint32_t n_tokens)
 {
 	uint32_t n, i, fresh = 0, have;
@@ -141,7 +149,7 @@ int pkv_prefix_pin(struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens
 	err = check_tokens(c, tokens, n_tokens);
 	if (err)
 		return err;
-	n = pkv_prefix_walk(c, ns, tokens, n_tokens / c->bs, c->scratch);
+	n = pkv_prefix_walk(c, ns, tokens, max_walk(c, n_tokens), c->scratch);
 	if (!n)
 		return 0;
 	for (i = 0; i < n; i++)
@@ -191,7 +199,7 @@ int pkv_prefix_unpin(struct pkv_cache *c, struct pkv_key ns, const int32_t *toke
 	err = check_tokens(c, tokens, n_tokens);
 	if (err)
 		return err;
-	n = pkv_prefix_walk(c, ns, tokens, n_tokens / c->bs, c->scratch);
+	n = pkv_prefix_walk(c, ns, tokens, max_walk(c, n_tokens), c->scratch);
 	while (n && c->blk[c->scratch[n - 1]].pin == 0)
 		n--;
 	/* Some pin must end at the deepest pinned block, or this path was never pinned as such. */

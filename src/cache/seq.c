@@ -281,7 +281,8 @@ int pkv_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t *ch
 	if (err)
 		return err;
 	s = seq_take(c, o, p->ns);
-	memcpy(s->tab, p->tab, p->nblk * sizeof(*s->tab));
+	if (p->nblk)   /* an empty sequence may have no table at all */
+		memcpy(s->tab, p->tab, p->nblk * sizeof(*s->tab));
 	for (i = 0; i < p->nblk; i++)
 		c->blk[s->tab[i]].ref++;
 	s->nblk = p->nblk;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -442,7 +443,10 @@ static int wait_cqe(struct pkv_client *c, uint64_t ud, struct pkv_cqe *out)
 		if (t >= deadline)
 			return -ETIMEDOUT;
 		if (t < spin_end) {
-			pkv_cpu_relax();
+			/* Past the first microseconds, let a runnable thread (the daemon's
+			 * worker, on a busy machine) have this core between checks. */
+			if (t - start > 2000)
+				sched_yield();
 			continue;
 		}
 		r = sleep_cq(c, (int)((deadline - t) / 1000000ull) + 1);
@@ -711,4 +715,17 @@ int pkv_nop(struct pkv_client *c)
 	if (!c)
 		return -EINVAL;
 	return call(c, &sqe, NULL);
+}
+
+int pkv_nop_async(struct pkv_client *c, uint64_t *ticket)
+{
+	struct pkv_sqe sqe = { .opcode = PKV_OP_NOP };
+	int r;
+
+	if (!c || !ticket)
+		return -EINVAL;
+	r = submit(c, &sqe);
+	if (!r)
+		*ticket = sqe.user_data;
+	return r;
 }

@@ -95,7 +95,6 @@ static int copy_str(char *dst, size_t len, const char *v)
 int pkv_config_set(struct pkv_config *cfg, const char *key, const char *value, char *why, size_t why_len)
 {
 	char k[64];
-	unsigned u;
 	size_t i;
 	int r = -EINVAL;
 
@@ -158,7 +157,6 @@ int pkv_config_set(struct pkv_config *cfg, const char *key, const char *value, c
 		snprintf(why, why_len, "unknown key '%s'", key);
 		return -EINVAL;
 	}
-	(void)u;
 	if (r)
 		snprintf(why, why_len, "bad value '%.200s' for %s", value, key);
 	return r;

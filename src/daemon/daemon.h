@@ -43,7 +43,7 @@ uint64_t pool_bytes(const struct pkv_geometry *g);
 
 /* ---------------------------------------------------------------- sessions */
 
-enum watch_kind { W_LISTEN = 1, W_SIGNAL, W_WAKE, W_TIMER, W_CTL, W_BELL };
+enum watch_kind { W_LISTEN = 1, W_SIGNAL, W_WAKE, W_TIMER, W_CTL, W_BELL, W_CANCEL };
 
 /* What an io_uring request's user_data points to. */
 struct watch {
@@ -64,8 +64,8 @@ struct session {
 	pid_t pid;
 	int role;                     /* 0 until hello */
 	uint64_t created_ns;
-	struct watch w_ctl, w_bell;
-	int armed;                    /* io_uring requests still pointing at this session */
+	struct watch w_ctl, w_bell, w_cancel;
+	int armed;                    /* io_uring requests (cancels included) still pointing at this session */
 	uint64_t bell_buf;            /* target of the doorbell read */
 	int closing;                  /* hung up: stop reading, release when idle */
 	int released;
@@ -80,11 +80,14 @@ struct session {
 	struct pool *pool;
 	struct pkv_key ns;
 	struct pkv_step *step;
+	int step_poisoned;            /* its copy-on-write failed: commit must not publish */
 	struct pkv_step_meta meta;
 	struct pkv_step_req *step_reqs; /* private copies for length updates at commit */
 	uint32_t n_step_reqs;
 	int32_t *step_tokens;
 	uint32_t inflight;            /* attends handed to the worker */
+	pthread_spinlock_t cq_lock;   /* the loop and the worker both post completions */
+	int cq_broken;                /* set by a poster that found the ring corrupted */
 	uint32_t cq_pending;          /* SQEs consumed whose CQE is not posted yet */
 	struct seq_ent *seqs;
 	uint32_t n_seqs, cap_seqs;
@@ -101,6 +104,7 @@ struct attend_item {
 	const void *q, *k, *v;
 	void *o;
 	int32_t res;
+	int posted;                   /* the worker already posted the completion */
 };
 
 enum job_kind { JOB_ATTEND = 1, JOB_COPY };
@@ -178,7 +182,7 @@ void session_ctl_message(struct pkv_daemon *d, struct session *s);
 /* Consumes SQEs; returns how many were handled. */
 int session_process(struct pkv_daemon *d, struct session *s);
 /* Posts a completion for one of the worker's results. */
-void session_complete(struct pkv_daemon *d, struct session *s, uint64_t ud, int32_t res);
+void session_complete(struct pkv_daemon *d, struct session *s, uint64_t ud, int32_t res, int posted);
 int session_post(struct session *s, uint64_t ud, int32_t res, uint64_t p0, uint64_t p1);
 void session_set_err(struct session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void session_release(struct pkv_daemon *d, struct session *s);

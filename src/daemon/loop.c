@@ -3,6 +3,7 @@
 #include "config.h"
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,7 @@ static void do_accept(struct pkv_daemon *d)
 			continue;
 		}
 		d->accepted++;
+		pkv_dbg("client %u: accepted (fd %d, pid %d)", s->id, fd, (int)s->pid);
 		if (arm_poll(d, fd, POLLIN | POLLRDHUP, &s->w_ctl)) {
 			s->closing = 1;
 			s->released = 1;
@@ -113,6 +115,8 @@ static void begin_stop(struct pkv_daemon *d)
 
 static void on_ctl(struct pkv_daemon *d, struct session *s, struct io_uring_cqe *cqe)
 {
+	pkv_dbg("client %u: control socket event 0x%x%s", s->id, (unsigned)cqe->res,
+		(cqe->flags & IORING_CQE_F_MORE) ? " (more)" : "");
 	if (!(cqe->flags & IORING_CQE_F_MORE)) {
 		s->armed--;
 		if (!s->closing && cqe->res >= 0 && !arm_poll(d, s->sock, POLLIN | POLLRDHUP, &s->w_ctl))
@@ -178,8 +182,6 @@ static int drain_uring(struct pkv_daemon *d)
 {
 	struct io_uring_cqe *cqe;
 	unsigned head, n = 0;
-	struct session *closed[64];
-	unsigned n_closed = 0;
 
 	io_uring_for_each_cqe(&d->ring, head, cqe) {
 		struct watch *w = io_uring_cqe_get_data(cqe);
@@ -207,19 +209,16 @@ static int drain_uring(struct pkv_daemon *d)
 			break;
 		case W_CTL:
 			on_ctl(d, w->s, cqe);
-			if (w->s->closing && n_closed < 64)
-				closed[n_closed++] = w->s;
 			break;
 		case W_BELL:
 			on_bell(d, w->s, cqe);
-			if (w->s->closing && n_closed < 64)
-				closed[n_closed++] = w->s;
+			break;
+		case W_CANCEL:
+			w->s->armed--;
 			break;
 		}
 	}
 	io_uring_cq_advance(&d->ring, n);
-	(void)closed;
-	(void)n_closed;
 	return (int)n;
 }
 
@@ -247,12 +246,14 @@ static int process_done(struct pkv_daemon *d)
 			j->pool->batches++;
 			for (uint32_t i = 0; i < j->n_items; i++) {
 				j->pool->batch_seqs += j->items[i].meta->num_seqs;
-				session_complete(d, j->items[i].s, j->items[i].user_data, j->res);
+				session_complete(d, j->items[i].s, j->items[i].user_data, j->res, j->items[i].posted);
 			}
 		} else if (j->s->inflight) {
 			/* A failed copy-on-write poisons the step: its commit must not publish. */
-			if (j->res < 0 && j->s->step)
+			if (j->res < 0 && j->s->step) {
 				pkv_warn("client %u: copy-on-write failed: %s", j->s->id, strerror(-j->res));
+				j->s->step_poisoned = 1;
+			}
 			j->s->inflight--;
 		}
 		job_free(j);
@@ -351,6 +352,9 @@ int loop_run(struct pkv_daemon *d)
 		if (pkv_now_ns() - last < spin_ns) {
 			for (int i = 0; i < 16; i++)
 				pkv_cpu_relax();
+			/* Spinning must not starve the worker when cores are scarce. */
+			if (pkv_now_ns() - last > 2000)
+				sched_yield();
 			continue;
 		}
 		if (prepare_sleep(d)) {

@@ -179,6 +179,13 @@ err:
 	}
 }
 
+/* Plugins log through the host; their lines go where the daemon's go (stderr or syslog). */
+static void plugin_log(void *ud, int level, const char *msg)
+{
+	(void)ud;
+	pkv_log(level, "%s", msg);
+}
+
 static int load_plugins(struct pkv_daemon *d)
 {
 	char err[512];
@@ -189,6 +196,7 @@ static int load_plugins(struct pkv_daemon *d)
 		pkv_err("cannot start the worker threads: %s", strerror(-r));
 		return r;
 	}
+	pkv_host_set_log_sink(d->host, plugin_log, NULL);
 	r = pkv_plugin_load(d->cfg.backend_varlen, NULL, d->cfg.plugin_dir, d->host, &d->plug_varlen,
 			    err, sizeof(err));
 	if (r) {

@@ -51,6 +51,8 @@ struct session *session_new(struct pkv_daemon *d, int sock)
 	s->created_ns = pkv_now_ns();
 	s->w_ctl = (struct watch){ W_CTL, s };
 	s->w_bell = (struct watch){ W_BELL, s };
+	s->w_cancel = (struct watch){ W_CANCEL, s };
+	pthread_spin_init(&s->cq_lock, PTHREAD_PROCESS_PRIVATE);
 	s->next = d->sessions;
 	if (d->sessions)
 		d->sessions->prev = s;
@@ -93,28 +95,38 @@ static void ring_cq_bell(struct session *s)
 		pkv_dbg("client %u: doorbell: %s", s->id, strerror(errno));
 }
 
+/*
+ * Posts one completion. Called by the loop and by the worker (attends, so a
+ * result reaches the client without another thread hop); the region stays
+ * mapped while the worker holds attends of this session, since release
+ * waits for them.
+ */
 int session_post(struct session *s, uint64_t ud, int32_t res, uint64_t p0, uint64_t p1)
 {
 	struct pkv_cqe cqe = { .user_data = ud, .res = res, .payload = { p0, p1 } };
 	int64_t space;
+	int wake;
 
-	if (!s->region || s->closing)
+	if (!s->region)
 		return -ECONNRESET;
+	pthread_spin_lock(&s->cq_lock);
 	space = pkv_ring_space(&s->cq);
-	if (space <= 0) {
+	if (space <= 0 || s->cq_broken) {
 		/* Room was checked before the SQE was taken: the client corrupted its ring. */
-		pkv_warn("client %u (pid %d): completion ring corrupted or overrun; disconnecting",
-			 s->id, (int)s->pid);
+		s->cq_broken = 1;
+		pthread_spin_unlock(&s->cq_lock);
 		return -EPROTO;
 	}
 	memcpy(pkv_ring_prod_slot(&s->cq), &cqe, sizeof(cqe));
 	pkv_ring_publish(&s->cq);
-	if (pkv_ring_needs_wakeup(&s->cq))
+	wake = pkv_ring_needs_wakeup(&s->cq);
+	pthread_spin_unlock(&s->cq_lock);
+	if (wake)
 		ring_cq_bell(s);
 	return 0;
 }
 
-void session_complete(struct pkv_daemon *d, struct session *s, uint64_t ud, int32_t res)
+void session_complete(struct pkv_daemon *d, struct session *s, uint64_t ud, int32_t res, int posted)
 {
 	if (s->inflight)
 		s->inflight--;
@@ -124,8 +136,11 @@ void session_complete(struct pkv_daemon *d, struct session *s, uint64_t ud, int3
 		return;
 	if (res < 0)
 		s->errors++;
-	if (session_post(s, ud, res, 0, 0))
+	if ((!posted && session_post(s, ud, res, 0, 0)) || s->cq_broken) {
+		pkv_warn("client %u (pid %d): completion ring corrupted or overrun; disconnecting",
+			 s->id, (int)s->pid);
 		session_hangup(d, s);
+	}
 }
 
 /* ---------------------------------------------------------------- sequences table */
@@ -403,6 +418,7 @@ static void *copy_out(const struct session *s, uint64_t off, uint64_t n)
 static void step_clear(struct session *s)
 {
 	s->step = NULL;
+	s->step_poisoned = 0;
 	memset(&s->meta, 0, sizeof(s->meta));
 	free(s->step_reqs);
 	free(s->step_tokens);
@@ -525,7 +541,6 @@ out:
 
 static int op_attend(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e)
 {
-	uint32_t act = pkv_dtype_size(s->pool->act_dtype);
 	struct attend_item it = {
 		.s = s, .user_data = e->user_data, .meta = &s->meta,
 		.q = s->arena + e->off[0], .k = s->arena + e->off[1],
@@ -533,7 +548,6 @@ static int op_attend(struct pkv_daemon *d, struct session *s, const struct pkv_s
 	};
 	struct job *j;
 
-	(void)act;
 	/* Attends of one pool and layer seen in the same sweep share a job (coalescing). */
 	for (j = d->sweep_jobs; j; j = j->next)
 		if (d->cfg.coalesce && j->pool == s->pool && j->layer == e->layer)
@@ -633,6 +647,13 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 			session_set_err(s, "no open step");
 			return -EINVAL;
 		}
+		if (s->step_poisoned) {
+			/* Its copy-on-write failed: publishing those blocks would share wrong KV. */
+			pkv_step_abort(c, s->step);
+			step_clear(s);
+			session_set_err(s, "copy-on-write failed in the backend; the step was aborted");
+			return -EIO;
+		}
 		r = pkv_step_commit(c, s->step);
 		if (r) {
 			session_set_err(s, "commit: %s", strerror(-r));
@@ -698,7 +719,9 @@ int session_process(struct pkv_daemon *d, struct session *s)
 
 		if (avail == 0)
 			break;
+		pthread_spin_lock(&s->cq_lock); /* the worker may be posting */
 		space = pkv_ring_space(&s->cq);
+		pthread_spin_unlock(&s->cq_lock);
 		if (avail < 0 || space < 0) {
 			pkv_warn("client %u (pid %d): ring indices corrupted; disconnecting", s->id, (int)s->pid);
 			session_hangup(d, s);
@@ -729,6 +752,8 @@ int session_process(struct pkv_daemon *d, struct session *s)
 		if (r < 0)
 			s->errors++;
 		if (session_post(s, e.user_data, r, p0, p1)) {
+			pkv_warn("client %u (pid %d): completion ring corrupted or overrun; disconnecting",
+				 s->id, (int)s->pid);
 			session_hangup(d, s);
 			break;
 		}
@@ -738,11 +763,24 @@ int session_process(struct pkv_daemon *d, struct session *s)
 
 /* ---------------------------------------------------------------- hang-up */
 
+/*
+ * Queued SQEs name fds by number and take their file only when submitted: a
+ * re-armed doorbell read still in the SQ when we close the eventfd would,
+ * once accept reuses the number, read (and eat) a new client's hello.
+ * Submit before closing anything.
+ */
+static void flush_sqes(struct pkv_daemon *d)
+{
+	if (io_uring_sq_ready(&d->ring))
+		io_uring_submit(&d->ring);
+}
+
 void session_release(struct pkv_daemon *d, struct session *s)
 {
 	if (s->released)
 		return;
 	s->released = 1;
+	flush_sqes(d);
 	if (s->pool) {
 		if (s->step)
 			pkv_step_abort(s->pool->cache, s->step);
@@ -774,25 +812,26 @@ void session_hangup(struct pkv_daemon *d, struct session *s)
 		return;
 	s->closing = 1;
 	pkv_dbg("client %u (pid %d): hung up", s->id, (int)s->pid);
-	/* Cancel the requests that point at us; the memory stays until they report back. */
+	/*
+	 * Cancel the requests that point at us. The cancels themselves count as
+	 * armed until they complete: were the session freed while a cancel is
+	 * still queued, a new session allocated at the same address would be
+	 * the one cancelled.
+	 */
 	if (s->armed) {
-		sqe = io_uring_get_sqe(&d->ring);
-		if (!sqe) {
-			io_uring_submit(&d->ring);
+		struct watch *targets[2] = { &s->w_ctl, &s->w_bell };
+
+		for (int i = 0; i < 2; i++) {
 			sqe = io_uring_get_sqe(&d->ring);
-		}
-		if (sqe) {
-			io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)&s->w_ctl, 0);
-			io_uring_sqe_set_data(sqe, NULL);
-		}
-		sqe = io_uring_get_sqe(&d->ring);
-		if (!sqe) {
-			io_uring_submit(&d->ring);
-			sqe = io_uring_get_sqe(&d->ring);
-		}
-		if (sqe) {
-			io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)&s->w_bell, 0);
-			io_uring_sqe_set_data(sqe, NULL);
+			if (!sqe) {
+				io_uring_submit(&d->ring);
+				sqe = io_uring_get_sqe(&d->ring);
+			}
+			if (!sqe)
+				continue;
+			io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)targets[i], 0);
+			io_uring_sqe_set_data(sqe, &s->w_cancel);
+			s->armed++;
 		}
 	}
 	/* Releasing waits for attends still running on the worker: they write into our arena
@@ -809,6 +848,8 @@ int session_maybe_free(struct pkv_daemon *d, struct session *s)
 		session_release(d, s);
 	if (!s->released || s->armed)
 		return 0;
+	pkv_dbg("client %u: freed (fd %d)", s->id, s->sock);
+	flush_sqes(d);
 	close(s->sock);
 	if (s->prev)
 		s->prev->next = s->next;
@@ -817,6 +858,7 @@ int session_maybe_free(struct pkv_daemon *d, struct session *s)
 	if (s->next)
 		s->next->prev = s->prev;
 	d->n_sessions--;
+	pthread_spin_destroy(&s->cq_lock);
 	free(s);
 	return 1;
 }

@@ -1,2 +1,5 @@
 # SPDX-License-Identifier: MIT
-# src/tools/ctl.mk: build rules (filled in by its issue).
+# pagedkvctl: status, audit, flush and metrics of a running pagedkvd.
+bin_PROGRAMS += src/tools/pagedkvctl
+src_tools_pagedkvctl_SOURCES = src/tools/pagedkvctl.c
+src_tools_pagedkvctl_LDADD = src/common/libpkvcommon.la

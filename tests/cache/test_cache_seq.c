@@ -233,6 +233,25 @@ START_TEST(open_max_seqs_enospc)
 }
 END_TEST
 
+START_TEST(open_empty_then_fork_and_fill)
+{
+	struct pkv_cache *c = test_cache(64);
+	int32_t t[20];
+	uint32_t s, k, nc = 5;
+
+	test_prompt(t, 20, 1);
+	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), NULL, 0, &s, &nc), 0);
+	ck_assert_uint_eq(nc, 0);
+	ck_assert_int_eq(pkv_seq_fork(c, OWN, s, &k), 0);
+	test_append(c, OWN, s, t, 20);
+	test_append(c, OWN, k, t, 3);
+	ck_assert_int_eq(pkv_seq_len(c, OWN, s), 20);
+	ck_assert_int_eq(pkv_seq_len(c, OWN, k), 3);
+	test_audit_clean(c);
+	pkv_cache_destroy(c);
+}
+END_TEST
+
 START_TEST(closed_handle_is_never_valid_again)
 {
 	struct pkv_cache *c = test_cache(64);
@@ -911,6 +930,104 @@ START_TEST(owner_usage_counts_references)
 }
 END_TEST
 
+START_TEST(create_rejects_absurd_limits)
+{
+	struct pkv_geometry g = test_geom(64);
+	struct pkv_cache_limits lim = { .max_seqs = UINT32_MAX };
+	struct pkv_cache *c = NULL;
+
+	ck_assert_int_eq(pkv_cache_create(&g, &lim, &c), -EINVAL);
+	ck_assert_ptr_null(c);
+	lim = (struct pkv_cache_limits){ .max_tokens_per_seq = UINT32_MAX };
+	ck_assert_int_eq(pkv_cache_create(&g, &lim, &c), -EINVAL);
+	ck_assert_int_eq(pkv_cache_create(&g, NULL, NULL), -EINVAL);
+}
+END_TEST
+
+START_TEST(geometry_is_reported_back)
+{
+	struct pkv_geometry g = test_geom(64);
+	struct pkv_cache *c = test_cache(64);
+
+	ck_assert(!memcmp(pkv_cache_geometry(c), &g, sizeof(g)));
+	pkv_cache_destroy(c);
+}
+END_TEST
+
+START_TEST(steps_overlap_and_end_in_any_order)
+{
+	struct pkv_cache *c = test_cache(64);
+	int32_t t[40];
+	uint32_t s[3], nc;
+	struct pkv_step_req r;
+	struct pkv_step *st[3];
+	struct pkv_step_meta m;
+	struct pkv_cache_stats a;
+
+	test_prompt(t, 40, 1);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 40, &s[i], &nc), 0);
+		r = (struct pkv_step_req){ s[i], 20, t };
+		ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &st[i], &m), 0);
+	}
+	pkv_cache_stats(c, &a);
+	ck_assert_uint_eq(a.open_steps, 3);
+	test_audit_clean(c);
+	ck_assert_int_eq(pkv_step_commit(c, st[1]), 0);
+	pkv_step_abort(c, st[0]);
+	test_audit_clean(c);
+	ck_assert_int_eq(pkv_step_commit(c, st[2]), 0);
+	ck_assert_int_eq(pkv_seq_len(c, OWN, s[0]), 0);
+	ck_assert_int_eq(pkv_seq_len(c, OWN, s[1]), 20);
+	ck_assert_int_eq(pkv_seq_len(c, OWN, s[2]), 20);
+	pkv_cache_stats(c, &a);
+	ck_assert_uint_eq(a.open_steps, 0);
+	test_audit_clean(c);
+	pkv_cache_destroy(c);
+}
+END_TEST
+
+START_TEST(many_owners_come_and_go)
+{
+	struct pkv_cache *c = test_cache(512);
+	int32_t t[20];
+	uint32_t s[200];
+	struct pkv_owner_usage u;
+
+	/* Enough owners to grow the owner map several times, then shrink it again. */
+	test_prompt(t, 20, 1);
+	for (uint32_t o = 0; o < 200; o++)
+		s[o] = test_prefill(c, 1000 + o * 7919, test_ns(1), t, 20, NULL);
+	test_audit_clean(c);
+	for (uint32_t o = 0; o < 200; o += 2)
+		ck_assert_int_eq(pkv_seq_close(c, 1000 + o * 7919, s[o]), 0);
+	for (uint32_t o = 1; o < 200; o += 4)
+		ck_assert_int_eq(pkv_cache_release_owner(c, 1000 + o * 7919), 1);
+	test_audit_clean(c);
+	for (uint32_t o = 0; o < 200; o++) {
+		pkv_cache_owner_usage(c, 1000 + o * 7919, &u);
+		ck_assert_uint_eq(u.seqs, o % 4 == 3);
+		if (o % 4 == 3)
+			ck_assert_int_eq(pkv_seq_len(c, 1000 + o * 7919, s[o]), 20);
+	}
+	pkv_cache_destroy(c);
+}
+END_TEST
+
+START_TEST(fork_needs_a_child_pointer)
+{
+	struct pkv_cache *c = test_cache(64);
+	int32_t t[4] = { 1, 2, 3, 4 };
+	uint32_t s, nc;
+
+	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 4, &s, &nc), 0);
+	ck_assert_int_eq(pkv_seq_fork(c, OWN, s, NULL), -EINVAL);
+	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 4, NULL, &nc), -EINVAL);
+	test_audit_clean(c);
+	pkv_cache_destroy(c);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("cache-seq");
@@ -924,6 +1041,8 @@ static Suite *suite(void)
 	tcase_add_test(tc, geometry_product_overflow);
 	tcase_add_test(tc, create_rejects_bad_geometry);
 	tcase_add_test(tc, namespace_depends_on_every_input);
+	tcase_add_test(tc, create_rejects_absurd_limits);
+	tcase_add_test(tc, geometry_is_reported_back);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("sequences");
@@ -934,6 +1053,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, open_other_namespace_misses);
 	tcase_add_test(tc, open_too_many_tokens_einval);
 	tcase_add_test(tc, open_max_seqs_enospc);
+	tcase_add_test(tc, open_empty_then_fork_and_fill);
 	tcase_add_test(tc, closed_handle_is_never_valid_again);
 	tcase_add_test(tc, close_returns_blocks);
 	tcase_add_test(tc, fork_shares_every_block);
@@ -960,6 +1080,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, step_commit_twice_einval);
 	tcase_add_test(tc, step_commit_publishes_full_blocks);
 	tcase_add_test(tc, step_duplicate_key_stays_private);
+	tcase_add_test(tc, steps_overlap_and_end_in_any_order);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("owners");
@@ -968,6 +1089,8 @@ static Suite *suite(void)
 	tcase_add_test(tc, owner_seq_limit_enospc);
 	tcase_add_test(tc, owner_block_limit_enospc);
 	tcase_add_test(tc, owner_usage_counts_references);
+	tcase_add_test(tc, many_owners_come_and_go);
+	tcase_add_test(tc, fork_needs_a_child_pointer);
 	suite_add_tcase(s, tc);
 	return s;
 }

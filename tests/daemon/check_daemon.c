@@ -213,6 +213,245 @@ START_TEST(test_two_processes_share_prefix)
 }
 END_TEST
 
+START_TEST(test_fork_and_truncate_across_steps)
+{
+	struct pkv_client *c = connect_attach("p");
+	int32_t par[32], kid[32];
+	uint32_t seq, child, n_cached;
+
+	ck_assert_ptr_nonnull(c);
+	make_prompt(par, 32, 4);
+	memcpy(kid, par, sizeof(kid));
+	kid[20] = 777; /* the fork diverges at position 20 */
+	kid[21] = 778;
+	ck_assert_int_eq(pkv_seq_open(c, par, 20, &seq, &n_cached), 0);
+	ck_assert_float_le(prefill_and_check(c, seq, par, 20, 0, NULL), 1e-5f);
+	ck_assert_int_eq(pkv_seq_fork(c, seq, &child), 0);
+	ck_assert_uint_ne(child, seq);
+	/* Both append into the shared partial block: copy-on-write keeps them apart. */
+	ck_assert_float_le(prefill_and_check(c, child, kid, 21, 20, NULL), 1e-5f);
+	ck_assert_float_le(prefill_and_check(c, seq, par, 21, 20, NULL), 1e-5f);
+	ck_assert_float_le(prefill_and_check(c, child, kid, 22, 21, NULL), 1e-5f);
+	ck_assert_float_le(prefill_and_check(c, seq, par, 22, 21, NULL), 1e-5f);
+	/* Truncate the parent to 10 tokens and continue it with different tokens. */
+	ck_assert_int_eq(pkv_seq_truncate(c, seq, 10), 0);
+	for (int i = 10; i < 32; i++)
+		par[i] = 900 + i;
+	ck_assert_float_le(prefill_and_check(c, seq, par, 14, 10, NULL), 1e-5f);
+	ck_assert_float_le(prefill_and_check(c, child, kid, 23, 22, NULL), 1e-5f);
+	ck_assert_int_eq(pkv_seq_close(c, child), 0);
+	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 1000, NULL, 0), 0);
+	pkv_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_concurrent_clients_attach_one_pool)
+{
+	enum { N = 4 };
+	pid_t pids[N];
+	char out[4096];
+
+	for (int i = 0; i < N; i++) {
+		pids[i] = fork();
+		ck_assert_int_ge(pids[i], 0);
+		if (pids[i] == 0) {
+			struct pkv_client *c = connect_attach("multi");
+			int32_t toks[36];
+			uint32_t seq, nc;
+			int bad = !c;
+
+			make_prompt(toks, 36, 10 + i);
+			bad = bad || pkv_seq_open(c, toks, 30, &seq, &nc);
+			bad = bad || run_step(c, seq, toks, 0, 30, NULL);
+			for (uint32_t n = 31; n <= 36 && !bad; n++) {
+				float got[T_LAYERS * T_HEADS * T_DIM], ref[T_HEADS * T_DIM];
+
+				bad = run_step(c, seq, toks, n - 1, 1, got) != 0;
+				for (uint32_t l = 0; l < T_LAYERS && !bad; l++) {
+					ref_attend(toks, n, n - 1, l, ref);
+					bad = max_diff(got + l * T_HEADS * T_DIM, ref, T_HEADS * T_DIM) > 1e-5f;
+				}
+			}
+			pkv_disconnect(c);
+			_exit(bad);
+		}
+	}
+	for (int i = 0; i < N; i++) {
+		int st;
+
+		ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "client %d failed", i);
+	}
+	ck_assert_int_ge(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_TEXT, out, sizeof(out)), 0);
+	ck_assert_ptr_nonnull(strstr(out, "pool multi"));
+	ck_assert_int_eq(audit_until_clean(D.sock, 1000, out, sizeof(out)), 0);
+}
+END_TEST
+
+START_TEST(test_stats_report_prefix_hits)
+{
+	struct pkv_client *c = connect_attach("p");
+	struct pkv_stats st;
+	int32_t toks[40];
+	uint32_t s1, s2, nc;
+
+	ck_assert_ptr_nonnull(c);
+	make_prompt(toks, 40, 5);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 40, &s1, &nc), 0);
+	ck_assert_int_eq(run_step(c, s1, toks, 0, 40, NULL), 0);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 40, &s2, &nc), 0);
+	ck_assert_uint_eq(nc, 32);
+	ck_assert_int_eq(pkv_stats(c, &st), 0);
+	ck_assert_uint_eq(st.num_blocks, T_BLOCKS);
+	ck_assert_uint_eq(st.open_seqs, 2);
+	ck_assert_uint_eq(st.free_blocks + st.cached_blocks + st.in_use_blocks, T_BLOCKS);
+	ck_assert_uint_eq(st.prefix_hit_tokens, 32);
+	pkv_disconnect(c);
+}
+END_TEST
+
+/* Runs the built pagedkvctl with args; returns its exit status and its output in out. */
+static int run_ctl(const char *args, char *out, size_t len)
+{
+	const char *top = getenv("PKV_TOP_BUILDDIR");
+	char cmd[1024];
+	size_t n = 0;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "%s/src/tools/pagedkvctl --socket %s %s", top ? top : ".", D.sock, args);
+	f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	while (n + 1 < len && fgets(out + n, (int)(len - n), f))
+		n += strlen(out + n);
+	out[n] = 0;
+	return WEXITSTATUS(pclose(f));
+}
+
+START_TEST(test_pagedkvctl_commands)
+{
+	struct pkv_client *c = connect_attach("ctlpool");
+	static char out[65536];
+	int32_t toks[40];
+	uint32_t seq, nc;
+
+	ck_assert_ptr_nonnull(c);
+	make_prompt(toks, 40, 6);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 40, &seq, &nc), 0);
+	ck_assert_int_eq(run_step(c, seq, toks, 0, 40, NULL), 0);
+	ck_assert_int_eq(run_ctl("status", out, sizeof(out)), 0);
+	ck_assert_ptr_nonnull(strstr(out, "pool ctlpool"));
+	ck_assert_ptr_nonnull(strstr(out, "1 sequences"));
+	ck_assert_int_eq(run_ctl("--json status", out, sizeof(out)), 0);
+	ck_assert_ptr_nonnull(strstr(out, "\"name\":\"ctlpool\""));
+	ck_assert_ptr_nonnull(strstr(out, "\"in_use_blocks\":3"));
+	ck_assert_int_eq(run_ctl("audit", out, sizeof(out)), 0);
+	ck_assert_ptr_nonnull(strstr(out, "0 problems"));
+	ck_assert_int_eq(run_ctl("--json audit", out, sizeof(out)), 0);
+	ck_assert_ptr_nonnull(strstr(out, "\"problems\":0"));
+	ck_assert_int_eq(run_ctl("metrics", out, sizeof(out)), 0);
+	ck_assert_ptr_nonnull(strstr(out, "# TYPE pagedkv_blocks gauge"));
+	ck_assert_ptr_nonnull(strstr(out, "pagedkv_blocks{pool=\"ctlpool\",state=\"in_use\"} 3"));
+	ck_assert_ptr_nonnull(strstr(out, "pagedkv_attends_total{pool=\"ctlpool\"} 2"));
+	/* Closing leaves 2 full blocks cached; flush drops them. */
+	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
+	ck_assert_int_eq(run_ctl("flush", out, sizeof(out)), 0);
+	ck_assert_ptr_nonnull(strstr(out, "2 cached blocks dropped"));
+	ck_assert_int_eq(run_ctl("--json flush", out, sizeof(out)), 0);
+	ck_assert_ptr_nonnull(strstr(out, "\"flushed_blocks\":0"));
+	ck_assert_int_eq(run_ctl("bogus", out, sizeof(out)), 2);
+	pkv_disconnect(c);
+}
+END_TEST
+
+/* Attends of two clients submitted together: coalesced into one backend call, results still per client. */
+START_TEST(test_coalesced_attends_match_reference)
+{
+	struct pkv_client *c[2] = { connect_attach("co"), connect_attach("co") };
+	int32_t toks[2][40];
+	uint32_t seq[2], nc, one = 1;
+	float *q[2], *k[2], *v[2], *o[2], ref[T_HEADS * T_DIM];
+	static char js[8192];
+	long attends, batches;
+	const char *p;
+
+	for (int i = 0; i < 2; i++) {
+		ck_assert_ptr_nonnull(c[i]);
+		make_prompt(toks[i], 40, 20 + i);
+		ck_assert_int_eq(pkv_seq_open(c[i], toks[i], 8, &seq[i], &nc), 0);
+		ck_assert_int_eq(run_step(c[i], seq[i], toks[i], 0, 8, NULL), 0);
+		q[i] = pkv_alloc(c[i], QN(1) * 4);
+		o[i] = pkv_alloc(c[i], QN(1) * 4);
+		k[i] = pkv_alloc(c[i], T_KV_HEADS * T_DIM * 4);
+		v[i] = pkv_alloc(c[i], T_KV_HEADS * T_DIM * 4);
+	}
+	for (uint32_t pos = 8; pos < 40; pos++) {
+		for (int i = 0; i < 2; i++)
+			ck_assert_int_eq(pkv_step_begin(c[i], &seq[i], &one, toks[i] + pos, 1), 0);
+		for (uint32_t l = 0; l < T_LAYERS; l++) {
+			uint64_t t[2];
+
+			for (int i = 0; i < 2; i++) {
+				for (uint32_t h = 0; h < T_HEADS; h++)
+					for (uint32_t x = 0; x < T_DIM; x++)
+						q[i][h * T_DIM + x] = act_q(toks[i][pos], pos, l, h, x);
+				for (uint32_t h = 0; h < T_KV_HEADS; h++)
+					for (uint32_t x = 0; x < T_DIM; x++) {
+						k[i][h * T_DIM + x] = act_k(toks[i][pos], pos, l, h, x);
+						v[i][h * T_DIM + x] = act_v(toks[i][pos], pos, l, h, x);
+					}
+			}
+			for (int i = 0; i < 2; i++)
+				ck_assert_int_eq(pkv_attend_async(c[i], l, q[i], k[i], v[i], o[i], &t[i]), 0);
+			for (int i = 0; i < 2; i++) {
+				ck_assert_int_eq(pkv_wait(c[i], t[i]), 0);
+				ref_attend(toks[i], pos + 1, pos, l, ref);
+				ck_assert_float_le(max_diff(o[i], ref, QN(1)), 1e-5f);
+			}
+		}
+		for (int i = 0; i < 2; i++)
+			ck_assert_int_eq(pkv_step_end(c[i]), 0);
+	}
+	ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, js, sizeof(js)), 0);
+	p = strstr(js, "\"attends\":");
+	ck_assert_ptr_nonnull(p);
+	attends = atol(p + 10);
+	p = strstr(js, "\"batches\":");
+	ck_assert_ptr_nonnull(p);
+	batches = atol(p + 10);
+	/* 64 decode rounds of two clients submitted back to back: some must have shared a call. */
+	ck_assert_int_lt(batches, attends);
+	for (int i = 0; i < 2; i++)
+		pkv_disconnect(c[i]);
+}
+END_TEST
+
+START_TEST(test_pin_survives_flush_until_unpinned)
+{
+	struct pkv_client *c = connect_attach("pins");
+	static char out[4096];
+	int32_t toks[40];
+	uint32_t seq, nc;
+
+	ck_assert_ptr_nonnull(c);
+	make_prompt(toks, 40, 7);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 40, &seq, &nc), 0);
+	ck_assert_int_eq(run_step(c, seq, toks, 0, 40, NULL), 0);
+	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
+	ck_assert_int_eq(pkv_pin(c, toks, 40), 32);        /* two full blocks */
+	ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_FLUSH, PKV_FMT_TEXT, out, sizeof(out)), 0);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 40, &seq, &nc), 0);
+	ck_assert_uint_eq(nc, 32);                         /* still cached after the flush */
+	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
+	ck_assert_int_eq(pkv_unpin(c, toks, 40), 32);
+	ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_FLUSH, PKV_FMT_TEXT, out, sizeof(out)), 0);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 40, &seq, &nc), 0);
+	ck_assert_uint_eq(nc, 0);                          /* gone once unpinned and flushed */
+	pkv_disconnect(c);
+	ck_assert_int_eq(audit_until_clean(D.sock, 1000, NULL, 0), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("daemon");
@@ -223,6 +462,12 @@ static Suite *suite(void)
 	tcase_add_test(t, test_attach_step_attend_matches_reference);
 	tcase_add_test(t, test_decode_steps_match_reference);
 	tcase_add_test(t, test_two_processes_share_prefix);
+	tcase_add_test(t, test_fork_and_truncate_across_steps);
+	tcase_add_test(t, test_concurrent_clients_attach_one_pool);
+	tcase_add_test(t, test_stats_report_prefix_hits);
+	tcase_add_test(t, test_pagedkvctl_commands);
+	tcase_add_test(t, test_coalesced_attends_match_reference);
+	tcase_add_test(t, test_pin_survives_flush_until_unpinned);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -27,6 +27,8 @@ static void sleep_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
+const char *harness_backend;
+
 static int spawn(struct dmn *d, const char *const *extra)
 {
 	const char *top = getenv("PKV_TOP_BUILDDIR");
@@ -37,7 +39,10 @@ static int spawn(struct dmn *d, const char *const *extra)
 	if (!top)
 		top = ".";
 	snprintf(bin, sizeof(bin), "%s/src/daemon/pagedkvd", top);
-	snprintf(plugin, sizeof(plugin), "%s/tests/daemon/.libs/pkv_naive.so", top);
+	if (harness_backend)
+		snprintf(plugin, sizeof(plugin), "%s", harness_backend);
+	else
+		snprintf(plugin, sizeof(plugin), "%s/tests/daemon/.libs/pkv_naive.so", top);
 	argv[n++] = bin;
 	argv[n++] = "-f";
 	argv[n++] = "--socket";

@@ -15,6 +15,9 @@ struct dmn {
 	char sock[128];
 };
 
+/* Backend plugin path for the next daemons (NULL: the naive test backend). */
+extern const char *harness_backend;
+
 /* Starts build/src/daemon/pagedkvd -f on a socket in a fresh temp dir, with the naive backend. */
 int dmn_start(struct dmn *d, const char *const *extra);
 /* Same socket and dir as d (restart). */

@@ -17,3 +17,42 @@ TESTS += tests/daemon/check_daemon
 tests_daemon_check_daemon_SOURCES = tests/daemon/check_daemon.c
 tests_daemon_check_daemon_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_daemon_check_daemon_LDADD = $(DAEMON_TEST_LIBS)
+
+check_PROGRAMS += tests/daemon/check_hostile
+TESTS += tests/daemon/check_hostile
+tests_daemon_check_hostile_SOURCES = tests/daemon/check_hostile.c
+tests_daemon_check_hostile_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_hostile_LDADD = $(DAEMON_TEST_LIBS)
+
+check_PROGRAMS += tests/daemon/check_liveness
+TESTS += tests/daemon/check_liveness
+tests_daemon_check_liveness_SOURCES = tests/daemon/check_liveness.c
+tests_daemon_check_liveness_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_liveness_LDADD = $(DAEMON_TEST_LIBS)
+
+check_PROGRAMS += tests/daemon/check_scope
+TESTS += tests/daemon/check_scope
+tests_daemon_check_scope_SOURCES = tests/daemon/check_scope.c
+tests_daemon_check_scope_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_scope_LDADD = $(DAEMON_TEST_LIBS)
+
+# Fuzz target: LLVMFuzzerTestOneInput in fuzz_proto.c; make check runs the standalone driver.
+# libFuzzer build: clang -fsanitize=fuzzer,address -Iinclude -Isrc -Ibuild tests/daemon/fuzz_proto.c
+#   src/daemon/validate.c src/common/region.c -lm
+check_PROGRAMS += tests/daemon/fuzz_proto
+TESTS += tests/daemon/fuzz_proto
+tests_daemon_fuzz_proto_SOURCES = tests/daemon/fuzz_proto.c tests/daemon/fuzz_driver.c tests/daemon/fuzz_proto.h
+tests_daemon_fuzz_proto_LDADD = src/daemon/libpkvvalidate.la src/common/libpkvcommon.la $(LIBM)
+
+# Unit test of the configuration parser.
+check_PROGRAMS += tests/daemon/check_conf
+TESTS += tests/daemon/check_conf
+tests_daemon_check_conf_SOURCES = tests/daemon/check_conf.c src/daemon/conf.c
+tests_daemon_check_conf_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_conf_LDADD = src/common/libpkvcommon.la $(CHECK_LIBS)
+
+check_PROGRAMS += tests/daemon/check_cpu
+TESTS += tests/daemon/check_cpu
+tests_daemon_check_cpu_SOURCES = tests/daemon/check_cpu.c
+tests_daemon_check_cpu_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_cpu_LDADD = $(DAEMON_TEST_LIBS)

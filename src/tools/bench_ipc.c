@@ -1,0 +1,578 @@
+/* SPDX-License-Identifier: MIT */
+/* pkv-bench ipc: ring round trips (hot/cold), no-op throughput, 30-layer step overhead, coalescing speedup. */
+#include "config.h"
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <pagedkv/pagedkv.h>
+#include "loader/loader.h"
+
+/* SmolLM2-135M attention shape. */
+#define L 30u
+#define H 9u
+#define KVH 3u
+#define HD 64u
+#define BS 16u
+#define NBLK 256u
+#define CTX 128u
+
+struct opts {
+	const char *socket;
+	char plugin_dir[PATH_MAX];
+	int json;
+	int quick;
+	char workers[16];  /* backend threads, daemon and in-process alike ("0": one per CPU) */
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static uint64_t pct(uint64_t *v, size_t n, double p)
+{
+	qsort(v, n, sizeof(*v), cmp_u64);
+	return v[(size_t)(p * (double)(n - 1))];
+}
+
+/* ---------------------------------------------------------------- private daemon */
+
+static char self_dir[2048];
+
+static int find_exe(char *out, size_t len)
+{
+	const char *env = getenv("PKV_PAGEDKVD");
+	const char *cand[] = { "%s/../daemon/pagedkvd", "%s/../../daemon/pagedkvd", NULL };
+
+	if (env && *env) {
+		snprintf(out, len, "%s", env);
+		return access(out, X_OK);
+	}
+	for (int i = 0; cand[i]; i++) {
+		snprintf(out, len, cand[i], self_dir);
+		if (!access(out, X_OK))
+			return 0;
+	}
+	snprintf(out, len, "%s/pagedkvd", PKV_SBIN_DIR);
+	return access(out, X_OK);
+}
+
+struct priv {
+	pid_t pid;
+	char dir[64], sock[128];
+};
+
+static int start_daemon(struct priv *p, const struct opts *o, int coalesce)
+{
+	char exe[PATH_MAX];
+
+	if (find_exe(exe, sizeof(exe))) {
+		fprintf(stderr, "pkv-bench ipc: pagedkvd not found (set PKV_PAGEDKVD or give --socket)\n");
+		return -ENOENT;
+	}
+	snprintf(p->dir, sizeof(p->dir), "/tmp/pkv-bench-XXXXXX");
+	if (!mkdtemp(p->dir))
+		return -errno;
+	snprintf(p->sock, sizeof(p->sock), "%s/s", p->dir);
+	p->pid = fork();
+	if (p->pid == 0) {
+		const char *lvl = getenv("PKV_BENCH_DAEMON_LOG");
+
+		execl(exe, exe, "-f", "--socket", p->sock, "--plugin-dir", o->plugin_dir, "--workers", o->workers,
+		      "--log-level", lvl ? lvl : "error",
+		      coalesce ? "--spin-us=50" : "--no-coalesce", (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 500; i++) {
+		struct pkv_connect_opts co = { .socket_path = p->sock, .timeout_ms = 1000 };
+		struct pkv_client *c;
+		struct timespec ts = { 0, 10000000 };
+
+		if (!pkv_connect(&co, &c)) {
+			pkv_disconnect(c);
+			return 0;
+		}
+		if (waitpid(p->pid, NULL, WNOHANG) == p->pid)
+			return -ECHILD;
+		nanosleep(&ts, NULL);
+	}
+	return -ETIMEDOUT;
+}
+
+static void stop_daemon(struct priv *p)
+{
+	char lock[160];
+
+	if (p->pid > 0) {
+		kill(p->pid, SIGTERM);
+		waitpid(p->pid, NULL, 0);
+	}
+	snprintf(lock, sizeof(lock), "%s.lock", p->sock);
+	unlink(lock);
+	unlink(p->sock);
+	rmdir(p->dir);
+}
+
+/* ---------------------------------------------------------------- clients */
+
+static struct pkv_client *bench_client(const char *sock, uint32_t spin_us, int attach)
+{
+	struct pkv_connect_opts co = { .socket_path = sock, .arena_bytes = 8 << 20, .timeout_ms = 10000,
+				       .spin_us = spin_us };
+	struct pkv_pool_params p = { 0 };
+	struct pkv_client *c;
+	int r = pkv_connect(&co, &c);
+
+	if (r) {
+		fprintf(stderr, "pkv-bench ipc: connect %s: %s\n", sock, pkv_strerror(r));
+		return NULL;
+	}
+	if (!attach)
+		return c;
+	p.name = "bench-ipc";
+	p.geo = (struct pkv_geometry){ L, H, KVH, HD, PKV_DTYPE_BF16, BS, NBLK };
+	p.act_dtype = PKV_DTYPE_F32;
+	p.model_id = 0x5e1f;
+	p.window_left = -1;
+	r = pkv_pool_attach(c, &p);
+	if (r) {
+		fprintf(stderr, "pkv-bench ipc: attach: %s: %s\n", pkv_strerror(r), pkv_last_error(c));
+		pkv_disconnect(c);
+		return NULL;
+	}
+	return c;
+}
+
+struct tensors {
+	float *q, *k, *v, *o;
+};
+
+static int alloc_tensors(struct pkv_client *c, struct tensors *t, uint32_t rows)
+{
+	t->q = pkv_alloc(c, (size_t)rows * H * HD * 4);
+	t->o = pkv_alloc(c, (size_t)rows * H * HD * 4);
+	t->k = pkv_alloc(c, (size_t)rows * KVH * HD * 4);
+	t->v = pkv_alloc(c, (size_t)rows * KVH * HD * 4);
+	if (!t->q || !t->o || !t->k || !t->v)
+		return -ENOMEM;
+	for (size_t i = 0; i < (size_t)rows * H * HD; i++)
+		t->q[i] = sinf((float)i * 0.01f);
+	for (size_t i = 0; i < (size_t)rows * KVH * HD; i++) {
+		t->k[i] = cosf((float)i * 0.013f);
+		t->v[i] = sinf((float)i * 0.017f);
+	}
+	return 0;
+}
+
+/* Opens a sequence of CTX - 1 tokens and prefills it, leaving one decode position. */
+static int prefill(struct pkv_client *c, int32_t seed, uint32_t *seq)
+{
+	int32_t toks[CTX];
+	uint32_t nc, n = CTX - 1;
+	struct tensors t;
+	int r;
+
+	for (uint32_t i = 0; i < CTX; i++)
+		toks[i] = seed * 1000 + (int32_t)i;
+	r = pkv_seq_open(c, toks, n, seq, &nc);
+	if (r || alloc_tensors(c, &t, n))
+		return r ? r : -ENOMEM;
+	n -= nc;
+	r = pkv_step_begin(c, seq, &n, toks + nc, 1);
+	for (uint32_t l = 0; !r && l < L; l++)
+		r = pkv_attend(c, l, t.q, t.k, t.v, t.o);
+	if (!r)
+		r = pkv_step_end(c);
+	pkv_free(c, t.q);
+	pkv_free(c, t.k);
+	pkv_free(c, t.v);
+	pkv_free(c, t.o);
+	return r;
+}
+
+/* ---------------------------------------------------------------- measurements */
+
+struct results {
+	uint64_t noop_hot_p50, noop_hot_p99, noop_cold_p50, attend_hot_p50;
+	double noop_ops, step_daemon_us, step_inproc_us, step_overhead_pct;
+	double coal_on_tps, coal_off_tps, coal_speedup;
+	int have_step, have_coal;
+};
+
+static int bench_noop(const char *sock, const struct opts *o, struct results *res)
+{
+	size_t n_hot = o->quick ? 2000 : 50000, n_cold = o->quick ? 50 : 400;
+	uint64_t *v = malloc(sizeof(uint64_t) * n_hot), t0;
+	struct pkv_client *c = bench_client(sock, 1000000, 0);
+	long total = o->quick ? 20000 : 2000000;
+	int r = 0;
+
+	if (!c || !v)
+		return -ENOMEM;
+	for (size_t i = 0; i < 2000; i++)
+		pkv_nop(c);
+	for (size_t i = 0; i < n_hot && !r; i++) {
+		t0 = now_ns();
+		r = pkv_nop(c);
+		v[i] = now_ns() - t0;
+	}
+	res->noop_hot_p99 = pct(v, n_hot, 0.99);
+	res->noop_hot_p50 = pct(v, n_hot, 0.50);
+	/* Cold: the daemon has gone to sleep (idle well past its spin window) before each op. */
+	for (size_t i = 0; i < n_cold && !r; i++) {
+		struct timespec ts = { 0, 2000000 };
+
+		nanosleep(&ts, NULL);
+		t0 = now_ns();
+		r = pkv_nop(c);
+		v[i] = now_ns() - t0;
+	}
+	res->noop_cold_p50 = pct(v, n_cold, 0.50);
+	/* Throughput with batching: 64 in flight per batch. */
+	t0 = now_ns();
+	for (long done = 0; done < total && !r; done += 64) {
+		uint64_t tk[64];
+
+		for (int i = 0; i < 64 && !r; i++)
+			r = pkv_nop_async(c, &tk[i]);
+		for (int i = 0; i < 64 && !r; i++)
+			r = pkv_wait(c, tk[i]);
+	}
+	res->noop_ops = (double)total / ((double)(now_ns() - t0) / 1e9);
+	pkv_disconnect(c);
+	free(v);
+	return r;
+}
+
+static int bench_attend(const char *sock, const struct opts *o, struct results *res)
+{
+	size_t n = o->quick ? 300 : 5000, steps = o->quick ? 20 : 200;
+	uint64_t *v = malloc(sizeof(uint64_t) * n), t0, *sv = malloc(sizeof(uint64_t) * steps);
+	struct pkv_client *c = bench_client(sock, 1000000, 1);
+	int32_t tok = 7;
+	uint32_t seq, one = 1;
+	struct tensors t;
+	int r;
+
+	if (!c || !v || !sv)
+		return -ENOMEM;
+	r = prefill(c, 1, &seq);
+	if (!r)
+		r = alloc_tensors(c, &t, 1);
+	/* One decode step kept open: every attend appends the same slot (ctx 128) and attends. */
+	if (!r)
+		r = pkv_step_begin(c, &seq, &one, &tok, 1);
+	for (size_t i = 0; i < 200 && !r; i++)
+		r = pkv_attend(c, 0, t.q, t.k, t.v, t.o);
+	for (size_t i = 0; i < n && !r; i++) {
+		t0 = now_ns();
+		r = pkv_attend(c, (uint32_t)(i % L), t.q, t.k, t.v, t.o);
+		v[i] = now_ns() - t0;
+	}
+	if (!r)
+		r = pkv_step_abort(c);
+	res->attend_hot_p50 = pct(v, n, 0.5);
+	/* Full 30-layer decode steps at ctx 128, opened and aborted so the context stays 128. */
+	for (size_t s = 0; s < steps && !r; s++) {
+		t0 = now_ns();
+		r = pkv_step_begin(c, &seq, &one, &tok, 1);
+		for (uint32_t l = 0; l < L && !r; l++)
+			r = pkv_attend(c, l, t.q, t.k, t.v, t.o);
+		if (!r)
+			r = pkv_step_abort(c);
+		sv[s] = now_ns() - t0;
+	}
+	res->step_daemon_us = (double)pct(sv, steps, 0.5) / 1000.0;
+	if (r)
+		fprintf(stderr, "pkv-bench ipc: attend: %s (%s)\n", pkv_strerror(r), pkv_last_error(c));
+	pkv_disconnect(c);
+	free(v);
+	free(sv);
+	return r;
+}
+
+/* The same 30 decode attends called in-process through the loader, no daemon, no rings. */
+static int bench_inproc(const struct opts *o, struct results *res)
+{
+	size_t steps = o->quick ? 20 : 200;
+	struct pkv_pool_desc desc = { PKV_BACKEND_ABI_VERSION, sizeof(desc),
+				      { L, H, KVH, HD, PKV_DTYPE_BF16, BS, NBLK }, PKV_DTYPE_F32 };
+	struct pkv_plugin plug;
+	struct pkv_dispatch d;
+	struct pkv_host *host;
+	struct pkv_attn_batch b;
+	int32_t cu_q[2] = { 0, 1 }, cu_k[2] = { 0, CTX }, bt[CTX / BS], csl[1] = { CTX - 1 };
+	int64_t slot[1] = { CTX - 1 };
+	float *q = calloc(H * HD, 4), *k = calloc(KVH * HD, 4), *v = calloc(KVH * HD, 4), *out = calloc(H * HD, 4);
+	uint64_t *sv = malloc(sizeof(uint64_t) * steps);
+	char err[512];
+	int r;
+
+	for (uint32_t i = 0; i < CTX / BS; i++)
+		bt[i] = (int32_t)i;
+	for (size_t i = 0; i < H * HD; i++)
+		q[i] = sinf((float)i * 0.01f);
+	r = pkv_host_create((unsigned)atoi(o->workers), PKV_LOG_ERROR, &host);
+	if (r)
+		return r;
+	r = pkv_plugin_load("cpu", NULL, o->plugin_dir, host, &plug, err, sizeof(err));
+	if (r) {
+		fprintf(stderr, "pkv-bench ipc: in-process reference: %s\n", err);
+		pkv_host_destroy(host);
+		return r;
+	}
+	r = pkv_dispatch_open(&d, &plug, &plug, &desc, err, sizeof(err));
+	if (r) {
+		fprintf(stderr, "pkv-bench ipc: in-process reference: %s\n", err);
+		goto out_plug;
+	}
+	memset(&b, 0, sizeof(b));
+	b.abi_version = PKV_BACKEND_ABI_VERSION;
+	b.struct_size = sizeof(b);
+	b.num_seqs = 1;
+	b.total_q = 1;
+	b.act_dtype = PKV_DTYPE_F32;
+	b.q = q;
+	b.k_new = k;
+	b.v_new = v;
+	b.o = out;
+	b.q_stride_tok = b.o_stride_tok = H * HD;
+	b.q_stride_head = b.o_stride_head = HD;
+	b.kv_stride_tok = KVH * HD;
+	b.kv_stride_head = HD;
+	b.cu_seq_lens_q = cu_q;
+	b.cu_seq_lens_k = cu_k;
+	b.max_length_q = 1;
+	b.max_length_k = CTX;
+	b.block_tables = bt;
+	b.max_blocks_per_seq = CTX / BS;
+	b.cache_seqlens = csl;
+	b.slot_mapping = slot;
+	b.window_left = -1;
+	for (int w = 0; w < 20 && !r; w++)
+		r = pkv_dispatch_attend(&d, &b);
+	for (size_t s = 0; s < steps && !r; s++) {
+		uint64_t t0 = now_ns();
+
+		for (uint32_t l = 0; l < L && !r; l++) {
+			b.layer = l;
+			r = pkv_dispatch_attend(&d, &b);
+		}
+		sv[s] = now_ns() - t0;
+	}
+	res->step_inproc_us = (double)pct(sv, steps, 0.5) / 1000.0;
+	pkv_dispatch_close(&d);
+out_plug:
+	pkv_plugin_unload(&plug);
+	pkv_host_destroy(host);
+	free(q);
+	free(k);
+	free(v);
+	free(out);
+	free(sv);
+	return r;
+}
+
+/* 8 decoding client processes; returns aggregate decode tokens/s, or < 0. */
+static double decode_clients(const char *sock, int n_clients, int steps)
+{
+	int go[2], done[2];
+	pid_t pids[16];
+	uint64_t t0, t1;
+	char ch;
+
+	if (pipe(go) || pipe(done))
+		return -1;
+	for (int i = 0; i < n_clients; i++) {
+		pids[i] = fork();
+		if (pids[i] == 0) {
+			struct pkv_client *c = bench_client(sock, 5, 1);
+			uint32_t seq, one = 1;
+			int32_t tok = 5;
+			struct tensors t;
+			int r = c ? prefill(c, 100 + i, &seq) : -1;
+
+			if (!r)
+				r = alloc_tensors(c, &t, 1);
+			ch = r ? 'x' : 'r';
+			if (write(done[1], &ch, 1) != 1 || read(go[0], &ch, 1) != 1)
+				_exit(1);
+			for (int s = 0; s < steps && !r; s++) {
+				r = pkv_step_begin(c, &seq, &one, &tok, 1);
+				for (uint32_t l = 0; l < L && !r; l++)
+					r = pkv_attend(c, l, t.q, t.k, t.v, t.o);
+				if (!r)
+					r = pkv_step_abort(c); /* context stays 128 */
+			}
+			ch = r ? 'x' : 'd';
+			if (write(done[1], &ch, 1) != 1)
+				_exit(1);
+			pkv_disconnect(c);
+			_exit(r ? 1 : 0);
+		}
+	}
+	for (int i = 0; i < n_clients; i++)
+		if (read(done[0], &ch, 1) != 1 || ch != 'r')
+			goto fail;
+	t0 = now_ns();
+	for (int i = 0; i < n_clients; i++)
+		if (write(go[1], "g", 1) != 1)
+			goto fail;
+	for (int i = 0; i < n_clients; i++)
+		if (read(done[0], &ch, 1) != 1 || ch != 'd')
+			goto fail;
+	t1 = now_ns();
+	for (int i = 0; i < n_clients; i++)
+		waitpid(pids[i], NULL, 0);
+	close(go[0]);
+	close(go[1]);
+	close(done[0]);
+	close(done[1]);
+	return (double)n_clients * steps / ((double)(t1 - t0) / 1e9);
+fail:
+	for (int i = 0; i < n_clients; i++) {
+		kill(pids[i], SIGKILL);
+		waitpid(pids[i], NULL, 0);
+	}
+	return -1;
+}
+
+static int bench_coalesce(const struct opts *o, struct results *res)
+{
+	int steps = o->quick ? 5 : 40;
+	struct priv p;
+
+	for (int on = 1; on >= 0; on--) {
+		double tps;
+
+		if (start_daemon(&p, o, on))
+			return -1;
+		tps = decode_clients(p.sock, 8, steps);
+		stop_daemon(&p);
+		if (tps < 0)
+			return -1;
+		if (on)
+			res->coal_on_tps = tps;
+		else
+			res->coal_off_tps = tps;
+	}
+	res->coal_speedup = res->coal_on_tps / res->coal_off_tps;
+	return 0;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: pkv-bench ipc [--json] [--socket PATH] [--plugin-dir DIR] [--workers N] [--quick]\n"
+		   "  Without --socket (or $PAGEDKV_SOCKET) a private pagedkvd is started.\n"
+		   "  The coalescing comparison always uses two private daemons (on, off).\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "json", no_argument, NULL, 'j' }, { "socket", required_argument, NULL, 's' },
+		{ "plugin-dir", required_argument, NULL, 'p' }, { "quick", no_argument, NULL, 'q' },
+		{ "workers", required_argument, NULL, 'w' },
+		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
+	};
+	struct opts o = { 0 };
+	struct results res = { 0 };
+	struct priv priv = { 0 };
+	char exe[PATH_MAX];
+	const char *sock;
+	ssize_t n;
+	int c;
+
+	signal(SIGPIPE, SIG_IGN);
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	exe[n > 0 ? n : 0] = 0;
+	snprintf(self_dir, sizeof(self_dir), "%s", dirname(exe));
+	/* Build tree first (plugins/cpu/.libs beside src/tools/.libs), then the install. */
+	snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s/../../plugins/cpu/.libs", self_dir);
+	if (access(o.plugin_dir, R_OK))
+		snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s/../../../plugins/cpu/.libs", self_dir);
+	if (access(o.plugin_dir, R_OK))
+		snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s", PKV_PLUGIN_DIR);
+	o.socket = getenv("PAGEDKV_SOCKET");
+	snprintf(o.workers, sizeof(o.workers), "0");
+	while ((c = getopt_long(argc, argv, "js:p:qw:h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'j': o.json = 1; break;
+		case 's': o.socket = optarg; break;
+		case 'p': snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s", optarg); break;
+		case 'q': o.quick = 1; break;
+		case 'w': snprintf(o.workers, sizeof(o.workers), "%u", (unsigned)atoi(optarg)); break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	sock = o.socket;
+	if (!sock) {
+		if (start_daemon(&priv, &o, 1)) {
+			fprintf(stderr, "pkv-bench ipc: cannot start a private daemon\n");
+			return 1;
+		}
+		sock = priv.sock;
+	}
+	if (bench_noop(sock, &o, &res) || bench_attend(sock, &o, &res)) {
+		stop_daemon(&priv);
+		return 1;
+	}
+	if (priv.pid)
+		stop_daemon(&priv);
+	res.have_step = !bench_inproc(&o, &res);
+	if (res.have_step)
+		res.step_overhead_pct = 100.0 * (res.step_daemon_us - res.step_inproc_us) / res.step_inproc_us;
+	res.have_coal = !bench_coalesce(&o, &res);
+	if (o.json) {
+		printf("{\"noop_rtt_hot_ns_p50\":%llu,\"noop_rtt_hot_ns_p99\":%llu,\"noop_rtt_cold_ns_p50\":%llu,"
+		       "\"attend_rtt_hot_ns_p50\":%llu,\"noop_ops_per_s\":%.0f,",
+		       (unsigned long long)res.noop_hot_p50, (unsigned long long)res.noop_hot_p99,
+		       (unsigned long long)res.noop_cold_p50, (unsigned long long)res.attend_hot_p50, res.noop_ops);
+		if (res.have_step)
+			printf("\"step30_overhead_pct\":%.2f,\"step30_daemon_us\":%.1f,\"step30_inproc_us\":%.1f,",
+			       res.step_overhead_pct, res.step_daemon_us, res.step_inproc_us);
+		else
+			printf("\"step30_overhead_pct\":null,");
+		if (res.have_coal)
+			printf("\"coalesce_speedup\":%.3f,\"coalesce_on_tok_per_s\":%.1f,\"coalesce_off_tok_per_s\":%.1f}\n",
+			       res.coal_speedup, res.coal_on_tps, res.coal_off_tps);
+		else
+			printf("\"coalesce_speedup\":null}\n");
+		return 0;
+	}
+	printf("pkv-bench ipc (%s daemon; SmolLM2-135M attention shape, ctx %u)\n", o.socket ? "given" : "private", CTX);
+	printf("  no-op round trip, hot:   p50 %llu ns, p99 %llu ns   (target p50 <= 1000 ns)\n",
+	       (unsigned long long)res.noop_hot_p50, (unsigned long long)res.noop_hot_p99);
+	printf("  no-op round trip, cold:  p50 %llu ns               (target <= 30000 ns)\n",
+	       (unsigned long long)res.noop_cold_p50);
+	printf("  attend round trip, hot:  p50 %llu ns (decode, 1 seq, ctx %u)\n",
+	       (unsigned long long)res.attend_hot_p50, CTX);
+	printf("  no-op ops/s, batches of 64: %.0f          (target >= 1000000)\n", res.noop_ops);
+	if (res.have_step)
+		printf("  30-layer decode step: %.1f us via daemon, %.1f us in-process: overhead %.1f%% (target <= 5%%)\n",
+		       res.step_daemon_us, res.step_inproc_us, res.step_overhead_pct);
+	if (res.have_coal)
+		printf("  8 decoding clients: %.0f tok/s coalesced, %.0f tok/s not: speedup %.2fx\n",
+		       res.coal_on_tps, res.coal_off_tps, res.coal_speedup);
+	return 0;
+}

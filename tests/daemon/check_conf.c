@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: MIT */
+/* The configuration parser: keys, values, sizes, comments, and errors that name the file and line. */
+#include "config.h"
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "daemon/conf.h"
+
+static char path[64];
+
+static void write_file(const char *text)
+{
+	FILE *f;
+	int fd;
+
+	snprintf(path, sizeof(path), "/tmp/pkv-conf-XXXXXX");
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	f = fdopen(fd, "w");
+	fputs(text, f);
+	fclose(f);
+}
+
+START_TEST(test_file_keys_are_applied)
+{
+	struct pkv_config c;
+	char why[256];
+
+	pkv_config_defaults(&c);
+	write_file("# comment\n\nsocket = /tmp/x.sock\nsocket_mode = 0600\nmemory_budget = 2G\n"
+		   "worker_threads=3\n  log_level =  debug  \ncoalesce = no\nbackend = /p/pkv_cpu.so\n"
+		   "client_block_share = 25\nforeground = yes\n");
+	ck_assert_int_eq(pkv_config_load(&c, path, why, sizeof(why)), 0);
+	unlink(path);
+	ck_assert_str_eq(c.socket_path, "/tmp/x.sock");
+	ck_assert_uint_eq(c.socket_mode, 0600);
+	ck_assert_uint_eq(c.memory_budget, 2ull << 30);
+	ck_assert_uint_eq(c.worker_threads, 3);
+	ck_assert_int_eq(c.log_level, 3);
+	ck_assert_int_eq(c.coalesce, 0);
+	ck_assert_str_eq(c.backend_varlen, "/p/pkv_cpu.so");
+	ck_assert_str_eq(c.backend_decode, "/p/pkv_cpu.so");
+	ck_assert_uint_eq(c.client_block_share, 25);
+	ck_assert_int_eq(c.foreground, 1);
+}
+END_TEST
+
+START_TEST(test_bad_line_names_file_and_line)
+{
+	struct pkv_config c;
+	char why[256], want[128];
+
+	pkv_config_defaults(&c);
+	write_file("socket = /tmp/a\nmemory_budget = lots\n");
+	ck_assert_int_lt(pkv_config_load(&c, path, why, sizeof(why)), 0);
+	snprintf(want, sizeof(want), "%s:2:", path);
+	ck_assert_ptr_nonnull(strstr(why, want));
+	unlink(path);
+	write_file("no equals sign here\n");
+	ck_assert_int_lt(pkv_config_load(&c, path, why, sizeof(why)), 0);
+	ck_assert_ptr_nonnull(strstr(why, ":1:"));
+	unlink(path);
+	write_file("frobnicate = 1\n");
+	ck_assert_int_lt(pkv_config_load(&c, path, why, sizeof(why)), 0);
+	ck_assert_ptr_nonnull(strstr(why, "unknown key"));
+	unlink(path);
+	ck_assert_int_lt(pkv_config_load(&c, "/nonexistent/pagedkvd.conf", why, sizeof(why)), 0);
+}
+END_TEST
+
+START_TEST(test_values_are_range_checked)
+{
+	struct pkv_config c;
+	char why[256];
+	uint64_t v;
+
+	pkv_config_defaults(&c);
+	ck_assert_int_lt(pkv_config_set(&c, "socket-mode", "0999", why, sizeof(why)), 0);
+	ck_assert_int_lt(pkv_config_set(&c, "client-block-share", "101", why, sizeof(why)), 0);
+	ck_assert_int_lt(pkv_config_set(&c, "workers", "-1", why, sizeof(why)), 0);
+	ck_assert_int_lt(pkv_config_set(&c, "memory-budget", "0", why, sizeof(why)), 0);
+	ck_assert_int_lt(pkv_config_set(&c, "memory-budget", "99999999999T", why, sizeof(why)), 0);
+	ck_assert_int_lt(pkv_config_set(&c, "log-level", "chatty", why, sizeof(why)), 0);
+	ck_assert_int_eq(pkv_config_set(&c, "memory-budget", "512M", why, sizeof(why)), 0);
+	ck_assert_uint_eq(c.memory_budget, 512ull << 20);
+	ck_assert_int_eq(pkv_parse_size("64KiB", &v), 0);
+	ck_assert_uint_eq(v, 64 << 10);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("daemon-conf");
+	TCase *t = tcase_create("conf");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_test(t, test_file_keys_are_applied);
+	tcase_add_test(t, test_bad_line_names_file_and_line);
+	tcase_add_test(t, test_values_are_range_checked);
+	suite_add_tcase(s, t);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

@@ -1,0 +1,433 @@
+/* SPDX-License-Identifier: MIT */
+/* Hostile clients: bad SQEs, bad handshakes, foreign handles, corrupted rings; the daemon stays up and unchanged. */
+#include "config.h"
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <pagedkv/pagedkv.h>
+#include "common/msg.h"
+#include "harness.h"
+
+static struct dmn D;
+
+static void setup(void)
+{
+	static const char *const extra[] = { "--client-max-seqs", "4", "--client-block-share", "25", NULL };
+
+	ck_assert_int_eq(dmn_start(&D, extra), 0);
+}
+
+static void teardown(void)
+{
+	ck_assert_msg(dmn_alive(&D), "the daemon died");
+	ck_assert_int_eq(dmn_stop(&D), 0);
+	dmn_cleanup(&D);
+}
+
+static void raw_ready(struct raw *r)
+{
+	struct pkv_msg_attach m;
+
+	ck_assert_int_eq(raw_open(r, D.sock, 1 << 20, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+	ck_assert_int_eq(raw_hello(r, PKV_PROTO_VERSION, r->size, 1, NULL, 0), 0);
+	raw_attach_msg(&m, "p");
+	ck_assert_int_eq(raw_attach(r, &m, NULL, 0), 0);
+}
+
+static int32_t call(struct raw *r, struct pkv_sqe e)
+{
+	struct pkv_cqe cqe;
+
+	ck_assert_int_eq(raw_call(r, &e, &cqe), 0);
+	ck_assert_uint_eq(cqe.user_data, e.user_data);
+	return cqe.res;
+}
+
+/* The pools part of `status --json` (client counters excluded): must not change. */
+static void pools_json(char *out, size_t len)
+{
+	char buf[8192], *a, *b;
+
+	ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, buf, sizeof(buf)), 0);
+	a = strstr(buf, "\"pools\"");
+	b = strstr(buf, "\"clients\"");
+	ck_assert(a && b && b > a);
+	*b = 0;
+	snprintf(out, len, "%s", a);
+}
+
+static struct pkv_sqe sqe(uint8_t op)
+{
+	struct pkv_sqe e;
+
+	memset(&e, 0, sizeof(e));
+	e.opcode = op;
+	return e;
+}
+
+START_TEST(test_bad_sqes_get_error_completions)
+{
+	struct raw r;
+	struct pkv_sqe e;
+	char before[8192], after[8192];
+	uint64_t A;
+
+	raw_ready(&r);
+	A = r.hdr.arena_size;
+	pools_json(before, sizeof(before));
+	e = sqe(200);
+	ck_assert_int_eq(call(&r, e), -EINVAL);                       /* unknown opcode */
+	e = sqe(PKV_OP_NOP);
+	e.flags = 1;
+	ck_assert_int_eq(call(&r, e), -EINVAL);                       /* reserved flags */
+	e = sqe(PKV_OP_SEQ_OPEN);
+	e.n = 2;
+	e.off[0] = A - 4;
+	ck_assert_int_eq(call(&r, e), -EINVAL);                       /* runs past the arena */
+	e.off[0] = UINT64_MAX - 3;
+	ck_assert_int_eq(call(&r, e), -EINVAL);                       /* offset + length overflows */
+	e.off[0] = 0;
+	e.n = UINT32_MAX;
+	ck_assert_int_eq(call(&r, e), -EINVAL);                       /* huge count */
+	e = sqe(PKV_OP_STEP_BEGIN);
+	e.n = 1u << 31;
+	ck_assert_int_eq(call(&r, e), -EINVAL);                       /* huge sequence list */
+	e.n = 1;
+	e.off[1] = 64;
+	memset(r.arena + 64, 0xff, 4);                                /* n_new = 4 billion */
+	ck_assert_int_eq(call(&r, e), -EINVAL);
+	e = sqe(PKV_OP_ATTEND);
+	ck_assert_int_eq(call(&r, e), -EINVAL);                       /* attend outside a step */
+	e = sqe(PKV_OP_STATS);
+	e.off[0] = A - 8;
+	ck_assert_int_eq(call(&r, e), -EINVAL);
+	e = sqe(PKV_OP_SEQ_CLOSE);
+	e.seq = 12345;
+	ck_assert_int_lt(call(&r, e), 0);                             /* no such sequence */
+	e = sqe(PKV_OP_STEP_END);
+	ck_assert_int_eq(call(&r, e), -EINVAL);                       /* no open step */
+	/* The connection still works and nothing changed. */
+	ck_assert_int_eq(call(&r, sqe(PKV_OP_NOP)), 0);
+	pools_json(after, sizeof(after));
+	ck_assert_str_eq(before, after);
+	ck_assert_int_eq(audit_until_clean(D.sock, 500, NULL, 0), 0);
+	raw_close(&r);
+}
+END_TEST
+
+START_TEST(test_bad_attends_in_a_step)
+{
+	struct raw r;
+	struct pkv_sqe e;
+	uint32_t seq;
+	int32_t toks[4] = { 1, 2, 3, 4 };
+	uint64_t A;
+
+	raw_ready(&r);
+	A = r.hdr.arena_size;
+	memcpy(r.arena, toks, sizeof(toks));
+	e = sqe(PKV_OP_SEQ_OPEN);
+	e.n = 4;
+	{
+		struct pkv_cqe cqe;
+
+		ck_assert_int_eq(raw_call(&r, &e, &cqe), 0);
+		ck_assert_int_eq(cqe.res, 0);
+		seq = (uint32_t)cqe.payload[0];
+	}
+	/* A step of 4 tokens: seqs at 64, n_new at 128, tokens at 0. */
+	memcpy(r.arena + 64, &seq, 4);
+	memcpy(r.arena + 128, &(uint32_t){ 4 }, 4);
+	e = sqe(PKV_OP_STEP_BEGIN);
+	e.n = 1;
+	e.off[0] = 64;
+	e.off[1] = 128;
+	e.off[2] = 0;
+	ck_assert_int_eq(call(&r, e), 0);
+	ck_assert_int_eq(call(&r, e), -EBUSY);                       /* second step while one is open */
+	e = sqe(PKV_OP_ATTEND);
+	e.layer = T_LAYERS;
+	e.off[0] = e.off[1] = e.off[2] = e.off[3] = 4096;
+	ck_assert_int_eq(call(&r, e), -EINVAL);                       /* layer >= num_layers */
+	e.layer = 0;
+	e.off[3] = A - 64;
+	ck_assert_int_eq(call(&r, e), -EINVAL);                       /* O runs past the arena */
+	e.off[3] = 4098;
+	ck_assert_int_eq(call(&r, e), -EINVAL);                       /* misaligned */
+	e.off[3] = 4096 + 8192;
+	ck_assert_int_eq(call(&r, e), 0);                             /* a good one still works */
+	ck_assert_int_eq(call(&r, sqe(PKV_OP_STEP_ABORT)), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 500, NULL, 0), 0);
+	raw_close(&r);
+}
+END_TEST
+
+static struct pkv_client *lib_client(void)
+{
+	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 1 << 20, .timeout_ms = 5000 };
+	struct pkv_pool_params p;
+	struct pkv_client *c;
+
+	ck_assert_int_eq(pkv_connect(&o, &c), 0);
+	test_pool_params(&p, "p");
+	ck_assert_int_eq(pkv_pool_attach(c, &p), 0);
+	return c;
+}
+
+START_TEST(test_foreign_and_duplicate_sequences_refused)
+{
+	struct pkv_client *a = lib_client(), *b = lib_client();
+	int32_t toks[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	uint32_t sa, sb, nc, child, two[2], n1[2] = { 1, 1 };
+
+	ck_assert_int_eq(pkv_seq_open(a, toks, 8, &sa, &nc), 0);
+	ck_assert_int_eq(pkv_seq_open(b, toks, 8, &sb, &nc), 0);
+	/* b names a's handle: refused as if it did not exist. */
+	ck_assert_int_eq(pkv_seq_close(b, sa), -ENOENT);
+	ck_assert_int_eq(pkv_seq_fork(b, sa, &child), -ENOENT);
+	ck_assert_int_eq(pkv_seq_truncate(b, sa, 1), -ENOENT);
+	ck_assert_int_lt(pkv_step_begin(b, &sa, n1, toks, 1), 0);
+	/* A sequence named twice in one step. */
+	two[0] = two[1] = sb;
+	ck_assert_int_eq(pkv_step_begin(b, two, n1, toks, 2), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pkv_last_error(b), "twice"));
+	/* a's sequence is untouched. */
+	ck_assert_int_eq(run_step(a, sa, toks, 0, 8, NULL), 0);
+	ck_assert_int_eq(pkv_seq_close(a, sa), 0);
+	pkv_disconnect(a);
+	pkv_disconnect(b);
+	ck_assert_int_eq(audit_until_clean(D.sock, 500, NULL, 0), 0);
+}
+END_TEST
+
+START_TEST(test_quota_is_per_client)
+{
+	struct pkv_client *a = lib_client(), *b = lib_client();
+	int32_t toks[4] = { 1, 2, 3, 4 };
+	uint32_t s, nc;
+
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(pkv_seq_open(a, toks, 4, &s, &nc), 0);
+	ck_assert_int_eq(pkv_seq_open(a, toks, 4, &s, &nc), -ENOSPC);
+	ck_assert_ptr_nonnull(strstr(pkv_last_error(a), "quota"));
+	/* The other client is not affected. */
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(pkv_seq_open(b, toks, 4, &s, &nc), 0);
+	pkv_disconnect(a);
+	pkv_disconnect(b);
+	ck_assert_int_eq(audit_until_clean(D.sock, 500, NULL, 0), 0);
+}
+END_TEST
+
+START_TEST(test_wrong_protocol_version_refused)
+{
+	struct raw r;
+	char why[512];
+
+	ck_assert_int_eq(raw_open(&r, D.sock, 1 << 20, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	ck_assert_int_eq(raw_hello(&r, PKV_PROTO_VERSION + 1, r.size, 1, why, sizeof(why)), -EPROTO);
+	ck_assert_ptr_nonnull(strstr(why, "version"));
+	raw_close(&r);
+}
+END_TEST
+
+START_TEST(test_unsealed_memfd_refused)
+{
+	struct raw r;
+	char why[512];
+
+	ck_assert_int_eq(raw_open(&r, D.sock, 1 << 20, 0), 0);
+	ck_assert_int_eq(raw_hello(&r, PKV_PROTO_VERSION, r.size, 1, why, sizeof(why)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(why, "sealed"));
+	raw_close(&r);
+	/* Sealed against shrinking only: still refused (it could grow under the daemon's checks). */
+	ck_assert_int_eq(raw_open(&r, D.sock, 1 << 20, F_SEAL_SHRINK), 0);
+	ck_assert_int_eq(raw_hello(&r, PKV_PROTO_VERSION, r.size, 1, why, sizeof(why)), -EINVAL);
+	raw_close(&r);
+}
+END_TEST
+
+START_TEST(test_wrong_sized_memfd_refused)
+{
+	struct raw r;
+	char why[512];
+
+	ck_assert_int_eq(raw_open(&r, D.sock, 1 << 20, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	ck_assert_int_eq(raw_hello(&r, PKV_PROTO_VERSION, r.size + 4096, 1, why, sizeof(why)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(why, "bytes"));
+	raw_close(&r);
+	/* A header that claims more than the memfd holds. */
+	ck_assert_int_eq(raw_open(&r, D.sock, 1 << 20, 0), 0);
+	((struct pkv_shm_hdr *)r.region)->arena_size += 1 << 20;
+	ck_assert_int_eq(fcntl(r.memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	ck_assert_int_eq(raw_hello(&r, PKV_PROTO_VERSION, r.size, 1, why, sizeof(why)), -EINVAL);
+	raw_close(&r);
+	/* No descriptors at all. */
+	ck_assert_int_eq(raw_open(&r, D.sock, 1 << 20, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	ck_assert_int_eq(raw_hello(&r, PKV_PROTO_VERSION, r.size, 0, why, sizeof(why)), -EINVAL);
+	raw_close(&r);
+}
+END_TEST
+
+START_TEST(test_geometry_mismatch_refused_with_reason)
+{
+	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 1 << 20 };
+	struct pkv_client *a = lib_client(), *b;
+	struct pkv_pool_params p;
+
+	ck_assert_int_eq(pkv_connect(&o, &b), 0);
+	test_pool_params(&p, "p");
+	p.geo.num_layers = 3;
+	ck_assert_int_eq(pkv_pool_attach(b, &p), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pkv_last_error(b), "num_layers"));
+	test_pool_params(&p, "p");
+	p.model_id = 99;
+	ck_assert_int_eq(pkv_pool_attach(b, &p), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pkv_last_error(b), "model"));
+	/* Over the memory budget. */
+	test_pool_params(&p, "huge");
+	p.geo.num_blocks = 1u << 24;
+	ck_assert_int_eq(pkv_pool_attach(b, &p), -ENOMEM);
+	ck_assert_ptr_nonnull(strstr(pkv_last_error(b), "budget"));
+	/* The connection is still usable for a correct attach. */
+	test_pool_params(&p, "p");
+	ck_assert_int_eq(pkv_pool_attach(b, &p), 0);
+	ck_assert_int_eq(pkv_nop(b), 0);
+	pkv_disconnect(a);
+	pkv_disconnect(b);
+}
+END_TEST
+
+START_TEST(test_truncating_memfd_cannot_hurt_daemon)
+{
+	struct raw r;
+
+	raw_ready(&r);
+	/* The seals make the truncate fail, so the daemon's mapping can never SIGBUS. */
+	ck_assert_int_eq(ftruncate(r.memfd, 4096), -1);
+	ck_assert_int_eq(errno, EPERM);
+	ck_assert_int_eq(ftruncate(r.memfd, r.size * 2), -1);
+	ck_assert_int_eq(call(&r, sqe(PKV_OP_NOP)), 0);
+	raw_close(&r);
+}
+END_TEST
+
+START_TEST(test_corrupted_ring_disconnects_only_that_client)
+{
+	struct pkv_client *good = lib_client();
+	struct raw r;
+	struct pkv_sqe e = sqe(PKV_OP_NOP);
+	struct pkv_cqe cqe;
+
+	raw_ready(&r);
+	/* Claim 100000 SQEs are ready in a 64-entry ring. */
+	r.sq.local += 100000;
+	ck_assert_int_eq(raw_call(&r, &e, &cqe), -ECONNRESET);
+	raw_close(&r);
+	ck_assert_int_eq(pkv_nop(good), 0);
+	pkv_disconnect(good);
+	ck_assert_int_eq(audit_until_clean(D.sock, 500, NULL, 0), 0);
+}
+END_TEST
+
+START_TEST(test_garbage_control_messages_refused)
+{
+	char junk[300], why[512];
+	struct raw r;
+
+	ck_assert_int_eq(raw_open(&r, D.sock, 1 << 20, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	for (size_t i = 0; i < sizeof(junk); i++)
+		junk[i] = (char)(i * 37 + 11);
+	ck_assert_int_eq(pkv_msg_send(r.sock, junk, sizeof(junk), NULL, 0), 0);
+	{
+		struct pkv_msg_reply rep;
+		ssize_t n = pkv_msg_recv(r.sock, &rep, sizeof(rep), NULL, 0, NULL, 5000);
+
+		ck_assert_int_ge(n, (ssize_t)PKV_REPLY_HDR_SIZE);
+		ck_assert_int_lt(rep.status, 0);
+	}
+	raw_close(&r);
+	/* An attach before any hello. */
+	ck_assert_int_eq(raw_open(&r, D.sock, 1 << 20, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	{
+		struct pkv_msg_attach m;
+
+		raw_attach_msg(&m, "p");
+		ck_assert_int_lt(raw_attach(&r, &m, why, sizeof(why)), 0);
+	}
+	raw_close(&r);
+	{
+		struct pkv_client *c = lib_client();
+
+		ck_assert_int_eq(pkv_nop(c), 0);
+		pkv_disconnect(c);
+	}
+}
+END_TEST
+
+START_TEST(test_block_share_quota_is_per_client)
+{
+	struct pkv_client *a = lib_client(), *b = lib_client();
+	int32_t toks[400];
+	uint32_t s, nc, n;
+	int r = 0;
+
+	for (int i = 0; i < 400; i++)
+		toks[i] = i;
+	/* 25% of 64 blocks = 16 blocks of 16 tokens: 256 tokens fit, 272 do not. */
+	ck_assert_int_eq(pkv_seq_open(a, toks, 1, &s, &nc), 0);
+	n = 256;
+	ck_assert_int_eq(pkv_step_begin(a, &s, &n, toks, 1), 0);
+	ck_assert_int_eq(pkv_step_abort(a), 0);
+	n = 272;
+	r = pkv_step_begin(a, &s, &n, toks, 1);
+	ck_assert_int_eq(r, -ENOSPC);
+	ck_assert_ptr_nonnull(strstr(pkv_last_error(a), "quota"));
+	/* b is not affected by a's refusal. */
+	ck_assert_int_eq(pkv_seq_open(b, toks, 1, &s, &nc), 0);
+	n = 256;
+	ck_assert_int_eq(pkv_step_begin(b, &s, &n, toks, 1), 0);
+	ck_assert_int_eq(pkv_step_end(b), 0);
+	pkv_disconnect(a);
+	pkv_disconnect(b);
+	ck_assert_int_eq(audit_until_clean(D.sock, 500, NULL, 0), 0);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("daemon-hostile");
+	TCase *t = tcase_create("hostile");
+
+	tcase_add_checked_fixture(t, setup, teardown);
+	tcase_set_timeout(t, 60);
+	tcase_add_test(t, test_bad_sqes_get_error_completions);
+	tcase_add_test(t, test_bad_attends_in_a_step);
+	tcase_add_test(t, test_foreign_and_duplicate_sequences_refused);
+	tcase_add_test(t, test_quota_is_per_client);
+	tcase_add_test(t, test_block_share_quota_is_per_client);
+	tcase_add_test(t, test_wrong_protocol_version_refused);
+	tcase_add_test(t, test_unsealed_memfd_refused);
+	tcase_add_test(t, test_wrong_sized_memfd_refused);
+	tcase_add_test(t, test_geometry_mismatch_refused_with_reason);
+	tcase_add_test(t, test_truncating_memfd_cannot_hurt_daemon);
+	tcase_add_test(t, test_corrupted_ring_disconnects_only_that_client);
+	tcase_add_test(t, test_garbage_control_messages_refused);
+	suite_add_tcase(s, t);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

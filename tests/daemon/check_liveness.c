@@ -1,0 +1,299 @@
+/* SPDX-License-Identifier: MIT */
+/* Liveness: clients killed at random points leak nothing; a dead daemon gives errors, never a hang; one daemon per socket. */
+#include "config.h"
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <pagedkv/pagedkv.h>
+#include "harness.h"
+
+static struct dmn D;
+
+static void setup(void)
+{
+	ck_assert_int_eq(dmn_start(&D, NULL), 0);
+}
+
+static void teardown(void)
+{
+	if (D.pid > 0)
+		ck_assert_int_eq(dmn_stop(&D), 0);
+	dmn_cleanup(&D);
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static struct pkv_client *client(uint32_t timeout_ms)
+{
+	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 1 << 20, .timeout_ms = timeout_ms };
+	struct pkv_pool_params p;
+	struct pkv_client *c;
+
+	if (pkv_connect(&o, &c))
+		return NULL;
+	test_pool_params(&p, "p");
+	if (pkv_pool_attach(c, &p)) {
+		pkv_disconnect(c);
+		return NULL;
+	}
+	return c;
+}
+
+/* Works forever: opens, prefills, forks, decodes, closes, with steps left open at times. */
+static _Noreturn void busy_client(unsigned seed)
+{
+	struct pkv_client *c = client(5000);
+	int32_t toks[64];
+	uint32_t seqs[4];
+	unsigned n = 0;
+
+	if (!c)
+		_exit(1);
+	srand(seed);
+	for (;;) {
+		uint32_t s, nc, len = 8 + rand() % 40, k;
+
+		for (uint32_t i = 0; i < 64; i++)
+			toks[i] = (int32_t)((rand() % 4) * 100 + i); /* few prompts: prefix hits happen */
+		if (pkv_seq_open(c, toks, len, &s, &nc))
+			_exit(2);
+		k = len - nc;
+		{
+			int e = run_step(c, s, toks, nc, k, NULL);
+
+			if (e) {
+				fprintf(stderr, "busy client: step of %u tokens at %u: %d (%s)\n", k, nc, e,
+					pkv_last_error(c));
+				_exit(3);
+			}
+		}
+		if (rand() % 2) {
+			uint32_t ch, one = 1;
+
+			if (pkv_seq_fork(c, s, &ch) || pkv_step_begin(c, &ch, &one, toks + len, 1))
+				_exit(4);
+			if (rand() % 3 == 0)
+				usleep(300); /* a window with the step open and the fork held */
+			pkv_step_abort(c);
+			pkv_seq_close(c, ch);
+		}
+		if (n < 4)
+			seqs[n++] = s;
+		else
+			pkv_seq_close(c, s);
+		if (n == 4 && rand() % 2) {
+			for (unsigned i = 0; i < n; i++)
+				pkv_seq_close(c, seqs[i]);
+			n = 0;
+		}
+	}
+}
+
+START_TEST(test_random_sigkill_leaks_nothing)
+{
+	const char *env = getenv("PKV_KILL_ITERS");
+	int iters = env ? atoi(env) : 200;
+	char report[4096];
+
+	srand(42);
+	for (int i = 0; i < iters; i++) {
+		pid_t pid = fork();
+		struct timespec ts = { 0, (long)(rand() % 6000) * 1000L };
+		int st;
+
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0)
+			busy_client(1000 + (unsigned)i);
+		nanosleep(&ts, NULL);
+		kill(pid, SIGKILL);
+		ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+		ck_assert_msg(WIFSIGNALED(st) || WEXITSTATUS(st) == 0, "client %d failed with %d before the kill",
+			      i, WEXITSTATUS(st));
+		ck_assert_msg(audit_until_clean(D.sock, 2000, report, sizeof(report)) == 0,
+			      "after kill %d: %s", i, report);
+	}
+	ck_assert(dmn_alive(&D));
+	/* The clients got far enough to be killed mid-work, not only mid-connect. */
+	ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, report, sizeof(report)), 0);
+	{
+		const char *a = strstr(report, "\"attends\":");
+
+		ck_assert_ptr_nonnull(a);
+		ck_assert_int_ge(atol(a + 10), iters);
+	}
+}
+END_TEST
+
+START_TEST(test_exit_with_open_step_releases)
+{
+	pid_t pid = fork();
+	int st;
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct pkv_client *c = client(5000);
+		int32_t toks[20] = { 0 };
+		uint32_t s, nc, n = 20;
+
+		if (!c || pkv_seq_open(c, toks, 20, &s, &nc) || pkv_step_begin(c, &s, &n, toks, 1))
+			_exit(1);
+		_exit(0); /* no disconnect, step open, sequence held */
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 2000, NULL, 0), 0);
+}
+END_TEST
+
+START_TEST(test_dead_daemon_gives_errors_not_hang)
+{
+	struct pkv_client *c = client(3000), *c2;
+	int32_t toks[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	uint32_t s, nc;
+	uint64_t t0;
+	int r;
+
+	ck_assert_ptr_nonnull(c);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 8, &s, &nc), 0);
+	dmn_kill(&D);
+	t0 = now_ms();
+	r = pkv_seq_open(c, toks, 8, &s, &nc);
+	ck_assert_msg(r == -ECONNRESET || r == -ETIMEDOUT, "got %d", r);
+	ck_assert_int_lt(now_ms() - t0, 4000);
+	ck_assert_int_eq(pkv_nop(c), -ECONNRESET);
+	/* A restarted daemon replaces the stale socket; the old connection stays dead. */
+	ck_assert_int_eq(dmn_restart(&D, NULL), 0);
+	ck_assert_int_eq(pkv_nop(c), -ECONNRESET);
+	c2 = client(3000);
+	ck_assert_ptr_nonnull(c2);
+	ck_assert_int_eq(pkv_nop(c2), 0);
+	pkv_disconnect(c2);
+	pkv_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_sigterm_finishes_and_exits_zero)
+{
+	struct pkv_client *c = client(3000);
+	int32_t toks[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	uint32_t s, nc;
+
+	ck_assert_ptr_nonnull(c);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 8, &s, &nc), 0);
+	ck_assert_int_eq(run_step(c, s, toks, 0, 8, NULL), 0);
+	ck_assert_int_eq(dmn_stop(&D), 0);
+	ck_assert_int_eq(pkv_nop(c), -ECONNRESET);
+	pkv_disconnect(c);
+	/* It removed its socket on the way out. */
+	ck_assert_int_ne(access(D.sock, F_OK), 0);
+}
+END_TEST
+
+START_TEST(test_second_daemon_on_same_socket_refused)
+{
+	struct dmn second = D;
+	const char *top = getenv("PKV_TOP_BUILDDIR");
+	char bin[512];
+	pid_t pid;
+	int st;
+
+	snprintf(bin, sizeof(bin), "%s/src/daemon/pagedkvd", top ? top : ".");
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		execl(bin, bin, "-f", "--socket", D.sock, "--log-level", "error", (char *)NULL);
+		_exit(127);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert(WIFEXITED(st));
+	ck_assert_int_ne(WEXITSTATUS(st), 0);
+	ck_assert_int_ne(WEXITSTATUS(st), 127);
+	(void)second;
+	/* The first one still serves. */
+	{
+		struct pkv_client *c = client(3000);
+
+		ck_assert_ptr_nonnull(c);
+		ck_assert_int_eq(pkv_nop(c), 0);
+		pkv_disconnect(c);
+	}
+}
+END_TEST
+
+/*
+ * Clients that say hello and hang up at once while others connect: the
+ * daemon closes the first ones' fds while new connections reuse the numbers
+ * (regression: a queued doorbell read once ate a new client's hello).
+ */
+START_TEST(test_churn_of_connections_loses_no_hello)
+{
+	for (int round = 0; round < 20; round++) {
+		pid_t pids[6];
+
+		for (int i = 0; i < 6; i++) {
+			pids[i] = fork();
+			ck_assert_int_ge(pids[i], 0);
+			if (pids[i] == 0) {
+				struct pkv_connect_opts o = { .socket_path = D.sock, .timeout_ms = 3000 };
+				struct pkv_client *c;
+
+				for (int k = 0; k < 3; k++) {
+					if (pkv_connect(&o, &c))
+						_exit(1);
+					if (k == 2 && pkv_nop(c))
+						_exit(2);
+					pkv_disconnect(c);
+				}
+				_exit(0);
+			}
+		}
+		for (int i = 0; i < 6; i++) {
+			int st;
+
+			ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
+			ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "round %d client %d: %d", round, i,
+				      WEXITSTATUS(st));
+		}
+	}
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("daemon-liveness");
+	TCase *t = tcase_create("liveness");
+
+	tcase_add_checked_fixture(t, setup, teardown);
+	tcase_set_timeout(t, 300);
+	tcase_add_test(t, test_random_sigkill_leaks_nothing);
+	tcase_add_test(t, test_exit_with_open_step_releases);
+	tcase_add_test(t, test_dead_daemon_gives_errors_not_hang);
+	tcase_add_test(t, test_sigterm_finishes_and_exits_zero);
+	tcase_add_test(t, test_second_daemon_on_same_socket_refused);
+	tcase_add_test(t, test_churn_of_connections_loses_no_hello);
+	suite_add_tcase(s, t);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
