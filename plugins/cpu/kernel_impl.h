@@ -570,6 +570,11 @@ static inline void prefetch_rows(const struct cpu_call *c, const char *const *ne
 			__builtin_prefetch(next[t] + l, 0, 2);
 }
 
+/* How far ahead (keys) the tile code prefetches: far enough to cover DRAM latency at full bandwidth. */
+#ifndef PREFETCH_AHEAD
+#define PREFETCH_AHEAD CPU_TK
+#endif
+
 /* The scratch of rows [r0, ...): lets the tile functions work on one KV head's rows of an item. */
 static inline struct cpu_scratch rows_from(const struct cpu_call *c, const struct cpu_scratch *sc, uint32_t r0)
 {
@@ -657,8 +662,12 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 		 * stall on the fill buffers and serialise the two.
 		 */
 		n2 = 0;
-		if ((int32_t)(t0 + CPU_TK) < kend) {
-			n2 = (uint32_t)kend - (t0 + CPU_TK) < CPU_TK ? (uint32_t)kend - (t0 + CPU_TK) : CPU_TK;
+		if ((int32_t)(t0 + PREFETCH_AHEAD) < kend) {
+			uint32_t p0 = t0 + PREFETCH_AHEAD;
+
+			n2 = (uint32_t)kend - p0 < CPU_TK ? (uint32_t)kend - p0 : CPU_TK;
+			blk = p0 / c->bs;
+			off = p0 % c->bs;
 			for (t = 0; t < n2; t++) {
 				tok_next[t] = (size_t)bt[blk] * c->block_stride + (size_t)off * c->token_stride;
 				if (++off == c->bs) {
