@@ -10,6 +10,7 @@
 #include "fixtures.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+extern unsigned long pkv_fuzz_parsed, pkv_fuzz_tokenized;
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 
@@ -37,6 +38,21 @@ static int tok_seed(uint8_t **img, size_t *len)
 	return gb_finish(&b, img, len);
 }
 
+/* A SentencePiece-style vocabulary with byte fallback. */
+static int spm_seed(uint8_t **img, size_t *len)
+{
+	struct gguf_builder b;
+	const char *toks[] = { "<unk>", "<s>", "</s>", "<0x41>", "<0xC3>", "\xe2\x96\x81", "\xe2\x96\x81H", "i" };
+	int32_t types[8] = { 2, 3, 3, 6, 6, 1, 1, 1 };
+	float scores[8] = { 0, 0, 0, 0, 0, -1, -2, -3 };
+	gb_init(&b, 32);
+	gb_kv_str(&b, "tokenizer.ggml.model", "llama");
+	gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks, 8);
+	gb_kv_arr(&b, "tokenizer.ggml.token_type", GGUF_I32, types, 8);
+	gb_kv_arr(&b, "tokenizer.ggml.scores", GGUF_F32, scores, 8);
+	return gb_finish(&b, img, len);
+}
+
 int main(int argc, char **argv)
 {
 	uint8_t *seeds[64];
@@ -50,6 +66,8 @@ int main(int argc, char **argv)
 	if (fixture_gguf(64, &seeds[n], &lens[n]) == 0)
 		n++;
 	if (tok_seed(&seeds[n], &lens[n]) == 0)
+		n++;
+	if (spm_seed(&seeds[n], &lens[n]) == 0)
 		n++;
 	for (int i = 1; i < argc && n < 64; i++) {
 		FILE *f = fopen(argv[i], "rb");
@@ -91,7 +109,8 @@ int main(int argc, char **argv)
 		}
 		LLVMFuzzerTestOneInput(buf, len);
 	}
-	printf("1..1\nok 1 - gguf fuzz: %d seeds, %ld mutations, no crash\n", n, iters);
+	printf("1..1\nok 1 - gguf fuzz: %d seeds, %ld mutations (%lu parsed, %lu built a tokenizer), no crash\n", n,
+	       iters, pkv_fuzz_parsed, pkv_fuzz_tokenized);
 	free(buf);
 	for (int i = 0; i < n; i++)
 		free(seeds[i]);

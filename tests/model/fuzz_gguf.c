@@ -12,6 +12,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* How many inputs parsed / reached the tokenizer (the standalone driver reports them). */
+unsigned long pkv_fuzz_parsed, pkv_fuzz_tokenized;
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct gguf g;
@@ -21,6 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	memcpy(cp, data, size);
 	if (gguf_parse(&g, cp, size) == 0) {
+		pkv_fuzz_parsed++;
 		volatile uint64_t sink = 0;
 		struct tokenizer t;
 		char err[128];
@@ -40,10 +44,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			}
 		}
 		if (tok_load(&t, &g, err, sizeof err) == 0) {
+			pkv_fuzz_tokenized++;
 			int32_t *ids;
 			int n = tok_encode(&t, "Hi there, 42<|im_end|>", 22, 1, 1, &ids);
 			if (n >= 0)
 				free(ids);
+			/* the input's own bytes as (usually invalid UTF-8) text, and every id back to text */
+			n = tok_encode(&t, (const char *)data, size < 512 ? size : 512, 1, 1, &ids);
+			if (n >= 0) {
+				char piece[64];
+				for (int i = 0; i < n; i++)
+					sink += tok_piece(&t, ids[i], 1, piece, sizeof piece);
+				free(ids);
+			}
 			tok_free(&t);
 		}
 		(void)sink;
