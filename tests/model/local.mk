@@ -49,3 +49,9 @@ TESTS += tests/model/test_engine
 tests_model_test_engine_SOURCES = tests/model/test_engine.c
 tests_model_test_engine_CFLAGS = $(MODEL_TEST_CFLAGS)
 tests_model_test_engine_LDADD = $(MODEL_TEST_LIBS)
+
+check_PROGRAMS += tests/model/test_sampler
+TESTS += tests/model/test_sampler
+tests_model_test_sampler_SOURCES = tests/model/test_sampler.c
+tests_model_test_sampler_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_sampler_LDADD = $(MODEL_TEST_LIBS) $(LIBM)
