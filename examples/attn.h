@@ -34,6 +34,7 @@ struct pkv_attn {
 	const struct pkv_attn_ops *ops;
 	void *ctx;
 	const char *name;
+	int remote; /* attention runs in another process: idle our threads while waiting */
 };
 
 /*

@@ -93,5 +93,6 @@ int pkv_attn_daemon_create(const struct pkv_connect_opts *co, const struct pkv_p
 	out->ops = &daemon_ops;
 	out->ctx = c;
 	out->name = "pagedkvd";
+	out->remote = 1;
 	return 0;
 }

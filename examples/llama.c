@@ -309,6 +309,8 @@ int llama_forward(struct llama_ctx *c, const uint32_t *seqs, const uint32_t *n_n
 			rope_apply(c->q + (size_t)t * qd, hp->n_heads, hp->head_dim, hp->rope_dims, cs);
 			rope_apply(c->k + (size_t)t * kd, hp->n_kv_heads, hp->head_dim, hp->rope_dims, cs);
 		}
+		if (c->attn->remote)
+			tpool_idle(c->tp);
 		if ((r = A->attend(c->attn->ctx, l, c->q, c->k, c->v, c->o)))
 			goto err;
 		if ((r = pkv_matmul(c->tp, &c->mm, &L->wo, c->o, T, c->xb)))

@@ -25,6 +25,7 @@ struct tpool {
 	atomic_uint gen;     /* bumped (release) after fn/ctx are set */
 	atomic_int pending;  /* workers still running the current job */
 	atomic_int stop;
+	atomic_int idle;     /* set by tpool_idle: skip the spin phase */
 	tpool_fn fn;
 	void *ctx;
 };
@@ -37,7 +38,8 @@ static void *worker_main(void *arg)
 	for (;;) {
 		unsigned g;
 		int i = 0;
-		while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && i < SPIN_ITERS) {
+		while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && i < SPIN_ITERS &&
+		       !atomic_load_explicit(&p->idle, memory_order_relaxed)) {
 			__builtin_ia32_pause();
 			i++;
 		}
@@ -106,6 +108,7 @@ void tpool_run(struct tpool *p, tpool_fn fn, void *ctx)
 	}
 	p->fn = fn;
 	p->ctx = ctx;
+	atomic_store_explicit(&p->idle, 0, memory_order_relaxed);
 	atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
 	pthread_mutex_lock(&p->mu);
 	atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
@@ -115,6 +118,12 @@ void tpool_run(struct tpool *p, tpool_fn fn, void *ctx)
 	/* acquire pairs with each worker's release: their writes to the output are visible. */
 	while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0)
 		__builtin_ia32_pause();
+}
+
+void tpool_idle(struct tpool *p)
+{
+	if (p)
+		atomic_store_explicit(&p->idle, 1, memory_order_relaxed);
 }
 
 void tpool_destroy(struct tpool *p)

@@ -13,5 +13,8 @@ void tpool_destroy(struct tpool *p);
 int tpool_size(const struct tpool *p);
 /* Runs fn on every thread (the caller is thread 0) and returns when all are done. */
 void tpool_run(struct tpool *p, tpool_fn fn, void *ctx);
+/* Tells spinning workers to sleep now: the caller is about to wait on something else (the daemon)
+ * and a spinning worker would take the CPU the daemon needs. The next tpool_run wakes them. */
+void tpool_idle(struct tpool *p);
 
 #endif
