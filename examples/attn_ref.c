@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -302,6 +303,7 @@ static int r_step_begin(void *ctx, const uint32_t *seqs, const uint32_t *n_new, 
 }
 
 struct attn_job {
+	atomic_ulong next; /* next (sequence, head) task */
 	struct ref *r;
 	uint32_t layer;
 	const float *q;
@@ -321,7 +323,7 @@ static void attn_worker(void *arg, int ith, int nth)
 	uint32_t sc_cap = 0;
 	/* the model's own f32 dot (SIMD): the plain formula, just not a scalar loop */
 	float (*dot)(const float *, const float *, size_t) = pkv_dot_ops()->f32;
-	for (uint64_t t = (uint64_t)ith; t < tasks; t += (uint64_t)nth) {
+	for (uint64_t t; (t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < tasks;) {
 		uint32_t si = (uint32_t)(t / H), h = (uint32_t)(t % H), kh = h / grp;
 		struct rseq *s = &r->s[r->step_seq[si]];
 		uint32_t sq = r->step_new[si], sk = s->len + sq;
@@ -374,7 +376,7 @@ static int r_attend(void *ctx, uint32_t layer, const float *q, const float *k, c
 		memcpy(s->k + base, k + (size_t)r->q_start[i] * w, r->step_new[i] * w * sizeof(float));
 		memcpy(s->v + base, v + (size_t)r->q_start[i] * w, r->step_new[i] * w * sizeof(float));
 	}
-	struct attn_job j = { .r = r, .layer = layer, .q = q, .o = o };
+	struct attn_job j = { .next = 0, .r = r, .layer = layer, .q = q, .o = o };
 	tpool_run(r->tp, attn_worker, &j);
 	return 0;
 }

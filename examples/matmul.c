@@ -6,6 +6,7 @@
 #include "gguf.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #define ROW_TILE 16 /* weight rows kept hot in L1 while the activation rows stream past */
@@ -21,6 +22,7 @@ void pkv_wmat_row(const struct wmat *w, uint32_t r, float *out)
 }
 
 struct mm_job {
+	atomic_size_t next; /* next row tile to claim */
 	const struct wmat *w;
 	const float *x;
 	const struct blk_a8 *xa;
@@ -31,15 +33,14 @@ struct mm_job {
 
 static void mm_worker(void *arg, int ith, int nth)
 {
-	const struct mm_job *j = arg;
+	struct mm_job *j = arg;
 	const struct wmat *w = j->w;
-	size_t per = (w->rows + (size_t)nth - 1) / (size_t)nth;
-	size_t r0 = per * (size_t)ith, r1 = r0 + per;
 	size_t nb = w->cols / QK;
-	if (r1 > w->rows)
-		r1 = w->rows;
-	for (size_t rt = r0; rt < r1; rt += ROW_TILE) {
-		size_t re = rt + ROW_TILE < r1 ? rt + ROW_TILE : r1;
+	for (;;) {
+		size_t rt = atomic_fetch_add_explicit(&j->next, ROW_TILE, memory_order_relaxed);
+		if (rt >= w->rows)
+			break;
+		size_t re = rt + ROW_TILE < w->rows ? rt + ROW_TILE : w->rows;
 		size_t t = 0;
 		if (j->xa && j->ops->quant_x4)
 			for (; t + 4 <= j->n_x; t += 4)
@@ -69,6 +70,7 @@ static void mm_worker(void *arg, int ith, int nth)
 }
 
 struct qa_job {
+	atomic_size_t next;
 	const float *x;
 	struct blk_a8 *xa;
 	size_t n_x, cols;
@@ -76,14 +78,14 @@ struct qa_job {
 
 static void qa_worker(void *arg, int ith, int nth)
 {
-	const struct qa_job *j = arg;
-	for (size_t t = (size_t)ith; t < j->n_x; t += (size_t)nth)
+	struct qa_job *j = arg;
+	for (size_t t; (t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_x;)
 		pkv_quant_act(j->x + t * j->cols, j->xa + t * (j->cols / QK), j->cols);
 }
 
 int pkv_matmul(struct tpool *tp, struct mm_scratch *s, const struct wmat *w, const float *x, size_t n_x, float *y)
 {
-	struct mm_job j = { .w = w, .x = x, .n_x = n_x, .y = y, .ops = pkv_dot_ops() };
+	struct mm_job j = { .next = 0, .w = w, .x = x, .n_x = n_x, .y = y, .ops = pkv_dot_ops() };
 	if (pkv_wmat_is_quant(w->type)) {
 		size_t need = n_x * (w->cols / QK);
 		if (need > s->cap) {
@@ -93,7 +95,7 @@ int pkv_matmul(struct tpool *tp, struct mm_scratch *s, const struct wmat *w, con
 			s->a8 = n;
 			s->cap = need;
 		}
-		struct qa_job q = { .x = x, .xa = s->a8, .n_x = n_x, .cols = w->cols };
+		struct qa_job q = { .next = 0, .x = x, .xa = s->a8, .n_x = n_x, .cols = w->cols };
 		if (n_x > 1)
 			tpool_run(tp, qa_worker, &q);
 		else

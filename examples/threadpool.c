@@ -1,15 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /* Fork-join pool: workers spin briefly on a generation counter (a decode step issues hundreds of small
- * matvecs, and a condvar wake costs more than one of them), then sleep on a condvar. */
+ * matvecs, and a condvar wake costs more than one of them), then sleep on a condvar.
+ *
+ * On a shared machine a worker may be descheduled for a whole time slice. Jobs therefore hand out
+ * work dynamically (an atomic chunk counter in the job), and the caller waits only for workers that
+ * actually joined the job before it closed: a worker that wakes late finds the job closed and
+ * skips it, instead of the caller waiting milliseconds for it. */
 #include "threadpool.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#define SPIN_ITERS 4000
+#define SPIN_ITERS 500
 
 struct worker {
 	struct tpool *p;
@@ -23,7 +29,8 @@ struct tpool {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	atomic_uint gen;     /* bumped (release) after fn/ctx are set */
-	atomic_int pending;  /* workers still running the current job */
+	atomic_int active;   /* workers inside the current job */
+	atomic_int open;     /* 1 while workers may still join the current job */
 	atomic_int stop;
 	atomic_int idle;     /* set by tpool_idle: skip the spin phase */
 	tpool_fn fn;
@@ -53,9 +60,13 @@ static void *worker_main(void *arg)
 		if (atomic_load(&p->stop))
 			return NULL;
 		seen = g;
-		/* acquire on gen pairs with the release in tpool_run: fn and ctx are visible. */
-		p->fn(p->ctx, w->ith, p->n);
-		atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+		/* Join, then check the job is still open (both seq_cst): either the caller sees our
+		 * join and waits for us, or we see it closed and stay out. fn and ctx were written
+		 * before open was set, so they belong to the open job. */
+		atomic_fetch_add(&p->active, 1);
+		if (atomic_load(&p->open))
+			p->fn(p->ctx, w->ith, p->n);
+		atomic_fetch_sub_explicit(&p->active, 1, memory_order_release);
 	}
 }
 
@@ -109,15 +120,21 @@ void tpool_run(struct tpool *p, tpool_fn fn, void *ctx)
 	p->fn = fn;
 	p->ctx = ctx;
 	atomic_store_explicit(&p->idle, 0, memory_order_relaxed);
-	atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
+	atomic_store(&p->open, 1);
 	pthread_mutex_lock(&p->mu);
 	atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
-	fn(ctx, 0, p->n);
-	/* acquire pairs with each worker's release: their writes to the output are visible. */
-	while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0)
-		__builtin_ia32_pause();
+	fn(ctx, 0, p->n); /* returns when no work is left to claim */
+	atomic_store(&p->open, 0);
+	/* acquire pairs with each worker's release: their writes to the output are visible. A
+	 * joined worker holds at most one chunk; yield so a descheduled one can finish it. */
+	for (unsigned spins = 0; atomic_load_explicit(&p->active, memory_order_acquire) > 0; spins++) {
+		if (spins < 2000)
+			__builtin_ia32_pause();
+		else
+			sched_yield();
+	}
 }
 
 void tpool_idle(struct tpool *p)

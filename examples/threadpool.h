@@ -11,7 +11,8 @@ typedef void (*tpool_fn)(void *ctx, int ith, int nth);
 int tpool_create(int n_threads, struct tpool **out);
 void tpool_destroy(struct tpool *p);
 int tpool_size(const struct tpool *p);
-/* Runs fn on every thread (the caller is thread 0) and returns when all are done. */
+/* Runs fn on the caller and on every worker that wakes in time, and returns when all that joined are
+ * done. fn must claim its work dynamically (a worker may not join at all); ith/nth are advisory. */
 void tpool_run(struct tpool *p, tpool_fn fn, void *ctx);
 /* Tells spinning workers to sleep now: the caller is about to wait on something else (the daemon)
  * and a spinning worker would take the CPU the daemon needs. The next tpool_run wakes them. */
