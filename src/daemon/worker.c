@@ -222,10 +222,12 @@ static void *worker_main(void *arg)
 
 			/* Spin briefly: the next layer's attends usually arrive within microseconds. */
 			pthread_mutex_unlock(&w->mu);
-			while (!pkv_load_acquire(&w->head) && !pkv_load_relaxed(&w->stop) && pkv_now_ns() < end) {
-				for (int i = 0; i < 32; i++)
-					pkv_cpu_relax();
-				sched_yield();
+			for (unsigned it = 0; !pkv_load_acquire(&w->head) && !pkv_load_relaxed(&w->stop) &&
+					      pkv_now_ns() < end; it++) {
+				pkv_cpu_relax();
+				/* Give the core away now and then, not at every check. */
+				if ((it & 255) == 255)
+					sched_yield();
 			}
 			pthread_mutex_lock(&w->mu);
 			if (!w->head && !w->stop) {
