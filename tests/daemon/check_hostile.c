@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
 #include "common/msg.h"
@@ -273,6 +274,42 @@ START_TEST(test_wrong_sized_memfd_refused)
 }
 END_TEST
 
+START_TEST(test_wrong_descriptors_refused)
+{
+	char why[512], path[] = "/tmp/pkv-notmemfd-XXXXXX";
+	struct raw r;
+	int fd, pfd[2];
+
+	/* A regular file in place of the memfd: it cannot be sealed. */
+	ck_assert_int_eq(raw_open(&r, D.sock, 1 << 20, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	unlink(path);
+	ck_assert_int_eq(ftruncate(fd, (off_t)r.size), 0);
+	close(r.memfd);
+	r.memfd = fd;
+	ck_assert_int_eq(raw_hello(&r, PKV_PROTO_VERSION, r.size, 1, why, sizeof(why)), -EINVAL);
+	raw_close(&r);
+	/* A write-sealed memfd: the daemon could not post completions. */
+	ck_assert_int_eq(raw_open(&r, D.sock, 1 << 20, 0), 0);
+	munmap(r.region, r.size);
+	r.region = NULL;
+	ck_assert_int_eq(fcntl(r.memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE), 0);
+	ck_assert_int_eq(raw_hello(&r, PKV_PROTO_VERSION, r.size, 1, why, sizeof(why)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(why, "write"));
+	raw_close(&r);
+	/* A pipe in place of a doorbell eventfd. */
+	ck_assert_int_eq(raw_open(&r, D.sock, 1 << 20, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	ck_assert_int_eq(pipe(pfd), 0);
+	close(r.sq_bell);
+	r.sq_bell = pfd[0];
+	ck_assert_int_eq(raw_hello(&r, PKV_PROTO_VERSION, r.size, 1, why, sizeof(why)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(why, "eventfd"));
+	close(pfd[1]);
+	raw_close(&r);
+}
+END_TEST
+
 START_TEST(test_geometry_mismatch_refused_with_reason)
 {
 	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 1 << 20 };
@@ -413,6 +450,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_wrong_protocol_version_refused);
 	tcase_add_test(t, test_unsealed_memfd_refused);
 	tcase_add_test(t, test_wrong_sized_memfd_refused);
+	tcase_add_test(t, test_wrong_descriptors_refused);
 	tcase_add_test(t, test_geometry_mismatch_refused_with_reason);
 	tcase_add_test(t, test_truncating_memfd_cannot_hurt_daemon);
 	tcase_add_test(t, test_corrupted_ring_disconnects_only_that_client);
