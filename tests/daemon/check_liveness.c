@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,6 +52,10 @@ static struct pkv_client *client(uint32_t timeout_ms)
 	return c;
 }
 
+/* Operations done by the busy client, shared with the parent so kills land at random points of the work. */
+static volatile uint32_t *progress;
+#define STEP_DONE() __atomic_add_fetch(progress, 1, __ATOMIC_RELEASE)
+
 /* Works forever: opens, prefills, forks, decodes, closes, with steps left open at times. */
 static _Noreturn void busy_client(unsigned seed)
 {
@@ -69,6 +74,7 @@ static _Noreturn void busy_client(unsigned seed)
 			toks[i] = (int32_t)((rand() % 4) * 100 + i); /* few prompts: prefix hits happen */
 		if (pkv_seq_open(c, toks, len, &s, &nc))
 			_exit(2);
+		STEP_DONE();
 		k = len - nc;
 		{
 			int e = run_step(c, s, toks, nc, k, NULL);
@@ -78,12 +84,14 @@ static _Noreturn void busy_client(unsigned seed)
 					pkv_last_error(c));
 				_exit(3);
 			}
+			STEP_DONE();
 		}
 		if (rand() % 2) {
 			uint32_t ch, one = 1;
 
 			if (pkv_seq_fork(c, s, &ch) || pkv_step_begin(c, &ch, &one, toks + len, 1))
 				_exit(4);
+			STEP_DONE();
 			if (rand() % 3 == 0)
 				usleep(300); /* a window with the step open and the fork held */
 			pkv_step_abort(c);
@@ -107,15 +115,24 @@ START_TEST(test_random_sigkill_leaks_nothing)
 	int iters = env ? atoi(env) : 200;
 	char report[4096];
 
+	progress = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert(progress != MAP_FAILED);
 	srand(42);
 	for (int i = 0; i < iters; i++) {
-		pid_t pid = fork();
-		struct timespec ts = { 0, (long)(rand() % 6000) * 1000L };
+		uint32_t target = (uint32_t)(rand() % 8);
+		struct timespec ts = { 0, (long)(rand() % 1500) * 1000L }, tick = { 0, 20000 };
+		pid_t pid;
 		int st;
 
+		*progress = 0;
+		pid = fork();
 		ck_assert_int_ge(pid, 0);
 		if (pid == 0)
 			busy_client(1000 + (unsigned)i);
+		/* Wait until the client has done `target` operations (whatever the machine's load),
+		 * then a random sliver more, so kills land anywhere in the work, mid-step included. */
+		for (int w = 0; w < 100000 && __atomic_load_n(progress, __ATOMIC_ACQUIRE) < target; w++)
+			nanosleep(&tick, NULL);
 		nanosleep(&ts, NULL);
 		kill(pid, SIGKILL);
 		ck_assert_int_eq(waitpid(pid, &st, 0), pid);
