@@ -87,7 +87,7 @@ START_TEST(test_attach_step_attend_matches_reference)
 	ck_assert_float_le(prefill_and_check(c, seq, toks, 40, 0, NULL), 1e-5f);
 	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
 	pkv_disconnect(c);
-	ck_assert_int_eq(audit_until_clean(D.sock, 1000, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
 END_TEST
 
@@ -209,7 +209,7 @@ START_TEST(test_two_processes_share_prefix)
 	free(a);
 	free(b);
 	free(ref);
-	ck_assert_int_eq(audit_until_clean(D.sock, 1000, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
 END_TEST
 
@@ -241,7 +241,7 @@ START_TEST(test_fork_and_truncate_across_steps)
 	ck_assert_float_le(prefill_and_check(c, child, kid, 23, 22, NULL), 1e-5f);
 	ck_assert_int_eq(pkv_seq_close(c, child), 0);
 	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
-	ck_assert_int_eq(audit_until_clean(D.sock, 1000, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 	pkv_disconnect(c);
 }
 END_TEST
@@ -285,7 +285,7 @@ START_TEST(test_concurrent_clients_attach_one_pool)
 	}
 	ck_assert_int_ge(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_TEXT, out, sizeof(out)), 0);
 	ck_assert_ptr_nonnull(strstr(out, "pool multi"));
-	ck_assert_int_eq(audit_until_clean(D.sock, 1000, out, sizeof(out)), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, out, sizeof(out)), 0);
 }
 END_TEST
 
@@ -470,7 +470,7 @@ START_TEST(test_pin_survives_flush_until_unpinned)
 	ck_assert_int_eq(pkv_seq_open(c, toks, 40, &seq, &nc), 0);
 	ck_assert_uint_eq(nc, 0);                          /* gone once unpinned and flushed */
 	pkv_disconnect(c);
-	ck_assert_int_eq(audit_until_clean(D.sock, 1000, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
 END_TEST
 

@@ -115,7 +115,7 @@ START_TEST(test_bad_sqes_get_error_completions)
 	ck_assert_int_eq(call(&r, sqe(PKV_OP_NOP)), 0);
 	pools_json(after, sizeof(after));
 	ck_assert_str_eq(before, after);
-	ck_assert_int_eq(audit_until_clean(D.sock, 500, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 	raw_close(&r);
 }
 END_TEST
@@ -162,7 +162,7 @@ START_TEST(test_bad_attends_in_a_step)
 	e.off[3] = 4096 + 8192;
 	ck_assert_int_eq(call(&r, e), 0);                             /* a good one still works */
 	ck_assert_int_eq(call(&r, sqe(PKV_OP_STEP_ABORT)), 0);
-	ck_assert_int_eq(audit_until_clean(D.sock, 500, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 	raw_close(&r);
 }
 END_TEST
@@ -201,7 +201,7 @@ START_TEST(test_foreign_and_duplicate_sequences_refused)
 	ck_assert_int_eq(pkv_seq_close(a, sa), 0);
 	pkv_disconnect(a);
 	pkv_disconnect(b);
-	ck_assert_int_eq(audit_until_clean(D.sock, 500, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
 END_TEST
 
@@ -220,7 +220,7 @@ START_TEST(test_quota_is_per_client)
 		ck_assert_int_eq(pkv_seq_open(b, toks, 4, &s, &nc), 0);
 	pkv_disconnect(a);
 	pkv_disconnect(b);
-	ck_assert_int_eq(audit_until_clean(D.sock, 500, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
 END_TEST
 
@@ -367,7 +367,7 @@ START_TEST(test_corrupted_ring_disconnects_only_that_client)
 	raw_close(&r);
 	ck_assert_int_eq(pkv_nop(good), 0);
 	pkv_disconnect(good);
-	ck_assert_int_eq(audit_until_clean(D.sock, 500, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
 END_TEST
 
@@ -431,7 +431,7 @@ START_TEST(test_block_share_quota_is_per_client)
 	ck_assert_int_eq(pkv_step_end(b), 0);
 	pkv_disconnect(a);
 	pkv_disconnect(b);
-	ck_assert_int_eq(audit_until_clean(D.sock, 500, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
 END_TEST
 

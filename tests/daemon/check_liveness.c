@@ -138,7 +138,7 @@ START_TEST(test_random_sigkill_leaks_nothing)
 		ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 		ck_assert_msg(WIFSIGNALED(st) || WEXITSTATUS(st) == 0, "client %d failed with %d before the kill",
 			      i, WEXITSTATUS(st));
-		ck_assert_msg(audit_until_clean(D.sock, 2000, report, sizeof(report)) == 0,
+		ck_assert_msg(audit_until_clean(D.sock, 5000, report, sizeof(report)) == 0,
 			      "after kill %d: %s", i, report);
 	}
 	ck_assert(dmn_alive(&D));
@@ -170,7 +170,7 @@ START_TEST(test_exit_with_open_step_releases)
 	}
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 	ck_assert_int_eq(WEXITSTATUS(st), 0);
-	ck_assert_int_eq(audit_until_clean(D.sock, 2000, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
 END_TEST
 
