@@ -167,6 +167,13 @@ struct pkv_daemon {
 	struct pkv_plugin plug_varlen, plug_decode;
 	int same_plugin;
 	struct worker worker;
+	/*
+	 * Held around every backend call: the ABI promises a plugin context is
+	 * never entered twice at once, and pool creation (cache_alloc, in the
+	 * loop) may coincide with an attend on the worker. The loop takes it
+	 * only when a pool is created.
+	 */
+	pthread_mutex_t backend_mu;
 	/* attends collected in the current sweep, grouped into jobs at its end */
 	struct job *sweep_jobs;
 	uint64_t accepted, refused;

@@ -267,6 +267,7 @@ int main(int argc, char **argv)
 	if (!d)
 		return 1;
 	d->listen_fd = d->signal_fd = d->wake_fd = d->lock_fd = -1;
+	pthread_mutex_init(&d->backend_mu, NULL);
 	pkv_config_defaults(&d->cfg);
 	r = parse_args(argc, argv, &d->cfg);
 	if (r) {
@@ -346,6 +347,7 @@ out:
 		close(d->lock_fd);
 	if (rc == 0)
 		pkv_info("stopped");
+	pthread_mutex_destroy(&d->backend_mu);
 	free(d);
 	return rc;
 }

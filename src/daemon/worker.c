@@ -239,15 +239,18 @@ static void *worker_main(void *arg)
 		}
 		j = pop_merged(w);
 		pthread_mutex_unlock(&w->mu);
-		if (j->kind == JOB_ATTEND) {
+		pthread_mutex_lock(&d->backend_mu);
+		if (j->kind == JOB_ATTEND)
 			j->res = run_attend(w, j);
+		else
+			j->res = pkv_dispatch_copy_blocks(&j->pool->disp, j->copies, j->n_copies);
+		pthread_mutex_unlock(&d->backend_mu);
+		if (j->kind == JOB_ATTEND) {
 			w->batches++;
 			w->merged_items += j->n_items;
 			/* Straight to the clients; the loop only does the bookkeeping. */
 			for (uint32_t i = 0; i < j->n_items; i++)
 				j->items[i].posted = !session_post(j->items[i].s, j->items[i].user_data, j->res, 0, 0);
-		} else {
-			j->res = pkv_dispatch_copy_blocks(&j->pool->disp, j->copies, j->n_copies);
 		}
 		pthread_mutex_lock(&w->mu);
 		j->next = w->done;
