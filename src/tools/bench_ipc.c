@@ -497,6 +497,7 @@ int main(int argc, char **argv)
 	struct opts o = { 0 };
 	struct results res = { 0 };
 	struct priv priv = { 0 };
+	double load[1];
 	char exe[PATH_MAX];
 	const char *sock;
 	ssize_t n;
@@ -543,10 +544,12 @@ int main(int argc, char **argv)
 	if (res.have_step)
 		res.step_overhead_pct = 100.0 * (res.step_daemon_us - res.step_inproc_us) / res.step_inproc_us;
 	res.have_coal = !bench_coalesce(&o, &res);
+	if (getloadavg(load, 1) != 1)
+		load[0] = -1;
 	if (o.json) {
-		printf("{\"noop_rtt_hot_ns_p50\":%llu,\"noop_rtt_hot_ns_p99\":%llu,\"noop_rtt_cold_ns_p50\":%llu,"
+		printf("{\"loadavg_1m\":%.2f,\"noop_rtt_hot_ns_p50\":%llu,\"noop_rtt_hot_ns_p99\":%llu,\"noop_rtt_cold_ns_p50\":%llu,"
 		       "\"attend_rtt_hot_ns_p50\":%llu,\"noop_ops_per_s\":%.0f,",
-		       (unsigned long long)res.noop_hot_p50, (unsigned long long)res.noop_hot_p99,
+		       load[0], (unsigned long long)res.noop_hot_p50, (unsigned long long)res.noop_hot_p99,
 		       (unsigned long long)res.noop_cold_p50, (unsigned long long)res.attend_hot_p50, res.noop_ops);
 		if (res.have_step)
 			printf("\"step30_overhead_pct\":%.2f,\"step30_daemon_us\":%.1f,\"step30_inproc_us\":%.1f,",
@@ -560,7 +563,8 @@ int main(int argc, char **argv)
 			printf("\"coalesce_speedup\":null}\n");
 		return 0;
 	}
-	printf("pkv-bench ipc (%s daemon; SmolLM2-135M attention shape, ctx %u)\n", o.socket ? "given" : "private", CTX);
+	printf("pkv-bench ipc (%s daemon; SmolLM2-135M attention shape, ctx %u; load average %.1f)\n",
+	       o.socket ? "given" : "private", CTX, load[0]);
 	printf("  no-op round trip, hot:   p50 %llu ns, p99 %llu ns   (target p50 <= 1000 ns)\n",
 	       (unsigned long long)res.noop_hot_p50, (unsigned long long)res.noop_hot_p99);
 	printf("  no-op round trip, cold:  p50 %llu ns               (target <= 30000 ns)\n",
