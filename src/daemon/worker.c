@@ -321,7 +321,7 @@ int worker_start(struct pkv_daemon *d)
 	w->d = d;
 	w->spin_us = d->cfg.spin_us;
 	w->coalesce = d->cfg.coalesce;
-	w->gather_us = d->cfg.spin_us / 2 < 20 ? d->cfg.spin_us / 2 : 20;
+	w->gather_us = d->cfg.gather_us;
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_cond_init(&w->cv, NULL);
 	r = pthread_create(&w->thread, NULL, worker_main, d);

@@ -31,6 +31,8 @@ struct opts {
 	int json;
 	int quick;
 	char workers[16];  /* backend threads, daemon and in-process alike ("0": one per CPU) */
+	const char *daemon_args[8]; /* extra pagedkvd arguments for private daemons */
+	int n_daemon_args;
 };
 
 static uint64_t now_ns(void)
@@ -96,10 +98,16 @@ static int start_daemon(struct priv *p, const struct opts *o, int coalesce)
 	p->pid = fork();
 	if (p->pid == 0) {
 		const char *lvl = getenv("PKV_BENCH_DAEMON_LOG");
+		const char *argv[32] = { exe, "-f", "--socket", p->sock, "--plugin-dir", o->plugin_dir,
+					 "--workers", o->workers, "--log-level", lvl ? lvl : "error" };
+		int n = 10;
 
-		execl(exe, exe, "-f", "--socket", p->sock, "--plugin-dir", o->plugin_dir, "--workers", o->workers,
-		      "--log-level", lvl ? lvl : "error",
-		      coalesce ? "--spin-us=50" : "--no-coalesce", (char *)NULL);
+		if (!coalesce)
+			argv[n++] = "--no-coalesce";
+		for (int i = 0; i < o->n_daemon_args; i++)
+			argv[n++] = o->daemon_args[i];
+		argv[n] = NULL;
+		execv(exe, (char *const *)argv);
 		_exit(127);
 	}
 	for (int i = 0; i < 500; i++) {
@@ -481,7 +489,8 @@ static int bench_coalesce(const struct opts *o, struct results *res)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: pkv-bench ipc [--json] [--socket PATH] [--plugin-dir DIR] [--workers N] [--quick]\n"
+	fprintf(f, "usage: pkv-bench ipc [--json] [--socket PATH] [--plugin-dir DIR] [--workers N]\n"
+		   "                     [--daemon-arg ARG]... [--quick]\n"
 		   "  Without --socket (or $PAGEDKV_SOCKET) a private pagedkvd is started.\n"
 		   "  The coalescing comparison always uses two private daemons (on, off).\n");
 }
@@ -492,6 +501,7 @@ int main(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' }, { "socket", required_argument, NULL, 's' },
 		{ "plugin-dir", required_argument, NULL, 'p' }, { "quick", no_argument, NULL, 'q' },
 		{ "workers", required_argument, NULL, 'w' },
+		{ "daemon-arg", required_argument, NULL, 'a' },
 		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
 	};
 	struct opts o = { 0 };
@@ -515,13 +525,17 @@ int main(int argc, char **argv)
 		snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s", PKV_PLUGIN_DIR);
 	o.socket = getenv("PAGEDKV_SOCKET");
 	snprintf(o.workers, sizeof(o.workers), "0");
-	while ((c = getopt_long(argc, argv, "js:p:qw:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "js:p:qw:a:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'j': o.json = 1; break;
 		case 's': o.socket = optarg; break;
 		case 'p': snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s", optarg); break;
 		case 'q': o.quick = 1; break;
 		case 'w': snprintf(o.workers, sizeof(o.workers), "%u", (unsigned)atoi(optarg)); break;
+		case 'a':
+			if (o.n_daemon_args < 8)
+				o.daemon_args[o.n_daemon_args++] = optarg;
+			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
