@@ -464,6 +464,9 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 	call->adt = b->act_dtype;
 	/* ~32 query vectors per item: enough rows to amortise each K/V tile, few enough to stay in L1/L2. */
 	call->qb = call->G >= 32 ? 1 : 32 / call->G;
+	/* Rows per KV head a multiple of 4: the bf16 score kernel works on 4 rows at a time. */
+	while ((call->qb * call->G) % 4 && call->qb * call->G < 64)
+		call->qb++;
 	call->scale = b->scale > 0 ? b->scale : 1.0f / sqrtf((float)g->head_dim);
 	call->softcap = b->softcap;
 	call->window = b->window_left;
