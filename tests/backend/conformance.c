@@ -920,6 +920,15 @@ static void build_cases(int full)
 	c->softcap = 2.0f;
 	c = add_case(8, 8, 80, 7, PKV_DTYPE_BF16, PKV_DTYPE_F16, "long prefill over odd block size");
 	seq(c, 100, 120, 0);
+	/* Long bf16 prefills: row blocks large enough for 16-row (AMX-style) kernels, with masks. */
+	c = add_case(9, 3, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_BF16, "long prefill, window 70, q longer than k");
+	seq(c, 40, 100, 0);
+	seq(c, 30, 70, 50);
+	c->window = 70;
+	c = add_case(32, 8, 128, 16, PKV_DTYPE_BF16, PKV_DTYPE_BF16, "long prefill, soft-cap 4");
+	seq(c, 0, 64, 0);
+	seq(c, 33, 31, 0);
+	c->softcap = 4.0f;
 
 	if (!full)
 		return;
