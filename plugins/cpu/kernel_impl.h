@@ -436,7 +436,8 @@ struct amx_tilecfg {
 	uint8_t rows[16];
 } __attribute__((aligned(64)));
 
-static void amx_begin(void)
+/* rows: query rows per block, 16 for prefill blocks, G (< 16) for a decode item's heads. */
+static void amx_begin(uint32_t rows)
 {
 	struct amx_tilecfg cfg;
 	int i;
@@ -445,7 +446,8 @@ static void amx_begin(void)
 	cfg.palette = 1;
 	for (i = 0; i < 8; i++) {
 		cfg.colsb[i] = 64;
-		cfg.rows[i] = 16;
+		/* B tiles (3, 4, 7) always hold 16 dim or key pairs; A and C tiles hold the rows. */
+		cfg.rows[i] = (i == 3 || i == 4 || i == 7) ? 16 : (uint8_t)rows;
 	}
 	_tile_loadconfig(&cfg);
 }
@@ -709,10 +711,11 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 	int use_dp_pv = use_dp && c->hd % 32 == 0;
 #endif
 #if defined(KERNEL_AMX)
-	int use_amx = use_dp_pv && Rh % 16 == 0 && R <= 128;
+	/* 16-row blocks (prefill), or one block of G < 16 rows per KV head (decode). */
+	int use_amx = use_dp_pv && (Rh % 16 == 0 || Rh < 16) && R <= 128;
 
 	if (use_amx)
-		amx_begin();
+		amx_begin(Rh < 16 ? Rh : 16);
 #endif
 
 	/* Queries of this item, f32 (and raw bf16 for the dpbf16 scores). */
