@@ -436,8 +436,12 @@ struct amx_tilecfg {
 	uint8_t rows[16];
 } __attribute__((aligned(64)));
 
-/* rows: query rows per block, 16 for prefill blocks, G (< 16) for a decode item's heads. */
-static void amx_begin(uint32_t rows)
+/*
+ * rows: query rows per block, 16 for prefill blocks, G (< 16) for a decode
+ * item's heads. kdirect (decode): scores as S^T = K . Q^T, so tile 0 holds
+ * 16 keys x G rows, tile 2 sixteen K rows straight from a block, tile 3 Q^T.
+ */
+static void amx_begin(uint32_t rows, int kdirect)
 {
 	struct amx_tilecfg cfg;
 	int i;
@@ -449,7 +453,44 @@ static void amx_begin(uint32_t rows)
 		/* B tiles (3, 4, 7) always hold 16 dim or key pairs; A and C tiles hold the rows. */
 		cfg.rows[i] = (i == 3 || i == 4 || i == 7) ? 16 : (uint8_t)rows;
 	}
+	if (kdirect) {
+		cfg.rows[0] = 16;
+		cfg.colsb[0] = (uint16_t)(4 * rows);
+		cfg.rows[2] = 16;
+		cfg.colsb[3] = (uint16_t)(4 * rows);
+	}
 	_tile_loadconfig(&cfg);
+}
+
+/*
+ * Decode scores without transposing K: a 16-key group of one block is a
+ * strided tile (token_stride) AMX loads as the A operand; Q^T in pair
+ * layout (qt, built once per item) is B. Needs block_size % 16 == 0 and
+ * tiles starting on 16-key boundaries, so a group never spans two blocks.
+ */
+static void scores_amx_kdirect(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *kraw,
+			       uint32_t nt, uint32_t R, const uint32_t *qt)
+{
+	float st[16 * 16];
+	uint32_t g, k, i, r;
+
+	for (g = 0; g < 2; g++) {
+		if (16 * g >= nt) {
+			for (r = 0; r < R; r++)
+				memset(sc->s + (size_t)r * CPU_TK + 16 * g, 0, 16 * sizeof(float));
+			continue;
+		}
+		_tile_zero(0);
+		for (k = 0; k < c->hd / 32; k++) {
+			_tile_loadd(2, kraw[16 * g] + 64 * k, c->token_stride);
+			_tile_loadd(3, qt + (size_t)k * 16 * R, R * 4);
+			_tile_dpbf16ps(0, 2, 3);
+		}
+		_tile_stored(0, st, R * 4);
+		for (i = 0; i < 16; i++)
+			for (r = 0; r < R; r++)
+				sc->s[(size_t)r * CPU_TK + 16 * g + i] = st[i * R + r];
+	}
 }
 
 static void scores_amx(const struct cpu_call *c, struct cpu_scratch *sc, uint32_t R)
@@ -670,6 +711,10 @@ static inline void prefetch_rows(const struct cpu_call *c, const char *const *ne
 			__builtin_prefetch(next[t] + l, 0, 2);
 }
 
+#ifndef KDIRECT
+#define KDIRECT 1
+#endif
+
 /* How far ahead (keys) the tile code prefetches: far enough to cover DRAM latency at full bandwidth. */
 #ifndef PREFETCH_AHEAD
 #define PREFETCH_AHEAD CPU_TK
@@ -713,9 +758,8 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 #if defined(KERNEL_AMX)
 	/* 16-row blocks (prefill), or one block of G < 16 rows per KV head (decode). */
 	int use_amx = use_dp_pv && (Rh % 16 == 0 || Rh < 16) && R <= 128;
-
-	if (use_amx)
-		amx_begin(Rh < 16 ? Rh : 16);
+	int kdirect = 0;
+	uint32_t *qt = (uint32_t *)sc->qf; /* [nkvh][hd/2][Rh] Q^T pairs; qf is unused on bf16 paths */
 #endif
 
 	/* Queries of this item, f32 (and raw bf16 for the dpbf16 scores). */
@@ -749,6 +793,28 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 		sc->l[r] = 0.0f;
 		memset(sc->acc + (size_t)r * c->hdp, 0, c->hdp * sizeof(float));
 	}
+
+#if defined(KERNEL_AMX)
+	/*
+	 * K rows as the A operand when 16-key groups stay inside one block. Only
+	 * from head_dim 128: at 64 the K transpose is cheap and the S^T scatter
+	 * costs more than it saves (measured).
+	 */
+	kdirect = KDIRECT && use_amx && Rh < 16 && c->hd >= 128 && c->bs % 16 == 0 && kstart >= 0 &&
+		  kstart % 16 == 0;
+
+	if (kdirect) {
+		uint32_t k, n;
+
+		for (hh = 0; hh < it->nkvh; hh++)
+			for (k = 0; k < c->hd / 2; k++)
+				for (n = 0; n < Rh; n++)
+					qt[((size_t)hh * (c->hd / 2) + k) * Rh + n] =
+						((const uint32_t *)(sc->qh + (size_t)(hh * Rh + n) * CPU_MAX_HD))[k];
+	}
+	if (use_amx)
+		amx_begin(Rh < 16 ? Rh : 16, kdirect);
+#endif
 
 	for (t0 = (uint32_t)kstart; kend > 0 && (int32_t)t0 < kend; t0 += CPU_TK) {
 		uint32_t nt = (uint32_t)kend - t0 < CPU_TK ? (uint32_t)kend - t0 : CPU_TK;
@@ -798,7 +864,10 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 			}
 #if defined(KERNEL_DPBF16)
 #if defined(KERNEL_AMX)
-			if (use_amx) {
+			if (kdirect) {
+				prefetch_rows(c, knext);
+				scores_amx_kdirect(c, &v, kraw, nt, Rh, qt + (size_t)hh * (c->hd / 2) * Rh);
+			} else if (use_amx) {
 				/* The transposed K tile is AMX's B operand as it stands. */
 				transpose_k_tile(c, &v, kraw, knext, nt);
 				scores_amx(c, &v, Rh);
