@@ -464,25 +464,39 @@ fail:
 	return -1;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Alternates on/off daemons three times each (the machine drifts) and keeps the medians. */
 static int bench_coalesce(const struct opts *o, struct results *res)
 {
-	int steps = o->quick ? 5 : 40;
+	int steps = o->quick ? 5 : 40, reps = o->quick ? 1 : 3;
+	double on[3], off[3];
 	struct priv p;
 
-	for (int on = 1; on >= 0; on--) {
-		double tps;
+	for (int r = 0; r < reps; r++)
+		for (int mode = 1; mode >= 0; mode--) {
+			double tps;
 
-		if (start_daemon(&p, o, on))
-			return -1;
-		tps = decode_clients(p.sock, 8, steps);
-		stop_daemon(&p);
-		if (tps < 0)
-			return -1;
-		if (on)
-			res->coal_on_tps = tps;
-		else
-			res->coal_off_tps = tps;
-	}
+			if (start_daemon(&p, o, mode))
+				return -1;
+			tps = decode_clients(p.sock, 8, steps);
+			stop_daemon(&p);
+			if (tps < 0)
+				return -1;
+			if (mode)
+				on[r] = tps;
+			else
+				off[r] = tps;
+		}
+	qsort(on, reps, sizeof(double), cmp_double);
+	qsort(off, reps, sizeof(double), cmp_double);
+	res->coal_on_tps = on[reps / 2];
+	res->coal_off_tps = off[reps / 2];
 	res->coal_speedup = res->coal_on_tps / res->coal_off_tps;
 	return 0;
 }
