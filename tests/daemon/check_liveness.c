@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -287,6 +289,23 @@ START_TEST(test_churn_of_connections_loses_no_hello)
 }
 END_TEST
 
+START_TEST(test_socket_mode_and_group_applied)
+{
+	static const char *const extra[] = { "--socket-mode", "0640", "--socket-group", "nogroup", NULL };
+	static const char *const mode_only[] = { "--socket-mode", "0640", NULL };
+	struct group *g = getgrnam("nogroup");
+	int as_root = geteuid() == 0 && g;
+	struct stat st;
+
+	ck_assert_int_eq(dmn_stop(&D), 0);
+	ck_assert_int_eq(dmn_restart(&D, as_root ? extra : mode_only), 0);
+	ck_assert_int_eq(stat(D.sock, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0640);
+	if (as_root)
+		ck_assert_uint_eq(st.st_gid, g->gr_gid);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("daemon-liveness");
@@ -300,6 +319,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_sigterm_finishes_and_exits_zero);
 	tcase_add_test(t, test_second_daemon_on_same_socket_refused);
 	tcase_add_test(t, test_churn_of_connections_loses_no_hello);
+	tcase_add_test(t, test_socket_mode_and_group_applied);
 	suite_add_tcase(s, t);
 	return s;
 }
