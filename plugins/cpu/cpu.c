@@ -5,6 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "cpu.h"
 
@@ -31,10 +36,36 @@ struct cpu_mapping {
 
 PKV_BACKEND_EXPORT int pkv_backend_enum(uint32_t index, const struct pkv_backend **out);
 
+#if defined(__x86_64__) && defined(__GNUC__)
+/*
+ * AMX needs the CPU bits, the OS enabling tile state in XCR0, and (Linux)
+ * a per-process permission for the large tile data state.
+ */
+static int amx_usable(void)
+{
+	unsigned int a, b, c, d, lo, hi;
+
+	__cpuid_count(7, 0, a, b, c, d);
+	if (!((d >> 22) & 1) || !((d >> 24) & 1))
+		return 0;
+	__asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+	if (((lo >> 17) & 3) != 3)
+		return 0;
+#if defined(__linux__)
+	/* ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA */
+	if (syscall(SYS_arch_prctl, 0x1023, 18))
+		return 0;
+#endif
+	return 1;
+}
+#endif
+
 static int cpu_supports(const char *isa)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
 	__builtin_cpu_init();
+	if (!strcmp(isa, "amx"))
+		return cpu_supports("avx512bf16") && amx_usable();
 	if (!strcmp(isa, "avx512bf16"))
 		return cpu_supports("avx512") && __builtin_cpu_supports("avx512bf16");
 	if (!strcmp(isa, "avx512"))
@@ -49,7 +80,7 @@ static int cpu_supports(const char *isa)
 }
 
 /*
- * The best kernel this CPU runs; PKV_CPU_ISA=generic|avx2|avx512|avx512bf16
+ * The best kernel this CPU runs; PKV_CPU_ISA=generic|avx2|avx512|avx512bf16|amx
  * caps it (tests use it to cover every variant on one machine).
  */
 static const struct cpu_isa *pick_isa(const struct pkv_host_api *host)
@@ -59,6 +90,7 @@ static const struct cpu_isa *pick_isa(const struct pkv_host_api *host)
 		const struct cpu_isa *isa;
 	} order[] = {
 #if defined(__x86_64__)
+		{ "amx", &pkv_cpu_isa_amx },
 		{ "avx512bf16", &pkv_cpu_isa_avx512bf16 },
 		{ "avx512", &pkv_cpu_isa_avx512 },
 		{ "avx2", &pkv_cpu_isa_avx2 },
@@ -464,6 +496,9 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 	call->adt = b->act_dtype;
 	/* ~32 query vectors per item: enough rows to amortise each K/V tile, few enough to stay in L1/L2. */
 	call->qb = call->G >= 32 ? 1 : 32 / call->G;
+	/* Rows per KV head a multiple of what the kernel blocks by (4 rows AVX-512 bf16, 16 AMX). */
+	while ((call->qb * call->G) % c->isa->rows_multiple && call->qb * call->G < 128)
+		call->qb++;
 	call->scale = b->scale > 0 ? b->scale : 1.0f / sqrtf((float)g->head_dim);
 	call->softcap = b->softcap;
 	call->window = b->window_left;

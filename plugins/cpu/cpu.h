@@ -71,6 +71,7 @@ typedef void (*cpu_attend_fn)(const struct cpu_call *c, const struct cpu_item *i
 struct cpu_isa {
 	const char *name;
 	cpu_attend_fn attend;
+	uint32_t rows_multiple;  /* rows per KV head in an item should be a multiple of this */
 };
 
 /* The same kernel source compiled for each instruction set (kernel_*.c). */
@@ -78,6 +79,7 @@ extern const struct cpu_isa pkv_cpu_isa_generic;
 extern const struct cpu_isa pkv_cpu_isa_avx2;
 extern const struct cpu_isa pkv_cpu_isa_avx512;
 extern const struct cpu_isa pkv_cpu_isa_avx512bf16;
+extern const struct cpu_isa pkv_cpu_isa_amx;
 
 /* Exact scalar conversions (round-to-nearest-even, subnormals kept): convert.c. */
 float pkv_cpu_f16_to_f32(uint16_t h);

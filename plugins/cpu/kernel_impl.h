@@ -320,10 +320,10 @@ static void accumulate_pv_dpbf16(const struct cpu_call *c, struct cpu_scratch *s
  * each query row's dim pair is broadcast against 16 keys at a time. The
  * shuffles (port 5) overlap the dot products (port 0).
  */
-static void scores_dpbf16_t(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *kraw,
-			    const char *const *knext, uint32_t nt, uint32_t R)
+static void transpose_k_tile(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *kraw,
+			     const char *const *knext, uint32_t nt)
 {
-	uint32_t np = c->hd / 2, nchunk = c->hd / 32, g, k, i, r, p, cc;
+	uint32_t np = c->hd / 2, nchunk = c->hd / 32, g, k, i, p, cc;
 	__m512i *kt = (__m512i *)sc->kf; /* [np][2]: keys 0-15, 16-31 */
 
 	for (g = 0; g < 2; g++) {
@@ -365,6 +365,15 @@ static void scores_dpbf16_t(const struct cpu_call *c, struct cpu_scratch *sc, co
 			}
 		}
 	}
+}
+
+static void scores_dpbf16_t(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *kraw,
+			    const char *const *knext, uint32_t nt, uint32_t R)
+{
+	uint32_t np = c->hd / 2, r, p;
+	__m512i *kt = (__m512i *)sc->kf;
+
+	transpose_k_tile(c, sc, kraw, knext, nt);
 	for (r = 0; r + 4 <= R; r += 4) {
 		const uint32_t *q0 = (const uint32_t *)(sc->qh + (size_t)r * CPU_MAX_HD);
 		const uint32_t *q1 = q0 + CPU_MAX_HD / 2, *q2 = q1 + CPU_MAX_HD / 2, *q3 = q2 + CPU_MAX_HD / 2;
@@ -411,6 +420,138 @@ static void scores_dpbf16_t(const struct cpu_call *c, struct cpu_scratch *sc, co
 		_mm512_storeu_ps(sc->s + (size_t)r * CPU_TK + 16, a1);
 	}
 }
+
+#if defined(KERNEL_AMX)
+/*
+ * AMX (TDPBF16PS) for blocks of 16 rows: the same operands as the AVX-512
+ * bf16 paths, already in the layouts the tile unit wants. Scores: A = 16
+ * query rows x 32 dims (qh), B = the transposed K tile's 16 dim pairs x 16
+ * keys (kt). PV: A = 16 rows x 32 probabilities in bf16, B = 16 key pairs x
+ * 16 dims of the interleaved V tile (v2, whose permuted dim order the
+ * accumulators keep). Tiles: 0-1 C scores, 2 A, 3-4 B, 5 A (P), 6 C (acc), 7 B (V).
+ */
+struct amx_tilecfg {
+	uint8_t palette, start_row, reserved[14];
+	uint16_t colsb[16];
+	uint8_t rows[16];
+} __attribute__((aligned(64)));
+
+/*
+ * rows: query rows per block, 16 for prefill blocks, G (< 16) for a decode
+ * item's heads. kdirect (decode): scores as S^T = K . Q^T, so tile 0 holds
+ * 16 keys x G rows, tile 2 sixteen K rows straight from a block, tile 3 Q^T.
+ */
+static void amx_begin(uint32_t rows, int kdirect)
+{
+	struct amx_tilecfg cfg;
+	int i;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.palette = 1;
+	for (i = 0; i < 8; i++) {
+		cfg.colsb[i] = 64;
+		/* B tiles (3, 4, 7) always hold 16 dim or key pairs; A and C tiles hold the rows. */
+		cfg.rows[i] = (i == 3 || i == 4 || i == 7) ? 16 : (uint8_t)rows;
+	}
+	if (kdirect) {
+		cfg.rows[0] = 16;
+		cfg.colsb[0] = (uint16_t)(4 * rows);
+		cfg.rows[2] = 16;
+		cfg.colsb[3] = (uint16_t)(4 * rows);
+	}
+	_tile_loadconfig(&cfg);
+}
+
+/*
+ * Decode scores without transposing K: a 16-key group of one block is a
+ * strided tile (token_stride) AMX loads as the A operand; Q^T in pair
+ * layout (qt, built once per item) is B. Needs block_size % 16 == 0 and
+ * tiles starting on 16-key boundaries, so a group never spans two blocks.
+ */
+static void scores_amx_kdirect(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *kraw,
+			       uint32_t nt, uint32_t R, const uint32_t *qt)
+{
+	float st[16 * 16];
+	uint32_t g, k, i, r;
+
+	for (g = 0; g < 2; g++) {
+		if (16 * g >= nt) {
+			for (r = 0; r < R; r++)
+				memset(sc->s + (size_t)r * CPU_TK + 16 * g, 0, 16 * sizeof(float));
+			continue;
+		}
+		_tile_zero(0);
+		for (k = 0; k < c->hd / 32; k++) {
+			_tile_loadd(2, kraw[16 * g] + 64 * k, c->token_stride);
+			_tile_loadd(3, qt + (size_t)k * 16 * R, R * 4);
+			_tile_dpbf16ps(0, 2, 3);
+		}
+		_tile_stored(0, st, R * 4);
+		for (i = 0; i < 16; i++)
+			for (r = 0; r < R; r++)
+				sc->s[(size_t)r * CPU_TK + 16 * g + i] = st[i * R + r];
+	}
+}
+
+static void scores_amx(const struct cpu_call *c, struct cpu_scratch *sc, uint32_t R)
+{
+	const char *kt = (const char *)sc->kf;
+	uint32_t rb, k;
+
+	for (rb = 0; rb < R; rb += 16) {
+		_tile_zero(0);
+		_tile_zero(1);
+		for (k = 0; k < c->hd / 32; k++) {
+			_tile_loadd(2, sc->qh + (size_t)rb * CPU_MAX_HD + 32 * k, CPU_MAX_HD * 2);
+			_tile_loadd(3, kt + (size_t)16 * k * 128, 128);
+			_tile_loadd(4, kt + (size_t)16 * k * 128 + 64, 128);
+			_tile_dpbf16ps(0, 2, 3);
+			_tile_dpbf16ps(1, 2, 4);
+		}
+		_tile_stored(0, sc->s + (size_t)rb * CPU_TK, CPU_TK * 4);
+		_tile_stored(1, sc->s + (size_t)rb * CPU_TK + 16, CPU_TK * 4);
+	}
+}
+
+static void accumulate_pv_amx(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *vraw,
+			      const char *const *vnext, uint32_t nt, uint32_t R)
+{
+	uint32_t nc = c->hd / 32, np = (nt + 1) / 2, r, t, k, lh, rb;
+	__m512i *v2 = (__m512i *)sc->vf; /* [16 pairs][nc][lo, hi] */
+	uint16_t *ph = (uint16_t *)((char *)sc->vf + (size_t)CPU_TK / 2 * CPU_MAX_HD / 32 * 128);
+
+	for (t = 0; t < CPU_TK / 2; t++)
+		for (k = 0; k < nc; k++) {
+			__m512i a = t < np ? _mm512_loadu_si512(vraw[2 * t] + 64 * k) : _mm512_setzero_si512();
+			__m512i b = 2 * t + 1 < nt ? _mm512_loadu_si512(vraw[2 * t + 1] + 64 * k) : _mm512_setzero_si512();
+
+			if (vnext[2 * t])
+				__builtin_prefetch(vnext[2 * t] + 64 * k, 0, 2);
+			if (vnext[2 * t + 1])
+				__builtin_prefetch(vnext[2 * t + 1] + 64 * k, 0, 2);
+			v2[(t * nc + k) * 2] = _mm512_unpacklo_epi16(a, b);
+			v2[(t * nc + k) * 2 + 1] = _mm512_unpackhi_epi16(a, b);
+		}
+	for (r = 0; r < R; r++) {
+		const float *p = sc->s + (size_t)r * CPU_TK;
+
+		_mm512_storeu_si512(ph + (size_t)r * CPU_TK,
+				    (__m512i)_mm512_cvtne2ps_pbh((__m512)ld(p + 16), (__m512)ld(p)));
+	}
+	for (rb = 0; rb < R; rb += 16) {
+		_tile_loadd(5, ph + (size_t)rb * CPU_TK, CPU_TK * 2);
+		for (k = 0; k < nc; k++)
+			for (lh = 0; lh < 2; lh++) {
+				float *a = sc->acc + (size_t)rb * c->hdp + 32 * k + 16 * lh;
+
+				_tile_loadd(6, a, c->hdp * 4);
+				_tile_loadd(7, (const char *)v2 + (size_t)(k * 2 + lh) * 64, nc * 128);
+				_tile_dpbf16ps(6, 5, 7);
+				_tile_stored(6, a, c->hdp * 4);
+			}
+	}
+}
+#endif
 
 /* Back from accumulate_pv_dpbf16's lane order to dims in order, for each 32-dim chunk. */
 static void unpermute_acc(float *a, uint32_t hd)
@@ -570,6 +711,10 @@ static inline void prefetch_rows(const struct cpu_call *c, const char *const *ne
 			__builtin_prefetch(next[t] + l, 0, 2);
 }
 
+#ifndef KDIRECT
+#define KDIRECT 1
+#endif
+
 /* How far ahead (keys) the tile code prefetches: far enough to cover DRAM latency at full bandwidth. */
 #ifndef PREFETCH_AHEAD
 #define PREFETCH_AHEAD CPU_TK
@@ -610,6 +755,12 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 	int use_dp = c->cdt == PKV_DTYPE_BF16 && c->adt == PKV_DTYPE_BF16;
 	int use_dp_pv = use_dp && c->hd % 32 == 0;
 #endif
+#if defined(KERNEL_AMX)
+	/* 16-row blocks (prefill), or one block of G < 16 rows per KV head (decode). */
+	int use_amx = use_dp_pv && (Rh % 16 == 0 || Rh < 16) && R <= 128;
+	int kdirect = 0;
+	uint32_t *qt = (uint32_t *)sc->qf; /* [nkvh][hd/2][Rh] Q^T pairs; qf is unused on bf16 paths */
+#endif
 
 	/* Queries of this item, f32 (and raw bf16 for the dpbf16 scores). */
 	for (r = 0; r < R; r++) {
@@ -642,6 +793,28 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 		sc->l[r] = 0.0f;
 		memset(sc->acc + (size_t)r * c->hdp, 0, c->hdp * sizeof(float));
 	}
+
+#if defined(KERNEL_AMX)
+	/*
+	 * K rows as the A operand when 16-key groups stay inside one block. Only
+	 * from head_dim 128: at 64 the K transpose is cheap and the S^T scatter
+	 * costs more than it saves (measured).
+	 */
+	kdirect = KDIRECT && use_amx && Rh < 16 && c->hd >= 128 && c->bs % 16 == 0 && kstart >= 0 &&
+		  kstart % 16 == 0;
+
+	if (kdirect) {
+		uint32_t k, n;
+
+		for (hh = 0; hh < it->nkvh; hh++)
+			for (k = 0; k < c->hd / 2; k++)
+				for (n = 0; n < Rh; n++)
+					qt[((size_t)hh * (c->hd / 2) + k) * Rh + n] =
+						((const uint32_t *)(sc->qh + (size_t)(hh * Rh + n) * CPU_MAX_HD))[k];
+	}
+	if (use_amx)
+		amx_begin(Rh < 16 ? Rh : 16, kdirect);
+#endif
 
 	for (t0 = (uint32_t)kstart; kend > 0 && (int32_t)t0 < kend; t0 += CPU_TK) {
 		uint32_t nt = (uint32_t)kend - t0 < CPU_TK ? (uint32_t)kend - t0 : CPU_TK;
@@ -690,6 +863,16 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 				vnext[t] = t < n2 ? c->vbase + tok_next[t] + head : NULL;
 			}
 #if defined(KERNEL_DPBF16)
+#if defined(KERNEL_AMX)
+			if (kdirect) {
+				prefetch_rows(c, knext);
+				scores_amx_kdirect(c, &v, kraw, nt, Rh, qt + (size_t)hh * (c->hd / 2) * Rh);
+			} else if (use_amx) {
+				/* The transposed K tile is AMX's B operand as it stands. */
+				transpose_k_tile(c, &v, kraw, knext, nt);
+				scores_amx(c, &v, Rh);
+			} else
+#endif
 			if (use_dp_pv) {
 				scores_dpbf16_t(c, &v, kraw, knext, nt, Rh);
 			} else if (use_dp) {
@@ -710,6 +893,12 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 				scores_f32(c, &v, krow, nt, Rh);
 			}
 			softmax_tile(c, &v, t0, nt, Rh);
+#if defined(KERNEL_AMX)
+			if (use_amx) {
+				accumulate_pv_amx(c, &v, vraw, vnext, nt, Rh);
+				continue;
+			}
+#endif
 #if defined(KERNEL_DPBF16)
 			if (use_dp_pv) {
 				accumulate_pv_dpbf16(c, &v, vraw, vnext, nt, Rh);
@@ -729,6 +918,10 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 		}
 	}
 
+#if defined(KERNEL_AMX)
+	if (use_amx)
+		_tile_release();
+#endif
 	for (r = 0; r < R; r++) {
 		float *a = sc->acc + (size_t)r * c->hdp;
 
@@ -761,4 +954,11 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 const struct cpu_isa ISA_SYM = {
 	.name = KERNEL_NAME,
 	.attend = attend_item,
+#if defined(KERNEL_AMX)
+	.rows_multiple = 16,
+#elif defined(KERNEL_DPBF16)
+	.rows_multiple = 4,
+#else
+	.rows_multiple = 1,
+#endif
 };

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # plugins/cpu: the CPU attention backend, pkv_cpu.so, exporting only pkv_backend_enum.
 #
-# The kernel is one source (kernel_impl.h) compiled four times, each in its
+# The kernel is one source (kernel_impl.h) compiled five times, each in its
 # own convenience library with its own -m flags, so only the variant the CPU
 # supports ever runs and the module still loads on a CPU without AVX.
 pkglib_LTLIBRARIES += plugins/cpu/pkv_cpu.la
@@ -12,7 +12,8 @@ plugins_cpu_pkv_cpu_la_LIBADD = $(LIBM)
 noinst_HEADERS += plugins/cpu/cpu.h plugins/cpu/kernel_impl.h
 
 if PKV_X86_64
-noinst_LTLIBRARIES += plugins/cpu/libkern_avx2.la plugins/cpu/libkern_avx512.la plugins/cpu/libkern_avx512bf16.la
+noinst_LTLIBRARIES += plugins/cpu/libkern_avx2.la plugins/cpu/libkern_avx512.la plugins/cpu/libkern_avx512bf16.la \
+	plugins/cpu/libkern_amx.la
 plugins_cpu_libkern_avx2_la_SOURCES = plugins/cpu/kernel_avx2.c
 plugins_cpu_libkern_avx2_la_CFLAGS = $(AM_CFLAGS) -O3 -fvisibility=hidden -Wno-psabi -mavx2 -mfma -mf16c
 plugins_cpu_libkern_avx512_la_SOURCES = plugins/cpu/kernel_avx512.c
@@ -20,6 +21,8 @@ plugins_cpu_libkern_avx512_la_CFLAGS = $(AM_CFLAGS) -O3 -fvisibility=hidden -Wno
 	-mavx512f -mavx512bw -mavx512vl -mavx512dq -mprefer-vector-width=512
 plugins_cpu_libkern_avx512bf16_la_SOURCES = plugins/cpu/kernel_avx512bf16.c
 plugins_cpu_libkern_avx512bf16_la_CFLAGS = $(plugins_cpu_libkern_avx512_la_CFLAGS) -mavx512bf16
+plugins_cpu_libkern_amx_la_SOURCES = plugins/cpu/kernel_amx.c
+plugins_cpu_libkern_amx_la_CFLAGS = $(plugins_cpu_libkern_avx512bf16_la_CFLAGS) -mamx-tile -mamx-bf16
 plugins_cpu_pkv_cpu_la_LIBADD += plugins/cpu/libkern_avx2.la plugins/cpu/libkern_avx512.la \
-	plugins/cpu/libkern_avx512bf16.la
+	plugins/cpu/libkern_avx512bf16.la plugins/cpu/libkern_amx.la
 endif

@@ -185,7 +185,7 @@ int pkv_connect(const struct pkv_connect_opts *opts, struct pkv_client **out)
 		r = -errno;
 		goto err;
 	}
-	r = pkv_sock_connect(opts->socket_path);
+	r = pkv_sock_connect(opts->socket_path, (int)c->timeout_ms);
 	if (r < 0)
 		goto err;
 	c->sock = r;

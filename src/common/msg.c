@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 #include "common/msg.h"
@@ -120,7 +121,7 @@ ssize_t pkv_msg_recv(int sock, void *buf, size_t len, int *fds, int max_fds, int
 	return n;
 }
 
-int pkv_sock_connect(const char *path)
+int pkv_sock_connect(const char *path, int timeout_ms)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	char def[sizeof(sa.sun_path)];
@@ -138,6 +139,12 @@ int pkv_sock_connect(const char *path)
 	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (s < 0)
 		return -errno;
+	if (timeout_ms > 0) {
+		/* A Unix connect waits for backlog room with the send timeout. */
+		struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
+
+		setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	}
 	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		r = -errno;
 		close(s);

@@ -22,8 +22,12 @@ int pkv_msg_send(int sock, const void *msg, size_t len, const int *fds, int nfds
 ssize_t pkv_msg_recv(int sock, void *buf, size_t len, int *fds, int max_fds, int *nfds,
 		     int timeout_ms);
 
-/* Connects a SOCK_SEQPACKET socket to path (NULL = pkv_default_socket_path). Returns the fd or -errno. */
-int pkv_sock_connect(const char *path);
+/*
+ * Connects a SOCK_SEQPACKET socket to path (NULL = pkv_default_socket_path),
+ * waiting at most timeout_ms (0 = forever) when the daemon's backlog is
+ * full. Returns the fd or -errno.
+ */
+int pkv_sock_connect(const char *path, int timeout_ms);
 
 /* Sends a reply; text may be NULL. */
 int pkv_send_reply(int sock, int status, uint64_t value, uint32_t flags, const char *text,

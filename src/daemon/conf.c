@@ -26,6 +26,7 @@ void pkv_config_defaults(struct pkv_config *cfg)
 	cfg->client_block_share = 100;
 	cfg->spin_us = 50;
 	cfg->coalesce = 1;
+	cfg->gather_us = 20;
 }
 
 int pkv_parse_size(const char *s, uint64_t *out)
@@ -151,6 +152,8 @@ int pkv_config_set(struct pkv_config *cfg, const char *key, const char *value, c
 		r = parse_uint(value, 1, 100, &cfg->client_block_share);
 	} else if (!strcmp(k, "spin_us")) {
 		r = parse_uint(value, 0, 1000000, &cfg->spin_us);
+	} else if (!strcmp(k, "gather_us")) {
+		r = parse_uint(value, 0, 10000, &cfg->gather_us);
 	} else if (!strcmp(k, "coalesce")) {
 		r = parse_bool(value, &cfg->coalesce);
 	} else {

@@ -22,6 +22,7 @@ struct pkv_config {
 	unsigned client_block_share;    /* percent of a pool's blocks one connection may hold */
 	unsigned spin_us;               /* busy-poll the rings this long after activity */
 	int coalesce;                   /* merge attends of the same pool and layer */
+	unsigned gather_us;             /* wait this long for a lockstep batch to fill (0: never) */
 };
 
 void pkv_config_defaults(struct pkv_config *cfg);

@@ -30,6 +30,7 @@ struct pool {
 	struct pkv_cache *cache;      /* touched by the loop thread only */
 	struct pkv_dispatch disp;     /* touched by the worker thread only (after creation) */
 	uint32_t n_clients;
+	uint32_t last_batch_items;    /* worker only: size of the last merged attend batch */
 	/* counters for status/metrics (loop thread; attend counters updated from worker completions) */
 	uint64_t attends, batches, batch_seqs, steps, step_errors;
 };
@@ -132,6 +133,7 @@ struct worker {
 	struct job *done;             /* finished, for the loop */
 	int stop, sleeping;
 	unsigned spin_us;
+	unsigned gather_us;           /* longest wait for a lockstep batch to fill */
 	int coalesce;
 	struct pkv_daemon *d;
 	/* scratch for merged batches (worker thread only) */
@@ -167,6 +169,13 @@ struct pkv_daemon {
 	struct pkv_plugin plug_varlen, plug_decode;
 	int same_plugin;
 	struct worker worker;
+	/*
+	 * Held around every backend call: the ABI promises a plugin context is
+	 * never entered twice at once, and pool creation (cache_alloc, in the
+	 * loop) may coincide with an attend on the worker. The loop takes it
+	 * only when a pool is created.
+	 */
+	pthread_mutex_t backend_mu;
 	/* attends collected in the current sweep, grouped into jobs at its end */
 	struct job *sweep_jobs;
 	uint64_t accepted, refused;

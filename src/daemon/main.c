@@ -38,6 +38,7 @@ static void usage(FILE *f)
 "      --client-block-share P  percent of a pool's blocks one connection may hold (default 100)\n"
 "      --spin-us N             busy-poll this long after activity before sleeping (default 50)\n"
 "      --no-coalesce           run every attend as its own backend call\n"
+"      --gather-us N           wait up to N us for clients in lockstep to fill a batch (default 20)\n"
 "  -l, --log-level LEVEL       error, warn, info (default) or debug\n"
 "  -f, --foreground            stay in the foreground, log to stderr\n"
 "  -h, --help                  this text\n"
@@ -59,6 +60,7 @@ static const struct option longopts[] = {
 	{ "client-block-share", required_argument, NULL, 1 },
 	{ "spin-us", required_argument, NULL, 1 },
 	{ "no-coalesce", no_argument, NULL, 2 },
+	{ "gather-us", required_argument, NULL, 1 },
 	{ "log-level", required_argument, NULL, 'l' },
 	{ "foreground", no_argument, NULL, 'f' },
 	{ "help", no_argument, NULL, 'h' },
@@ -267,6 +269,7 @@ int main(int argc, char **argv)
 	if (!d)
 		return 1;
 	d->listen_fd = d->signal_fd = d->wake_fd = d->lock_fd = -1;
+	pthread_mutex_init(&d->backend_mu, NULL);
 	pkv_config_defaults(&d->cfg);
 	r = parse_args(argc, argv, &d->cfg);
 	if (r) {
@@ -346,6 +349,7 @@ out:
 		close(d->lock_fd);
 	if (rc == 0)
 		pkv_info("stopped");
+	pthread_mutex_destroy(&d->backend_mu);
 	free(d);
 	return rc;
 }

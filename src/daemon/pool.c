@@ -106,8 +106,10 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, struct poo
 	desc.struct_size = sizeof(desc);
 	desc.geo = p->geo;
 	desc.act_dtype = p->act_dtype;
+	pthread_mutex_lock(&d->backend_mu);
 	r = pkv_dispatch_open(&p->disp, &d->plug_varlen, d->same_plugin ? &d->plug_varlen : &d->plug_decode,
 			      &desc, why, why_len);
+	pthread_mutex_unlock(&d->backend_mu);
 	if (r)
 		goto err_cache;
 	d->budget_used += bytes;

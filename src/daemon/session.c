@@ -450,6 +450,13 @@ static void explain(struct pkv_daemon *d, struct session *s, const char *what, i
 	session_set_err(s, "%s: %s", what, strerror(-r));
 }
 
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
 static int op_step_begin(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e)
 {
 	struct pkv_step_req *reqs = NULL;
@@ -491,12 +498,14 @@ static int op_step_begin(struct pkv_daemon *d, struct session *s, const struct p
 		r = -ENOMEM;
 		goto out;
 	}
-	for (uint32_t i = 0; i < e->n; i++)
-		for (uint32_t j = i + 1; j < e->n; j++)
-			if (seqs[i] == seqs[j]) {
-				session_set_err(s, "sequence %u named twice in one step", seqs[i]);
-				goto out;
-			}
+	/* Sorted copy: a duplicate check in O(n log n), not O(n^2) on the loop thread. */
+	memcpy(reqs, seqs, (size_t)e->n * 4);
+	qsort(reqs, e->n, 4, cmp_u32);
+	for (uint32_t i = 1; i < e->n; i++)
+		if (((uint32_t *)reqs)[i] == ((uint32_t *)reqs)[i - 1]) {
+			session_set_err(s, "sequence %u named twice in one step", ((uint32_t *)reqs)[i]);
+			goto out;
+		}
 	for (uint32_t i = 0; i < e->n; i++) {
 		reqs[i] = (struct pkv_step_req){ seqs[i], n_new[i], tokens + pos };
 		pos += n_new[i];

@@ -207,6 +207,50 @@ static struct job *pop_merged(struct worker *w)
 	return j;
 }
 
+/*
+ * Clients in lockstep (decode) submit their next layer a few microseconds
+ * apart. When the last batch of this pool held more items than the one just
+ * taken, wait a little for the others so they share the call; the window
+ * closes as soon as the batch is as large as the last one. A client that
+ * leaves costs one window, after which the expected size follows.
+ */
+static void gather(struct worker *w, struct job *j)
+{
+	uint64_t end;
+
+	if (!w->coalesce || j->kind != JOB_ATTEND || j->pool->last_batch_items <= j->n_items)
+		return;
+	end = pkv_now_ns() + (uint64_t)w->gather_us * 1000;
+	while (j->n_items < j->pool->last_batch_items && pkv_now_ns() < end) {
+		struct job *n;
+
+		pthread_mutex_lock(&w->mu);
+		n = w->head;
+		if (n && n->kind == JOB_ATTEND && n->pool == j->pool && n->layer == j->layer) {
+			struct attend_item *it = realloc(j->items, (j->n_items + n->n_items) * sizeof(*it));
+
+			if (it) {
+				j->items = it;
+				j->cap_items = j->n_items + n->n_items;
+				memcpy(j->items + j->n_items, n->items, n->n_items * sizeof(*n->items));
+				j->n_items += n->n_items;
+				w->head = n->next;
+				if (!w->head)
+					w->tail = NULL;
+				job_free(n);
+			}
+			pthread_mutex_unlock(&w->mu);
+			continue;
+		}
+		pthread_mutex_unlock(&w->mu);
+		/* Anything else at the head (another layer, a copy) ends the wait. */
+		if (n)
+			break;
+		for (int i = 0; i < 16; i++)
+			pkv_cpu_relax();
+	}
+}
+
 static void *worker_main(void *arg)
 {
 	struct pkv_daemon *d = arg;
@@ -222,10 +266,12 @@ static void *worker_main(void *arg)
 
 			/* Spin briefly: the next layer's attends usually arrive within microseconds. */
 			pthread_mutex_unlock(&w->mu);
-			while (!pkv_load_acquire(&w->head) && !pkv_load_relaxed(&w->stop) && pkv_now_ns() < end) {
-				for (int i = 0; i < 32; i++)
-					pkv_cpu_relax();
-				sched_yield();
+			for (unsigned it = 0; !pkv_load_acquire(&w->head) && !pkv_load_relaxed(&w->stop) &&
+					      pkv_now_ns() < end; it++) {
+				pkv_cpu_relax();
+				/* Give the core away now and then, not at every check. */
+				if ((it & 255) == 255)
+					sched_yield();
 			}
 			pthread_mutex_lock(&w->mu);
 			if (!w->head && !w->stop) {
@@ -237,15 +283,21 @@ static void *worker_main(void *arg)
 		}
 		j = pop_merged(w);
 		pthread_mutex_unlock(&w->mu);
-		if (j->kind == JOB_ATTEND) {
+		gather(w, j);
+		if (j->kind == JOB_ATTEND)
+			j->pool->last_batch_items = j->n_items;
+		pthread_mutex_lock(&d->backend_mu);
+		if (j->kind == JOB_ATTEND)
 			j->res = run_attend(w, j);
+		else
+			j->res = pkv_dispatch_copy_blocks(&j->pool->disp, j->copies, j->n_copies);
+		pthread_mutex_unlock(&d->backend_mu);
+		if (j->kind == JOB_ATTEND) {
 			w->batches++;
 			w->merged_items += j->n_items;
 			/* Straight to the clients; the loop only does the bookkeeping. */
 			for (uint32_t i = 0; i < j->n_items; i++)
 				j->items[i].posted = !session_post(j->items[i].s, j->items[i].user_data, j->res, 0, 0);
-		} else {
-			j->res = pkv_dispatch_copy_blocks(&j->pool->disp, j->copies, j->n_copies);
 		}
 		pthread_mutex_lock(&w->mu);
 		j->next = w->done;
@@ -269,6 +321,7 @@ int worker_start(struct pkv_daemon *d)
 	w->d = d;
 	w->spin_us = d->cfg.spin_us;
 	w->coalesce = d->cfg.coalesce;
+	w->gather_us = d->cfg.gather_us;
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_cond_init(&w->cv, NULL);
 	r = pthread_create(&w->thread, NULL, worker_main, d);

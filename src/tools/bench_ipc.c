@@ -31,6 +31,8 @@ struct opts {
 	int json;
 	int quick;
 	char workers[16];  /* backend threads, daemon and in-process alike ("0": one per CPU) */
+	const char *daemon_args[8]; /* extra pagedkvd arguments for private daemons */
+	int n_daemon_args;
 };
 
 static uint64_t now_ns(void)
@@ -96,10 +98,16 @@ static int start_daemon(struct priv *p, const struct opts *o, int coalesce)
 	p->pid = fork();
 	if (p->pid == 0) {
 		const char *lvl = getenv("PKV_BENCH_DAEMON_LOG");
+		const char *argv[32] = { exe, "-f", "--socket", p->sock, "--plugin-dir", o->plugin_dir,
+					 "--workers", o->workers, "--log-level", lvl ? lvl : "error" };
+		int n = 10;
 
-		execl(exe, exe, "-f", "--socket", p->sock, "--plugin-dir", o->plugin_dir, "--workers", o->workers,
-		      "--log-level", lvl ? lvl : "error",
-		      coalesce ? "--spin-us=50" : "--no-coalesce", (char *)NULL);
+		if (!coalesce)
+			argv[n++] = "--no-coalesce";
+		for (int i = 0; i < o->n_daemon_args; i++)
+			argv[n++] = o->daemon_args[i];
+		argv[n] = NULL;
+		execv(exe, (char *const *)argv);
 		_exit(127);
 	}
 	for (int i = 0; i < 500; i++) {
@@ -456,32 +464,47 @@ fail:
 	return -1;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Alternates on/off daemons three times each (the machine drifts) and keeps the medians. */
 static int bench_coalesce(const struct opts *o, struct results *res)
 {
-	int steps = o->quick ? 5 : 40;
+	int steps = o->quick ? 5 : 40, reps = o->quick ? 1 : 3;
+	double on[3], off[3];
 	struct priv p;
 
-	for (int on = 1; on >= 0; on--) {
-		double tps;
+	for (int r = 0; r < reps; r++)
+		for (int mode = 1; mode >= 0; mode--) {
+			double tps;
 
-		if (start_daemon(&p, o, on))
-			return -1;
-		tps = decode_clients(p.sock, 8, steps);
-		stop_daemon(&p);
-		if (tps < 0)
-			return -1;
-		if (on)
-			res->coal_on_tps = tps;
-		else
-			res->coal_off_tps = tps;
-	}
+			if (start_daemon(&p, o, mode))
+				return -1;
+			tps = decode_clients(p.sock, 8, steps);
+			stop_daemon(&p);
+			if (tps < 0)
+				return -1;
+			if (mode)
+				on[r] = tps;
+			else
+				off[r] = tps;
+		}
+	qsort(on, reps, sizeof(double), cmp_double);
+	qsort(off, reps, sizeof(double), cmp_double);
+	res->coal_on_tps = on[reps / 2];
+	res->coal_off_tps = off[reps / 2];
 	res->coal_speedup = res->coal_on_tps / res->coal_off_tps;
 	return 0;
 }
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: pkv-bench ipc [--json] [--socket PATH] [--plugin-dir DIR] [--workers N] [--quick]\n"
+	fprintf(f, "usage: pkv-bench ipc [--json] [--socket PATH] [--plugin-dir DIR] [--workers N]\n"
+		   "                     [--daemon-arg ARG]... [--quick]\n"
 		   "  Without --socket (or $PAGEDKV_SOCKET) a private pagedkvd is started.\n"
 		   "  The coalescing comparison always uses two private daemons (on, off).\n");
 }
@@ -492,11 +515,13 @@ int main(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' }, { "socket", required_argument, NULL, 's' },
 		{ "plugin-dir", required_argument, NULL, 'p' }, { "quick", no_argument, NULL, 'q' },
 		{ "workers", required_argument, NULL, 'w' },
+		{ "daemon-arg", required_argument, NULL, 'a' },
 		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
 	};
 	struct opts o = { 0 };
 	struct results res = { 0 };
 	struct priv priv = { 0 };
+	double load[1];
 	char exe[PATH_MAX];
 	const char *sock;
 	ssize_t n;
@@ -514,13 +539,17 @@ int main(int argc, char **argv)
 		snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s", PKV_PLUGIN_DIR);
 	o.socket = getenv("PAGEDKV_SOCKET");
 	snprintf(o.workers, sizeof(o.workers), "0");
-	while ((c = getopt_long(argc, argv, "js:p:qw:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "js:p:qw:a:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'j': o.json = 1; break;
 		case 's': o.socket = optarg; break;
 		case 'p': snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s", optarg); break;
 		case 'q': o.quick = 1; break;
 		case 'w': snprintf(o.workers, sizeof(o.workers), "%u", (unsigned)atoi(optarg)); break;
+		case 'a':
+			if (o.n_daemon_args < 8)
+				o.daemon_args[o.n_daemon_args++] = optarg;
+			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -543,10 +572,12 @@ int main(int argc, char **argv)
 	if (res.have_step)
 		res.step_overhead_pct = 100.0 * (res.step_daemon_us - res.step_inproc_us) / res.step_inproc_us;
 	res.have_coal = !bench_coalesce(&o, &res);
+	if (getloadavg(load, 1) != 1)
+		load[0] = -1;
 	if (o.json) {
-		printf("{\"noop_rtt_hot_ns_p50\":%llu,\"noop_rtt_hot_ns_p99\":%llu,\"noop_rtt_cold_ns_p50\":%llu,"
+		printf("{\"loadavg_1m\":%.2f,\"noop_rtt_hot_ns_p50\":%llu,\"noop_rtt_hot_ns_p99\":%llu,\"noop_rtt_cold_ns_p50\":%llu,"
 		       "\"attend_rtt_hot_ns_p50\":%llu,\"noop_ops_per_s\":%.0f,",
-		       (unsigned long long)res.noop_hot_p50, (unsigned long long)res.noop_hot_p99,
+		       load[0], (unsigned long long)res.noop_hot_p50, (unsigned long long)res.noop_hot_p99,
 		       (unsigned long long)res.noop_cold_p50, (unsigned long long)res.attend_hot_p50, res.noop_ops);
 		if (res.have_step)
 			printf("\"step30_overhead_pct\":%.2f,\"step30_daemon_us\":%.1f,\"step30_inproc_us\":%.1f,",
@@ -560,7 +591,8 @@ int main(int argc, char **argv)
 			printf("\"coalesce_speedup\":null}\n");
 		return 0;
 	}
-	printf("pkv-bench ipc (%s daemon; SmolLM2-135M attention shape, ctx %u)\n", o.socket ? "given" : "private", CTX);
+	printf("pkv-bench ipc (%s daemon; SmolLM2-135M attention shape, ctx %u; load average %.1f)\n",
+	       o.socket ? "given" : "private", CTX, load[0]);
 	printf("  no-op round trip, hot:   p50 %llu ns, p99 %llu ns   (target p50 <= 1000 ns)\n",
 	       (unsigned long long)res.noop_hot_p50, (unsigned long long)res.noop_hot_p99);
 	printf("  no-op round trip, cold:  p50 %llu ns               (target <= 30000 ns)\n",

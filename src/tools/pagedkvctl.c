@@ -62,7 +62,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	m.format = json ? PKV_FMT_JSON : (m.cmd == PKV_CTL_METRICS ? PKV_FMT_PROM : PKV_FMT_TEXT);
-	s = pkv_sock_connect(sock);
+	s = pkv_sock_connect(sock, timeout);
 	if (s < 0) {
 		char def[108] = "";
 

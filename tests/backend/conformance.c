@@ -22,7 +22,9 @@
  * PKV_CONFORMANCE_SWEEP="VAR=a,b,c" reloads the plugin once per value of VAR
  * (e.g. PKV_CPU_ISA=generic,avx2,avx512 to cover every kernel variant);
  * PKV_CONFORMANCE_THREADS (default 2) sizes the host thread pool;
- * PKV_CONFORMANCE_VERBOSE=1 prints each case's errors.
+ * PKV_CONFORMANCE_VERBOSE=1 prints each case's errors;
+ * PKV_CONFORMANCE_FILL_VIA_BACKEND=1 fills even a host cache through the
+ * backend's own attend calls, as for a device domain.
  */
 #include <errno.h>
 #include <math.h>
@@ -57,6 +59,8 @@ struct casedef {
 static struct pkv_host *host;
 static struct pkv_plugin plug;
 static int test_no, failures, verbose;
+/* PKV_CONFORMANCE_FILL_VIA_BACKEND=1: fill a host cache the way a device one is filled. */
+static int fill_via_backend;
 static const char *sweep_label = "";
 static uint64_t rng_state;
 
@@ -268,10 +272,91 @@ static void batch_init(struct run *r, struct pkv_attn_batch *b)
 	b->softcap = r->c->softcap;
 }
 
+/* Device domain with a varlen path: every cached token appended by one prefill-shaped call. */
+static int fill_cache_varlen(struct run *r)
+{
+	const struct casedef *c = r->c;
+	size_t row = (size_t)c->nkv * c->hd;
+	int total = 0, s, p, i, ret = -ENOMEM;
+	int32_t cuq[MAX_SEQS + 1], csl[MAX_SEQS];
+	struct pkv_attn_batch b;
+	int64_t *sl;
+	void *qa, *oa, *ka, *va;
+
+	for (s = 0; s < c->nseq; s++)
+		total += r->cached[s];
+	if (total == 0)
+		return 0;
+	sl = calloc(total, sizeof(*sl));
+	qa = calloc((size_t)total * c->nh * c->hd, 4);
+	oa = calloc((size_t)total * c->nh * c->hd, 4);
+	ka = calloc((size_t)total * row, 4);
+	va = calloc((size_t)total * row, 4);
+	if (!sl || !qa || !oa || !ka || !va)
+		goto out;
+	cuq[0] = 0;
+	for (s = 0, i = 0; s < c->nseq; s++) {
+		for (p = 0; p < r->cached[s]; p++, i++) {
+			int slot = slot_of(r, s, p);
+			size_t e;
+
+			sl[i] = r->written[slot] ? -1 : slot;
+			if (r->written[slot])
+				continue;
+			r->written[slot] = 1;
+			for (e = 0; e < row; e++) {
+				float kv = rnd((float)urand(), c->adt), vv = rnd((float)urand(), c->adt);
+
+				put(ka, c->adt, (size_t)i * row + e, kv);
+				put(va, c->adt, (size_t)i * row + e, vv);
+				r->ek[(size_t)slot * row + e] = rnd(kv, c->cdt);
+				r->ev[(size_t)slot * row + e] = rnd(vv, c->cdt);
+			}
+		}
+		cuq[s + 1] = i;
+		csl[s] = 0;
+	}
+	batch_init(r, &b);
+	b.q_stride_tok = (int64_t)c->nh * c->hd;
+	b.q_stride_head = c->hd;
+	b.o_stride_tok = b.q_stride_tok;
+	b.o_stride_head = c->hd;
+	b.kv_stride_tok = (int64_t)row;
+	b.kv_stride_head = c->hd;
+	b.window_left = -1;
+	b.softcap = 0;
+	b.num_seqs = (uint32_t)c->nseq;
+	b.total_q = (uint32_t)total;
+	b.q = qa;
+	b.o = oa;
+	b.k_new = ka;
+	b.v_new = va;
+	b.cu_seq_lens_q = cuq;
+	b.cu_seq_lens_k = cuq; /* sk == sq: the prompt itself */
+	for (s = 0; s < c->nseq; s++) {
+		b.max_length_q = (uint32_t)r->cached[s] > b.max_length_q ? (uint32_t)r->cached[s] : b.max_length_q;
+		b.max_length_k = b.max_length_q;
+	}
+	b.block_tables = r->bt;
+	b.cache_seqlens = csl;
+	b.slot_mapping = sl;
+	ret = plug.be->attend_varlen(plug.ctx, &r->mem, &b);
+	if (!ret && plug.be->sync)
+		ret = plug.be->sync(plug.ctx);
+out:
+	free(sl);
+	free(qa);
+	free(oa);
+	free(ka);
+	free(va);
+	return ret;
+}
+
 /*
  * Puts the cached tokens in place. Host domain: written straight into memory
- * in the cache dtype. Device domain: appended through the backend (varlen, or
- * one decode step per position), from activation-dtype values.
+ * in the cache dtype. Device domain: appended through the backend (one
+ * varlen call, or one decode step per position for a decode-only backend),
+ * from activation-dtype values.
  */
 static int fill_cache(struct run *r)
 {
@@ -279,7 +364,7 @@ static int fill_cache(struct run *r)
 	size_t row = (size_t)c->nkv * c->hd;
 	int s, p, h, d;
 
-	if (r->mem.domain == PKV_DOMAIN_HOST) {
+	if (r->mem.domain == PKV_DOMAIN_HOST && !fill_via_backend) {
 		for (s = 0; s < c->nseq; s++)
 			for (p = 0; p < r->cached[s]; p++) {
 				int slot = slot_of(r, s, p);
@@ -301,7 +386,9 @@ static int fill_cache(struct run *r)
 			}
 		return 0;
 	}
-	/* Device domain: one decode-shaped or varlen batch per position, each new slot once. */
+	if (plug.be->caps.paths & PKV_PATH_VARLEN)
+		return fill_cache_varlen(r);
+	/* Decode-only device backend: one decode step per position, each new slot once. */
 	{
 		int maxc = 0, ret = 0;
 		size_t n = (size_t)c->nseq * row;
@@ -920,6 +1007,15 @@ static void build_cases(int full)
 	c->softcap = 2.0f;
 	c = add_case(8, 8, 80, 7, PKV_DTYPE_BF16, PKV_DTYPE_F16, "long prefill over odd block size");
 	seq(c, 100, 120, 0);
+	/* Long bf16 prefills: row blocks large enough for 16-row (AMX-style) kernels, with masks. */
+	c = add_case(9, 3, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_BF16, "long prefill, window 70, q longer than k");
+	seq(c, 40, 100, 0);
+	seq(c, 30, 70, 50);
+	c->window = 70;
+	c = add_case(32, 8, 128, 16, PKV_DTYPE_BF16, PKV_DTYPE_BF16, "long prefill, soft-cap 4");
+	seq(c, 0, 64, 0);
+	seq(c, 33, 31, 0);
+	c->softcap = 4.0f;
 
 	if (!full)
 		return;
@@ -965,6 +1061,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	verbose = getenv("PKV_CONFORMANCE_VERBOSE") != NULL;
+	fill_via_backend = getenv("PKV_CONFORMANCE_FILL_VIA_BACKEND") != NULL;
 	ret = pkv_host_create(th ? (unsigned)atoi(th) : 2, verbose ? PKV_LOG_DEBUG : PKV_LOG_WARN, &host);
 	if (ret) {
 		printf("Bail out! cannot create the host: %s\n", strerror(-ret));

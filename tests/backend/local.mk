@@ -52,5 +52,5 @@ check_PROGRAMS += tests/backend/pkv-conformance
 tests_backend_pkv_conformance_SOURCES = tests/backend/conformance.c
 tests_backend_pkv_conformance_LDADD = src/loader/libpkvloader.la $(LIBM)
 # make check runs it on the CPU plugin, once per kernel variant.
-TESTS += tests/backend/conformance-cpu
-dist_check_SCRIPTS += tests/backend/conformance-cpu
+TESTS += tests/backend/conformance-cpu tests/backend/conformance-cpu-fill
+dist_check_SCRIPTS += tests/backend/conformance-cpu tests/backend/conformance-cpu-fill

@@ -83,7 +83,7 @@ START_TEST(test_cpu_prefill_decode_and_prefix_hit)
 	ck_assert_uint_eq(nc, 32);
 	ck_assert_float_le(step_err(c, s2, toks, 32, 40), TOL);
 	pkv_disconnect(c);
-	ck_assert_int_eq(audit_until_clean(D.sock, 1000, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
 END_TEST
 
@@ -116,7 +116,7 @@ START_TEST(test_cpu_concurrent_decoders)
 		ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
 		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "client %d failed", i);
 	}
-	ck_assert_int_eq(audit_until_clean(D.sock, 1000, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
 END_TEST
 

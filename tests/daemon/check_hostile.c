@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
 #include "common/msg.h"
@@ -114,7 +115,7 @@ START_TEST(test_bad_sqes_get_error_completions)
 	ck_assert_int_eq(call(&r, sqe(PKV_OP_NOP)), 0);
 	pools_json(after, sizeof(after));
 	ck_assert_str_eq(before, after);
-	ck_assert_int_eq(audit_until_clean(D.sock, 500, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 	raw_close(&r);
 }
 END_TEST
@@ -161,7 +162,7 @@ START_TEST(test_bad_attends_in_a_step)
 	e.off[3] = 4096 + 8192;
 	ck_assert_int_eq(call(&r, e), 0);                             /* a good one still works */
 	ck_assert_int_eq(call(&r, sqe(PKV_OP_STEP_ABORT)), 0);
-	ck_assert_int_eq(audit_until_clean(D.sock, 500, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 	raw_close(&r);
 }
 END_TEST
@@ -200,7 +201,7 @@ START_TEST(test_foreign_and_duplicate_sequences_refused)
 	ck_assert_int_eq(pkv_seq_close(a, sa), 0);
 	pkv_disconnect(a);
 	pkv_disconnect(b);
-	ck_assert_int_eq(audit_until_clean(D.sock, 500, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
 END_TEST
 
@@ -219,7 +220,7 @@ START_TEST(test_quota_is_per_client)
 		ck_assert_int_eq(pkv_seq_open(b, toks, 4, &s, &nc), 0);
 	pkv_disconnect(a);
 	pkv_disconnect(b);
-	ck_assert_int_eq(audit_until_clean(D.sock, 500, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
 END_TEST
 
@@ -269,6 +270,42 @@ START_TEST(test_wrong_sized_memfd_refused)
 	/* No descriptors at all. */
 	ck_assert_int_eq(raw_open(&r, D.sock, 1 << 20, F_SEAL_SHRINK | F_SEAL_GROW), 0);
 	ck_assert_int_eq(raw_hello(&r, PKV_PROTO_VERSION, r.size, 0, why, sizeof(why)), -EINVAL);
+	raw_close(&r);
+}
+END_TEST
+
+START_TEST(test_wrong_descriptors_refused)
+{
+	char why[512], path[] = "/tmp/pkv-notmemfd-XXXXXX";
+	struct raw r;
+	int fd, pfd[2];
+
+	/* A regular file in place of the memfd: it cannot be sealed. */
+	ck_assert_int_eq(raw_open(&r, D.sock, 1 << 20, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	unlink(path);
+	ck_assert_int_eq(ftruncate(fd, (off_t)r.size), 0);
+	close(r.memfd);
+	r.memfd = fd;
+	ck_assert_int_eq(raw_hello(&r, PKV_PROTO_VERSION, r.size, 1, why, sizeof(why)), -EINVAL);
+	raw_close(&r);
+	/* A write-sealed memfd: the daemon could not post completions. */
+	ck_assert_int_eq(raw_open(&r, D.sock, 1 << 20, 0), 0);
+	munmap(r.region, r.size);
+	r.region = NULL;
+	ck_assert_int_eq(fcntl(r.memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE), 0);
+	ck_assert_int_eq(raw_hello(&r, PKV_PROTO_VERSION, r.size, 1, why, sizeof(why)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(why, "write"));
+	raw_close(&r);
+	/* A pipe in place of a doorbell eventfd. */
+	ck_assert_int_eq(raw_open(&r, D.sock, 1 << 20, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	ck_assert_int_eq(pipe(pfd), 0);
+	close(r.sq_bell);
+	r.sq_bell = pfd[0];
+	ck_assert_int_eq(raw_hello(&r, PKV_PROTO_VERSION, r.size, 1, why, sizeof(why)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(why, "eventfd"));
+	close(pfd[1]);
 	raw_close(&r);
 }
 END_TEST
@@ -330,7 +367,7 @@ START_TEST(test_corrupted_ring_disconnects_only_that_client)
 	raw_close(&r);
 	ck_assert_int_eq(pkv_nop(good), 0);
 	pkv_disconnect(good);
-	ck_assert_int_eq(audit_until_clean(D.sock, 500, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
 END_TEST
 
@@ -394,7 +431,7 @@ START_TEST(test_block_share_quota_is_per_client)
 	ck_assert_int_eq(pkv_step_end(b), 0);
 	pkv_disconnect(a);
 	pkv_disconnect(b);
-	ck_assert_int_eq(audit_until_clean(D.sock, 500, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
 END_TEST
 
@@ -413,6 +450,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_wrong_protocol_version_refused);
 	tcase_add_test(t, test_unsealed_memfd_refused);
 	tcase_add_test(t, test_wrong_sized_memfd_refused);
+	tcase_add_test(t, test_wrong_descriptors_refused);
 	tcase_add_test(t, test_geometry_mismatch_refused_with_reason);
 	tcase_add_test(t, test_truncating_memfd_cannot_hurt_daemon);
 	tcase_add_test(t, test_corrupted_ring_disconnects_only_that_client);

@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,6 +54,10 @@ static struct pkv_client *client(uint32_t timeout_ms)
 	return c;
 }
 
+/* Operations done by the busy client, shared with the parent so kills land at random points of the work. */
+static volatile uint32_t *progress;
+#define STEP_DONE() __atomic_add_fetch(progress, 1, __ATOMIC_RELEASE)
+
 /* Works forever: opens, prefills, forks, decodes, closes, with steps left open at times. */
 static _Noreturn void busy_client(unsigned seed)
 {
@@ -69,6 +76,7 @@ static _Noreturn void busy_client(unsigned seed)
 			toks[i] = (int32_t)((rand() % 4) * 100 + i); /* few prompts: prefix hits happen */
 		if (pkv_seq_open(c, toks, len, &s, &nc))
 			_exit(2);
+		STEP_DONE();
 		k = len - nc;
 		{
 			int e = run_step(c, s, toks, nc, k, NULL);
@@ -78,12 +86,14 @@ static _Noreturn void busy_client(unsigned seed)
 					pkv_last_error(c));
 				_exit(3);
 			}
+			STEP_DONE();
 		}
 		if (rand() % 2) {
 			uint32_t ch, one = 1;
 
 			if (pkv_seq_fork(c, s, &ch) || pkv_step_begin(c, &ch, &one, toks + len, 1))
 				_exit(4);
+			STEP_DONE();
 			if (rand() % 3 == 0)
 				usleep(300); /* a window with the step open and the fork held */
 			pkv_step_abort(c);
@@ -107,21 +117,30 @@ START_TEST(test_random_sigkill_leaks_nothing)
 	int iters = env ? atoi(env) : 200;
 	char report[4096];
 
+	progress = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert(progress != MAP_FAILED);
 	srand(42);
 	for (int i = 0; i < iters; i++) {
-		pid_t pid = fork();
-		struct timespec ts = { 0, (long)(rand() % 6000) * 1000L };
+		uint32_t target = (uint32_t)(rand() % 8);
+		struct timespec ts = { 0, (long)(rand() % 1500) * 1000L }, tick = { 0, 20000 };
+		pid_t pid;
 		int st;
 
+		*progress = 0;
+		pid = fork();
 		ck_assert_int_ge(pid, 0);
 		if (pid == 0)
 			busy_client(1000 + (unsigned)i);
+		/* Wait until the client has done `target` operations (whatever the machine's load),
+		 * then a random sliver more, so kills land anywhere in the work, mid-step included. */
+		for (int w = 0; w < 100000 && __atomic_load_n(progress, __ATOMIC_ACQUIRE) < target; w++)
+			nanosleep(&tick, NULL);
 		nanosleep(&ts, NULL);
 		kill(pid, SIGKILL);
 		ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 		ck_assert_msg(WIFSIGNALED(st) || WEXITSTATUS(st) == 0, "client %d failed with %d before the kill",
 			      i, WEXITSTATUS(st));
-		ck_assert_msg(audit_until_clean(D.sock, 2000, report, sizeof(report)) == 0,
+		ck_assert_msg(audit_until_clean(D.sock, 5000, report, sizeof(report)) == 0,
 			      "after kill %d: %s", i, report);
 	}
 	ck_assert(dmn_alive(&D));
@@ -153,7 +172,7 @@ START_TEST(test_exit_with_open_step_releases)
 	}
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 	ck_assert_int_eq(WEXITSTATUS(st), 0);
-	ck_assert_int_eq(audit_until_clean(D.sock, 2000, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
 END_TEST
 
@@ -270,6 +289,23 @@ START_TEST(test_churn_of_connections_loses_no_hello)
 }
 END_TEST
 
+START_TEST(test_socket_mode_and_group_applied)
+{
+	static const char *const extra[] = { "--socket-mode", "0640", "--socket-group", "nogroup", NULL };
+	static const char *const mode_only[] = { "--socket-mode", "0640", NULL };
+	struct group *g = getgrnam("nogroup");
+	int as_root = geteuid() == 0 && g;
+	struct stat st;
+
+	ck_assert_int_eq(dmn_stop(&D), 0);
+	ck_assert_int_eq(dmn_restart(&D, as_root ? extra : mode_only), 0);
+	ck_assert_int_eq(stat(D.sock, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0640);
+	if (as_root)
+		ck_assert_uint_eq(st.st_gid, g->gr_gid);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("daemon-liveness");
@@ -283,6 +319,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_sigterm_finishes_and_exits_zero);
 	tcase_add_test(t, test_second_daemon_on_same_socket_refused);
 	tcase_add_test(t, test_churn_of_connections_loses_no_hello);
+	tcase_add_test(t, test_socket_mode_and_group_applied);
 	suite_add_tcase(s, t);
 	return s;
 }

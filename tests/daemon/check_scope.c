@@ -83,7 +83,7 @@ START_TEST(test_two_uids_do_not_share)
 	ck_assert_int_eq(open_as(UID_A, "p", 0, NULL), 32);   /* same uid: shares */
 	ck_assert_int_eq(open_as(UID_B, "p", 0, NULL), 0);    /* other uid: never */
 	ck_assert_int_eq(open_as(UID_B, "p", 0, NULL), 32);
-	ck_assert_int_eq(audit_until_clean(D.sock, 1000, NULL, 0), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
 END_TEST
 

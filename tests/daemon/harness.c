@@ -67,7 +67,7 @@ static int spawn(struct dmn *d, const char *const *extra)
 	}
 	/* Ready when the socket accepts a connection. */
 	for (int i = 0; i < 1000; i++) {
-		int s = pkv_sock_connect(d->sock), st;
+		int s = pkv_sock_connect(d->sock, 1000), st;
 
 		if (s >= 0) {
 			close(s);
@@ -147,7 +147,7 @@ int ctl_cmd(const char *sock, uint32_t cmd, uint32_t fmt, char *out, size_t len)
 	struct pkv_msg_ctl m = { { PKV_MSG_CTL, sizeof(m) }, cmd, fmt };
 	struct pkv_msg_reply rep;
 	size_t used = 0;
-	int s = pkv_sock_connect(sock), status = 0;
+	int s = pkv_sock_connect(sock, 5000), status = 0;
 	ssize_t n;
 
 	if (out && len)
@@ -336,7 +336,7 @@ int raw_open(struct raw *r, const char *sock, uint64_t arena, int seals)
 	r->arena = r->region + r->hdr.arena_off;
 	r->sq_bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	r->cq_bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	r->sock = pkv_sock_connect(sock);
+	r->sock = pkv_sock_connect(sock, 5000);
 	return r->sock < 0 ? r->sock : 0;
 }
 

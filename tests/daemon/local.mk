@@ -56,3 +56,9 @@ TESTS += tests/daemon/check_cpu
 tests_daemon_check_cpu_SOURCES = tests/daemon/check_cpu.c
 tests_daemon_check_cpu_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_daemon_check_cpu_LDADD = $(DAEMON_TEST_LIBS)
+
+check_PROGRAMS += tests/daemon/check_ring
+TESTS += tests/daemon/check_ring
+tests_daemon_check_ring_SOURCES = tests/daemon/check_ring.c
+tests_daemon_check_ring_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_ring_LDADD = src/common/libpkvcommon.la $(CHECK_LIBS) $(PTHREAD_LIBS)
