@@ -29,15 +29,24 @@ struct pkv_host {
 	pthread_mutex_t lock;        /* guards sleeping on the condvars */
 	pthread_cond_t cv_work;
 	pthread_cond_t cv_done;
-	/* The current job. Written by the caller before gen is bumped (release). */
+	/*
+	 * The current job. fn and arg are written before claim is published
+	 * (release); a thread reads them only after claiming a task with a CAS
+	 * on claim (acquire), which cannot succeed once the job is complete, so
+	 * it never pairs one job's task with another job's function.
+	 */
 	pkv_task_fn fn;
 	void *arg;
-	uint32_t n_tasks;
-	atomic_uint next_task;
-	atomic_uint gen;
-	atomic_uint pending;         /* workers that have not finished the current job */
+	_Atomic uint64_t claim;      /* job tag (16 bits) | n_tasks (24) | next task (24) */
+	atomic_uint done;            /* tasks of the current job completed */
+	atomic_uint gen;             /* bumped per job: wakes sleeping workers */
+	atomic_int caller_waiting;
 	atomic_int stop;
+	uint32_t tag;                /* caller-only: last job tag */
 };
+
+#define CLAIM_BITS 24
+#define CLAIM_MASK ((1ull << CLAIM_BITS) - 1)
 
 struct worker_arg {
 	struct pkv_host *h;
@@ -116,12 +125,32 @@ static uint32_t host_num_threads(void *host)
 	return ((struct pkv_host *)host)->nthreads;
 }
 
+/* Claims and runs tasks of the current job until none is left. */
 static void run_tasks(struct pkv_host *h, uint32_t thread)
 {
-	uint32_t t;
+	uint64_t c = atomic_load_explicit(&h->claim, memory_order_acquire);
 
-	while ((t = atomic_fetch_add_explicit(&h->next_task, 1, memory_order_relaxed)) < h->n_tasks)
-		h->fn(h->arg, t, thread);
+	for (;;) {
+		uint64_t n = (c >> CLAIM_BITS) & CLAIM_MASK, t = c & CLAIM_MASK;
+
+		if (t >= n)
+			return;
+		if (!atomic_compare_exchange_weak_explicit(&h->claim, &c, c + 1, memory_order_acq_rel,
+							   memory_order_acquire))
+			continue;
+		h->fn(h->arg, (uint32_t)t, thread);
+		/*
+		 * Seq-cst, pairing with the caller's store of caller_waiting and load
+		 * of done (a Dekker pair): either it sees done == n, or we see it waiting.
+		 * Also makes the task's writes visible to the caller.
+		 */
+		if (atomic_fetch_add(&h->done, 1) + 1 == n && atomic_load(&h->caller_waiting)) {
+			pthread_mutex_lock(&h->lock);
+			pthread_cond_broadcast(&h->cv_done);
+			pthread_mutex_unlock(&h->lock);
+		}
+		c = atomic_load_explicit(&h->claim, memory_order_acquire);
+	}
 }
 
 static void *worker_main(void *p)
@@ -158,13 +187,12 @@ static void *worker_main(void *p)
 		if (atomic_load(&h->stop))
 			break;
 		seen = g;
+		/*
+		 * A worker that wakes late may find the job finished (the caller ran
+		 * every task itself and returned) or a newer one: claims decide, and
+		 * the caller never waits for a worker that took nothing.
+		 */
 		run_tasks(h, index);
-		/* Release pairs with the caller's acquire: our task writes are visible once it sees 0. */
-		if (atomic_fetch_sub_explicit(&h->pending, 1, memory_order_acq_rel) == 1) {
-			pthread_mutex_lock(&h->lock);
-			pthread_cond_broadcast(&h->cv_done);
-			pthread_mutex_unlock(&h->lock);
-		}
 	}
 	return NULL;
 }
@@ -179,7 +207,8 @@ static int host_parallel_for(void *host, uint32_t n_tasks, pkv_task_fn fn, void 
 		return -EINVAL;
 	if (n_tasks == 0)
 		return 0;
-	if (h->nworkers == 0 || n_tasks == 1 || in_pool || pthread_mutex_trylock(&h->call_lock)) {
+	if (h->nworkers == 0 || n_tasks == 1 || n_tasks > CLAIM_MASK || in_pool ||
+	    pthread_mutex_trylock(&h->call_lock)) {
 		for (t = 0; t < n_tasks; t++)
 			fn(arg, t, 0);
 		return 0;
@@ -187,28 +216,32 @@ static int host_parallel_for(void *host, uint32_t n_tasks, pkv_task_fn fn, void 
 	in_pool = 1;
 	h->fn = fn;
 	h->arg = arg;
-	h->n_tasks = n_tasks;
-	atomic_store_explicit(&h->next_task, 0, memory_order_relaxed);
-	atomic_store_explicit(&h->pending, h->nworkers, memory_order_relaxed);
+	atomic_store_explicit(&h->done, 0, memory_order_relaxed);
+	h->tag = (h->tag + 1) & 0xffff;
+	/* Release: fn and arg are visible to whoever claims a task of this job. */
+	atomic_store_explicit(&h->claim, (uint64_t)h->tag << (2 * CLAIM_BITS) | (uint64_t)n_tasks << CLAIM_BITS,
+			      memory_order_release);
 	pthread_mutex_lock(&h->lock);
-	/* Release: the job fields above are visible to a worker that sees the new gen. */
 	atomic_fetch_add_explicit(&h->gen, 1, memory_order_release);
 	pthread_cond_broadcast(&h->cv_work);
 	pthread_mutex_unlock(&h->lock);
 
 	run_tasks(h, 0);
 
+	/* Wait for tasks other threads claimed; a worker that claimed none is not waited for. */
 	until = now_ns() + SPIN_NS;
 	t = 0;
-	while (atomic_load_explicit(&h->pending, memory_order_acquire)) {
+	while (atomic_load_explicit(&h->done, memory_order_acquire) < n_tasks) {
 		cpu_relax();
 		if ((++t & 63) == 0 && now_ns() > until)
 			break;
 	}
-	if (atomic_load_explicit(&h->pending, memory_order_acquire)) {
+	if (atomic_load_explicit(&h->done, memory_order_acquire) < n_tasks) {
 		pthread_mutex_lock(&h->lock);
-		while (atomic_load_explicit(&h->pending, memory_order_acquire))
+		atomic_store(&h->caller_waiting, 1);
+		while (atomic_load(&h->done) < n_tasks)
 			pthread_cond_wait(&h->cv_done, &h->lock);
+		atomic_store(&h->caller_waiting, 0);
 		pthread_mutex_unlock(&h->lock);
 	}
 	in_pool = 0;

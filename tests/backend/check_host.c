@@ -45,6 +45,29 @@ START_TEST(parallel_for_runs_each_task_once)
 }
 END_TEST
 
+START_TEST(parallel_for_many_small_jobs)
+{
+	struct pkv_host *h;
+	const struct pkv_host_api *api;
+	struct count_arg *a = calloc(1, sizeof(*a));
+	int rep;
+
+	/* Jobs shorter than a worker's wake-up: late workers must neither run stale tasks nor be waited for. */
+	ck_assert_int_eq(pkv_host_create(2, PKV_LOG_ERROR, &h), 0);
+	api = pkv_host_api(h);
+	a->nthreads = 2;
+	for (rep = 0; rep < 20000; rep++)
+		ck_assert_int_eq(api->parallel_for(api->host, 2 + rep % 3, count_task, a), 0);
+	ck_assert_int_eq(atomic_load(&a->hits[0]), 20000);
+	ck_assert_int_eq(atomic_load(&a->hits[1]), 20000);
+	ck_assert_int_eq(atomic_load(&a->hits[2]), 20000 / 3 * 2 + (20000 % 3 == 2));
+	ck_assert_int_eq(atomic_load(&a->hits[3]), 20000 / 3);
+	ck_assert_int_eq(atomic_load(&a->bad_thread), 0);
+	pkv_host_destroy(h);
+	free(a);
+}
+END_TEST
+
 static void nested_task(void *p, uint32_t task, uint32_t thread)
 {
 	struct count_arg *a = p;
@@ -121,6 +144,7 @@ int main(void)
 	int failed;
 
 	tcase_add_test(tc, parallel_for_runs_each_task_once);
+	tcase_add_test(tc, parallel_for_many_small_jobs);
 	tcase_add_test(tc, parallel_for_nested_runs_inline);
 	tcase_add_test(tc, alloc_aligned_honours_alignment);
 	tcase_add_test(tc, log_respects_level_and_sink);

@@ -37,14 +37,17 @@ tests_backend_pkv_toy_narrow_la_SOURCES = tests/backend/test_plugin.c
 tests_backend_pkv_toy_narrow_la_CPPFLAGS = $(AM_CPPFLAGS) -DDEFECT_NARROW_CAPS
 tests_backend_pkv_toy_narrow_la_LDFLAGS = $(TOY_LDFLAGS)
 
-check_PROGRAMS += tests/backend/check_loader tests/backend/check_host
-TESTS += tests/backend/check_loader tests/backend/check_host
+check_PROGRAMS += tests/backend/check_loader tests/backend/check_host tests/backend/check_cpu
+TESTS += tests/backend/check_loader tests/backend/check_host tests/backend/check_cpu
 tests_backend_check_loader_SOURCES = tests/backend/check_loader.c
 tests_backend_check_loader_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_backend_check_loader_LDADD = src/loader/libpkvloader.la $(CHECK_LIBS)
 tests_backend_check_host_SOURCES = tests/backend/check_host.c
 tests_backend_check_host_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_backend_check_host_LDADD = src/loader/libpkvloader.la $(CHECK_LIBS)
+tests_backend_check_cpu_SOURCES = tests/backend/check_cpu.c
+tests_backend_check_cpu_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_backend_check_cpu_LDADD = src/loader/libpkvloader.la $(CHECK_LIBS)
 
 # The conformance runner: plain C against the loader sources only (no Check,
 # no liburing), so a plugin author can build it with cc alone.
