@@ -9,10 +9,13 @@
 
 #include "../../examples/engine.h"
 #include "../../examples/randmodel.h"
+#include "daemon.h"
 
 #define NC 4
 #define GEN 24
 static char path[256];
+static const char *daemon_sock; /* set: attention through pagedkvd */
+static unsigned pool_serial;
 
 struct rig {
 	struct llama m;
@@ -30,8 +33,19 @@ static void rig_up(struct rig *r, uint64_t capacity, uint32_t budget, uint32_t m
 	ck_assert_int_eq(llama_load(&r->m, path), 0);
 	ck_assert_int_eq(tok_load(&r->tok, &r->m.g, err, sizeof err), 0);
 	ck_assert_int_eq(tpool_create(2, &r->tp), 0);
-	llama_geometry(&r->m, 4, 1024, &geo);
-	ck_assert_int_eq(pkv_attn_ref_create(&geo, capacity, r->tp, &r->a), 0);
+	if (daemon_sock) {
+		/* capacity in tokens becomes the pool's block count; a fresh pool per rig */
+		char name[64];
+		struct pkv_connect_opts co = { .socket_path = daemon_sock };
+		struct pkv_pool_params pp = { .name = name, .act_dtype = PKV_DTYPE_F32, .model_id = r->m.model_id,
+					      .window_left = -1 };
+		llama_geometry(&r->m, 4, capacity ? (uint32_t)(capacity / 4) : 1024, &pp.geo);
+		snprintf(name, sizeof name, "engine-%d-%u", (int)getpid(), pool_serial++);
+		ck_assert_msg(pkv_attn_daemon_create(&co, &pp, &r->a, err, sizeof err) == 0, "%s", err);
+	} else {
+		llama_geometry(&r->m, 4, 1024, &geo);
+		ck_assert_int_eq(pkv_attn_ref_create(&geo, capacity, r->tp, &r->a), 0);
+	}
 	ck_assert_int_eq(llama_ctx_init(&r->c, &r->m, &r->a, r->tp, 64), 0);
 	ck_assert_int_eq(engine_init(&r->e, &r->c, &r->tok, budget, max_running), 0);
 }
@@ -156,6 +170,24 @@ START_TEST(second_turn_reuses_history)
 }
 END_TEST
 
+static struct test_daemon dmn;
+
+static void daemon_up(void)
+{
+	if (test_daemon_start(&dmn)) {
+		daemon_sock = "/nonexistent/pagedkvd-did-not-start";
+		return;
+	}
+	daemon_sock = dmn.sock;
+}
+
+static void daemon_down(void)
+{
+	if (dmn.pid)
+		test_daemon_stop(&dmn);
+	daemon_sock = NULL;
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/pkv-engine-XXXXXX";
@@ -172,6 +204,14 @@ int main(void)
 	tcase_add_test(tc, enospc_waits_or_preempts_and_still_equals_solo);
 	tcase_add_test(tc, second_turn_reuses_history);
 	suite_add_tcase(s, tc);
+	/* The same through pagedkvd: a pool of 30 4-token blocks makes step_begin return -ENOSPC. */
+	TCase *td = tcase_create("pagedkvd");
+	tcase_add_unchecked_fixture(td, daemon_up, daemon_down);
+	tcase_set_timeout(td, 120);
+	tcase_add_test(td, concurrent_chunked_equals_solo);
+	tcase_add_test(td, enospc_waits_or_preempts_and_still_equals_solo);
+	tcase_add_test(td, second_turn_reuses_history);
+	suite_add_tcase(s, td);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
 	int nf = srunner_ntests_failed(sr);
