@@ -333,7 +333,8 @@ int gguf_open(struct gguf *g, const char *path)
 		char why[sizeof g->err];
 		memcpy(why, g->err, sizeof why);
 		munmap(m, (size_t)st.st_size);
-		snprintf(g->err, sizeof g->err, "%s: %s", path, why);
+		/* why is bounded so the path keeps room in the message. */
+		snprintf(g->err, sizeof g->err, "%s: %.*s", path, (int)(sizeof why / 2), why);
 		return r;
 	}
 	g->mapped = 1;
