@@ -150,6 +150,22 @@ struct pkv_cache_mem {
  * of this layer (converted to the cache dtype, round-to-nearest-even; a
  * negative slot means "do not write"), then attends. Rows of O whose
  * query sees no key are written as 0.
+ *
+ * Keys are always read from the paged cache, keys 0..sk-1 of the sequence,
+ * after the write. Usually sk = cache_seqlens[s] + sq, but sk < sq is legal
+ * (FlashAttention's q-longer-than-k case: the first sq - sk rows see nothing
+ * and are 0), and sq == 0 (a sequence that only has cached keys) writes
+ * nothing. cu_seq_lens_q/k are filled on both paths; on the decode path the
+ * host guarantees sq == 1 and sk == cache_seqlens[s] + 1 >= 1 for every s, so
+ * a decode kernel may use cache_seqlens alone (flash_attn_with_kvcache).
+ * Every block_tables entry a key in 0..sk-1 falls in is a valid block id,
+ * and every slot_mapping entry >= 0 is < num_blocks * block_size; the host
+ * (pkv_attn_batch_check in the loader) validates this before the call, and
+ * a backend should still refuse out-of-range ids with -EINVAL, never crash.
+ *
+ * Conversions are round-to-nearest-even with subnormals kept (no flush to
+ * zero), NaN stays NaN and f32 -> f16 overflows to infinity, as PyTorch's
+ * .to() does; the conformance suite checks the cache bytes exactly.
  */
 struct pkv_attn_batch {
 	uint32_t abi_version;

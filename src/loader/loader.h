@@ -6,11 +6,25 @@
 #include <stddef.h>
 #include <pagedkv/backend.h>
 
-/* Host services (log, aligned allocation, a thread pool) handed to plugins. */
+/*
+ * Host services (log, aligned allocation, a thread pool) handed to plugins.
+ * num_threads 0 = one per online CPU. log_level: messages above it are
+ * dropped (PKV_LOG_*). The pool's threads are created here and persist until
+ * destroy; parallel_for from inside a task, or while another thread is
+ * already running one, runs inline on the caller (correct, just serial).
+ */
 struct pkv_host;
 int pkv_host_create(unsigned num_threads, int log_level, struct pkv_host **out);
 void pkv_host_destroy(struct pkv_host *h);
 const struct pkv_host_api *pkv_host_api(struct pkv_host *h);
+
+/*
+ * Where log lines go (default: stderr as "pagedkv: LEVEL: msg"). fn gets the
+ * formatted message without a trailing newline; NULL restores stderr.
+ */
+typedef void (*pkv_log_sink)(void *ud, int level, const char *msg);
+void pkv_host_set_log_sink(struct pkv_host *h, pkv_log_sink fn, void *ud);
+void pkv_host_set_log_level(struct pkv_host *h, int level);
 
 /* One loaded and initialised backend. */
 struct pkv_plugin {
@@ -22,9 +36,12 @@ struct pkv_plugin {
 
 /*
  * Loads `spec` (a path containing '/', or a name looked up as
- * <plugin_dir>/pkv_<name>.so), picks the backend called `backend_name`
+ * <plugin_dir>/pkv_<name>.so; plugin_dir NULL = $PAGEDKV_PLUGIN_DIR, else the
+ * install's plugin directory), picks the backend called `backend_name`
  * within it (NULL = index 0), checks its ABI and calls init. On failure
- * returns -errno and writes "<file>: <reason>" into err.
+ * returns -errno and writes "<file>: <reason>" into err: missing file,
+ * missing symbol, unknown ABI version, too-small struct, missing required
+ * method, incoherent caps, init failure.
  */
 int pkv_plugin_load(const char *spec, const char *backend_name, const char *plugin_dir,
 		    struct pkv_host *host, struct pkv_plugin *out, char *err, size_t err_len);
@@ -35,20 +52,40 @@ int pkv_plugin_check_pool(const struct pkv_plugin *p, const struct pkv_pool_desc
 			  uint32_t path, char *err, size_t err_len);
 
 /*
+ * Whether a batch is well formed for this cache (lengths, block ids, slots,
+ * dtype, strides' signs) and which path it belongs to: returns PKV_PATH_DECODE
+ * when every sequence has exactly one query (and then sk == cache_seqlens + 1),
+ * PKV_PATH_VARLEN otherwise, or -EINVAL with the reason in err. Costs
+ * O(num_seqs * max_blocks_per_seq + total_q), nothing next to attention.
+ */
+int pkv_attn_batch_check(const struct pkv_cache_mem *mem, const struct pkv_attn_batch *b,
+			 char *err, size_t err_len);
+
+/*
  * The backends serving one pool: one for varlen, one for decode (possibly the
  * same plugin), sharing the cache memory of their domain.
  */
 struct pkv_dispatch {
 	struct pkv_plugin *varlen;
 	struct pkv_plugin *decode;
-	struct pkv_cache_mem mem;        /* allocated by the domain owner (varlen's plugin) */
+	struct pkv_plugin *owner;        /* the one that allocated mem (varlen's plugin if it can) */
+	struct pkv_pool_desc pool;
+	struct pkv_cache_mem mem;        /* allocated by the domain owner */
 };
 
+/*
+ * decode may be NULL (varlen then serves decode batches too) or the same
+ * plugin as varlen. Checks both plugins against the pool and that they share
+ * a memory domain, then allocates the cache. -errno and the reason on failure.
+ */
 int pkv_dispatch_open(struct pkv_dispatch *d, struct pkv_plugin *varlen, struct pkv_plugin *decode,
 		      const struct pkv_pool_desc *pool, char *err, size_t err_len);
 void pkv_dispatch_close(struct pkv_dispatch *d);
-/* Runs the batch on decode when every sequence has one query, on varlen otherwise. */
+/* Checks the batch, then runs it on decode when every sequence has one query, on varlen otherwise. */
 int pkv_dispatch_attend(struct pkv_dispatch *d, const struct pkv_attn_batch *b);
+/* Copy-on-write through the owner (then the other plugin); -ENOTSUP when neither has copy_blocks. */
 int pkv_dispatch_copy_blocks(struct pkv_dispatch *d, const struct pkv_block_copy *c, uint32_t n);
+/* Waits for both plugins' pending work (sync), if they have any. */
+int pkv_dispatch_sync(struct pkv_dispatch *d);
 
 #endif

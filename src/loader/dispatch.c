@@ -1,0 +1,195 @@
+/* SPDX-License-Identifier: MIT */
+/* Per-pool dispatch: checks a batch, picks the decode or varlen backend, shares one cache between them. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "loader/loader.h"
+
+static int bad(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(char *err, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && len) {
+		va_start(ap, fmt);
+		vsnprintf(err, len, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+int pkv_attn_batch_check(const struct pkv_cache_mem *mem, const struct pkv_attn_batch *b,
+			 char *err, size_t err_len)
+{
+	const struct pkv_geometry *g;
+	uint64_t nslots;
+	uint32_t s, i, max_q = 0, max_k = 0;
+	int decode = 1;
+
+	if (!mem || !b)
+		return bad(err, err_len, "no cache or no batch");
+	g = &mem->geo;
+	if (b->abi_version < 1 || b->struct_size < offsetof(struct pkv_attn_batch, flags) + sizeof(uint32_t))
+		return bad(err, err_len, "batch struct version %u size %u unknown", b->abi_version, b->struct_size);
+	if (b->layer >= g->num_layers)
+		return bad(err, err_len, "layer %u >= num_layers %u", b->layer, g->num_layers);
+	if (b->act_dtype >= PKV_DTYPE_COUNT)
+		return bad(err, err_len, "unknown activation dtype %u", b->act_dtype);
+	if (!b->cu_seq_lens_q || !b->cu_seq_lens_k)
+		return bad(err, err_len, "cu_seq_lens_q/k missing");
+	if (b->num_seqs && (!b->block_tables || !b->cache_seqlens || !b->max_blocks_per_seq))
+		return bad(err, err_len, "block tables or cache_seqlens missing");
+	if (b->total_q && (!b->q || !b->k_new || !b->v_new || !b->o || !b->slot_mapping))
+		return bad(err, err_len, "Q/K/V/O or slot_mapping missing");
+	if (b->q_stride_tok < 0 || b->q_stride_head < 0 || b->kv_stride_tok < 0 ||
+	    b->kv_stride_head < 0 || b->o_stride_tok < 0 || b->o_stride_head < 0)
+		return bad(err, err_len, "negative stride");
+	if (b->cu_seq_lens_q[0] != 0 || b->cu_seq_lens_k[0] != 0)
+		return bad(err, err_len, "cu_seq_lens must start at 0");
+	if (b->window_left < -1 || b->softcap < 0 || !(b->scale >= 0) || b->flags)
+		return bad(err, err_len, "bad window_left %d, softcap, scale or flags", b->window_left);
+	for (s = 0; s < b->num_seqs; s++) {
+		int64_t sq = (int64_t)b->cu_seq_lens_q[s + 1] - b->cu_seq_lens_q[s];
+		int64_t sk = (int64_t)b->cu_seq_lens_k[s + 1] - b->cu_seq_lens_k[s];
+		uint32_t nb, j;
+
+		if (sq < 0 || sk < 0)
+			return bad(err, err_len, "sequence %u: cu_seq_lens decrease", s);
+		if ((uint64_t)sk > (uint64_t)b->max_blocks_per_seq * g->block_size)
+			return bad(err, err_len, "sequence %u: %lld keys do not fit %u blocks", s,
+				   (long long)sk, b->max_blocks_per_seq);
+		if (sq > max_q)
+			max_q = (uint32_t)sq;
+		if (sk > max_k)
+			max_k = (uint32_t)sk;
+		if (sq != 1 || sk != (int64_t)b->cache_seqlens[s] + 1)
+			decode = 0;
+		nb = (uint32_t)((sk + g->block_size - 1) / g->block_size);
+		for (j = 0; j < nb; j++) {
+			int32_t id = b->block_tables[(size_t)s * b->max_blocks_per_seq + j];
+
+			if (id < 0 || (uint32_t)id >= g->num_blocks)
+				return bad(err, err_len, "sequence %u: block table entry %u = %d, out of range",
+					   s, j, id);
+		}
+	}
+	if ((uint32_t)b->cu_seq_lens_q[b->num_seqs] != b->total_q)
+		return bad(err, err_len, "cu_seq_lens_q ends at %d, total_q is %u",
+			   b->cu_seq_lens_q[b->num_seqs], b->total_q);
+	if (max_q > b->max_length_q || max_k > b->max_length_k)
+		return bad(err, err_len, "max_length_q/k (%u/%u) below the longest sequence (%u/%u)",
+			   b->max_length_q, b->max_length_k, max_q, max_k);
+	nslots = (uint64_t)g->num_blocks * g->block_size;
+	for (i = 0; i < b->total_q; i++)
+		if (b->slot_mapping[i] >= 0 && (uint64_t)b->slot_mapping[i] >= nslots)
+			return bad(err, err_len, "slot_mapping[%u] = %lld, out of range", i,
+				   (long long)b->slot_mapping[i]);
+	return decode && b->num_seqs ? (int)PKV_PATH_DECODE : (int)PKV_PATH_VARLEN;
+}
+
+int pkv_dispatch_open(struct pkv_dispatch *d, struct pkv_plugin *varlen, struct pkv_plugin *decode,
+		      const struct pkv_pool_desc *pool, char *err, size_t err_len)
+{
+	struct pkv_plugin *owner;
+	int ret;
+
+	if (!d || !varlen || !varlen->be || !pool)
+		return bad(err, err_len, "dispatch needs a varlen plugin and a pool");
+	memset(d, 0, sizeof(*d));
+	if (!decode)
+		decode = varlen;
+	ret = pkv_plugin_check_pool(varlen, pool, PKV_PATH_VARLEN, err, err_len);
+	if (ret)
+		return ret;
+	/* A decode plugin that lacks the decode path would never be called: say so now. */
+	ret = pkv_plugin_check_pool(decode, pool, decode == varlen && !(varlen->be->caps.paths & PKV_PATH_DECODE) ?
+				    PKV_PATH_VARLEN : PKV_PATH_DECODE, err, err_len);
+	if (ret)
+		return ret;
+	if (decode->be->caps.domain != varlen->be->caps.domain)
+		return bad(err, err_len, "%s and %s live in different memory domains (%u, %u) and cannot share a cache",
+			   varlen->path, decode->path, varlen->be->caps.domain, decode->be->caps.domain);
+	owner = varlen->be->cache_alloc ? varlen : decode->be->cache_alloc ? decode : NULL;
+	if (!owner)
+		return bad(err, err_len, "%s: no backend of this domain can allocate cache memory (cache_alloc)",
+			   varlen->path);
+	d->pool = *pool;
+	d->mem.abi_version = PKV_BACKEND_ABI_VERSION;
+	d->mem.struct_size = sizeof(d->mem);
+	ret = owner->be->cache_alloc(owner->ctx, pool, &d->mem);
+	if (ret)
+		return bad(err, err_len, "%s: cache_alloc failed: %s", owner->path, strerror(ret < 0 ? -ret : EIO)),
+		       ret < 0 ? ret : -EIO;
+	if (!d->mem.k_base || !d->mem.v_base || d->mem.domain != owner->be->caps.domain) {
+		owner->be->cache_free(owner->ctx, &d->mem);
+		return bad(err, err_len, "%s: cache_alloc returned no memory or the wrong domain", owner->path);
+	}
+	d->varlen = varlen;
+	d->decode = decode;
+	d->owner = owner;
+	return 0;
+}
+
+void pkv_dispatch_close(struct pkv_dispatch *d)
+{
+	if (!d || !d->owner)
+		return;
+	d->owner->be->cache_free(d->owner->ctx, &d->mem);
+	memset(d, 0, sizeof(*d));
+}
+
+int pkv_dispatch_attend(struct pkv_dispatch *d, const struct pkv_attn_batch *b)
+{
+	struct pkv_plugin *p;
+	int path;
+
+	if (!d || !d->owner)
+		return -EINVAL;
+	path = pkv_attn_batch_check(&d->mem, b, NULL, 0);
+	if (path < 0)
+		return path;
+	if (b->act_dtype != d->pool.act_dtype)
+		return -EINVAL;
+	if (path == PKV_PATH_DECODE && (d->decode->be->caps.paths & PKV_PATH_DECODE)) {
+		p = d->decode;
+		return p->be->attend_decode(p->ctx, &d->mem, b);
+	}
+	/* A decode batch is also a valid varlen batch. */
+	p = d->varlen;
+	return p->be->attend_varlen(p->ctx, &d->mem, b);
+}
+
+int pkv_dispatch_copy_blocks(struct pkv_dispatch *d, const struct pkv_block_copy *c, uint32_t n)
+{
+	struct pkv_plugin *p;
+	uint32_t i;
+
+	if (!d || !d->owner || (n && !c))
+		return -EINVAL;
+	for (i = 0; i < n; i++)
+		if (c[i].src < 0 || c[i].dst < 0 || (uint32_t)c[i].src >= d->mem.geo.num_blocks ||
+		    (uint32_t)c[i].dst >= d->mem.geo.num_blocks)
+			return -EINVAL;
+	if (n == 0)
+		return 0;
+	p = d->owner->be->copy_blocks ? d->owner :
+	    d->varlen->be->copy_blocks ? d->varlen : d->decode->be->copy_blocks ? d->decode : NULL;
+	if (!p)
+		return -ENOTSUP;
+	return p->be->copy_blocks(p->ctx, &d->mem, c, n);
+}
+
+int pkv_dispatch_sync(struct pkv_dispatch *d)
+{
+	int ret = 0, r;
+
+	if (!d || !d->owner)
+		return -EINVAL;
+	if (d->varlen->be->sync && (ret = d->varlen->be->sync(d->varlen->ctx)))
+		return ret;
+	if (d->decode != d->varlen && d->decode->be->sync && (r = d->decode->be->sync(d->decode->ctx)))
+		ret = r;
+	return ret;
+}

@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: MIT */
+/* Host services tests: the thread pool runs every task once, nests safely, and allocation honours alignment. */
+#include <check.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "loader/loader.h"
+
+struct count_arg {
+	atomic_int hits[1000];
+	atomic_int bad_thread;
+	uint32_t nthreads;
+	const struct pkv_host_api *api;
+};
+
+static void count_task(void *p, uint32_t task, uint32_t thread)
+{
+	struct count_arg *a = p;
+
+	atomic_fetch_add(&a->hits[task], 1);
+	if (thread >= a->nthreads)
+		atomic_store(&a->bad_thread, 1);
+}
+
+START_TEST(parallel_for_runs_each_task_once)
+{
+	struct pkv_host *h;
+	const struct pkv_host_api *api;
+	struct count_arg *a = calloc(1, sizeof(*a));
+	int rep, i;
+
+	ck_assert_int_eq(pkv_host_create(3, PKV_LOG_ERROR, &h), 0);
+	api = pkv_host_api(h);
+	ck_assert_uint_eq(api->num_threads(api->host), 3);
+	a->nthreads = 3;
+	for (rep = 0; rep < 200; rep++)
+		ck_assert_int_eq(api->parallel_for(api->host, 1000, count_task, a), 0);
+	for (i = 0; i < 1000; i++)
+		ck_assert_int_eq(atomic_load(&a->hits[i]), 200);
+	ck_assert_int_eq(atomic_load(&a->bad_thread), 0);
+	pkv_host_destroy(h);
+	free(a);
+}
+END_TEST
+
+static void nested_task(void *p, uint32_t task, uint32_t thread)
+{
+	struct count_arg *a = p;
+
+	/* A nested call must run inline rather than deadlock on the busy pool. */
+	a->api->parallel_for(a->api->host, 10, count_task, a);
+}
+
+START_TEST(parallel_for_nested_runs_inline)
+{
+	struct pkv_host *h;
+	struct count_arg *a = calloc(1, sizeof(*a));
+	int i;
+
+	ck_assert_int_eq(pkv_host_create(2, PKV_LOG_ERROR, &h), 0);
+	a->api = pkv_host_api(h);
+	a->nthreads = 2;
+	ck_assert_int_eq(a->api->parallel_for(a->api->host, 7, nested_task, a), 0);
+	for (i = 0; i < 10; i++)
+		ck_assert_int_eq(atomic_load(&a->hits[i]), 7);
+	pkv_host_destroy(h);
+	free(a);
+}
+END_TEST
+
+START_TEST(alloc_aligned_honours_alignment)
+{
+	struct pkv_host *h;
+	const struct pkv_host_api *api;
+	void *p;
+
+	ck_assert_int_eq(pkv_host_create(1, PKV_LOG_ERROR, &h), 0);
+	api = pkv_host_api(h);
+	p = api->alloc_aligned(api->host, 4096, 100);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq((uintptr_t)p % 4096, 0);
+	api->free_aligned(api->host, p);
+	ck_assert_ptr_null(api->alloc_aligned(api->host, 48, 100));
+	pkv_host_destroy(h);
+}
+END_TEST
+
+static int sink_level = -1;
+static char sink_msg[256];
+
+static void sink(void *ud, int level, const char *msg)
+{
+	sink_level = level;
+	snprintf(sink_msg, sizeof(sink_msg), "%s", msg);
+}
+
+START_TEST(log_respects_level_and_sink)
+{
+	struct pkv_host *h;
+	const struct pkv_host_api *api;
+
+	ck_assert_int_eq(pkv_host_create(1, PKV_LOG_WARN, &h), 0);
+	api = pkv_host_api(h);
+	pkv_host_set_log_sink(h, sink, NULL);
+	api->log(api->host, PKV_LOG_INFO, "hidden %d", 1);
+	ck_assert_int_eq(sink_level, -1);
+	api->log(api->host, PKV_LOG_WARN, "shown %d\n", 2);
+	ck_assert_int_eq(sink_level, PKV_LOG_WARN);
+	ck_assert_str_eq(sink_msg, "shown 2");
+	pkv_host_destroy(h);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("host");
+	TCase *tc = tcase_create("services");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_test(tc, parallel_for_runs_each_task_once);
+	tcase_add_test(tc, parallel_for_nested_runs_inline);
+	tcase_add_test(tc, alloc_aligned_honours_alignment);
+	tcase_add_test(tc, log_respects_level_and_sink);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

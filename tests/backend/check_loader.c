@@ -1,0 +1,316 @@
+/* SPDX-License-Identifier: MIT */
+/* Loader tests: broken plugins are refused with the file and the reason; dispatch picks the right path. */
+#include <check.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loader/loader.h"
+
+static struct pkv_host *host;
+static char err[512];
+
+static void setup(void)
+{
+	ck_assert_int_eq(pkv_host_create(2, PKV_LOG_ERROR, &host), 0);
+	err[0] = '\0';
+}
+
+static void teardown(void)
+{
+	pkv_host_destroy(host);
+	host = NULL;
+}
+
+/* Path of a toy plugin built by this test suite. */
+static const char *toy(const char *variant)
+{
+	static char path[1024];
+	const char *top = getenv("PKV_TOP_BUILDDIR");
+
+	snprintf(path, sizeof(path), "%s/tests/backend/.libs/pkv_toy_%s.so", top ? top : ".", variant);
+	return path;
+}
+
+/* Loads a toy plugin expected to be refused; returns the error code and checks err names the file. */
+static int refuse(const char *variant, const char *reason)
+{
+	struct pkv_plugin p;
+	const char *path = toy(variant);
+	int ret = pkv_plugin_load(path, NULL, NULL, host, &p, err, sizeof(err));
+
+	ck_assert_int_lt(ret, 0);
+	ck_assert_msg(strstr(err, path) == err, "error does not start with the file: %s", err);
+	ck_assert_msg(strstr(err, reason), "error lacks '%s': %s", reason, err);
+	return ret;
+}
+
+static struct pkv_pool_desc pool_desc(uint32_t head_dim, uint32_t dtype)
+{
+	struct pkv_pool_desc d = {
+		.abi_version = PKV_BACKEND_ABI_VERSION, .struct_size = sizeof(d),
+		.geo = { .num_layers = 2, .num_heads = 4, .num_kv_heads = 2, .head_dim = head_dim,
+			 .cache_dtype = dtype, .block_size = 4, .num_blocks = 8 },
+		.act_dtype = PKV_DTYPE_F32,
+	};
+	return d;
+}
+
+START_TEST(missing_file)
+{
+	struct pkv_plugin p;
+	int ret = pkv_plugin_load("/nonexistent/dir/pkv_x.so", NULL, NULL, host, &p, err, sizeof(err));
+
+	ck_assert_int_eq(ret, -ENOENT);
+	ck_assert_ptr_nonnull(strstr(err, "/nonexistent/dir/pkv_x.so: cannot open plugin"));
+}
+END_TEST
+
+START_TEST(name_resolves_in_plugin_dir)
+{
+	struct pkv_plugin p;
+	int ret = pkv_plugin_load("nosuch", NULL, "/opt/somewhere", host, &p, err, sizeof(err));
+
+	ck_assert_int_eq(ret, -ENOENT);
+	ck_assert_ptr_nonnull(strstr(err, "/opt/somewhere/pkv_nosuch.so"));
+}
+END_TEST
+
+START_TEST(not_a_shared_object)
+{
+	struct pkv_plugin p;
+	char path[1024];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/tests/backend/not-a-plugin.so",
+		 getenv("PKV_TOP_BUILDDIR") ? getenv("PKV_TOP_BUILDDIR") : ".");
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("this is text, not ELF\n", f);
+	fclose(f);
+	ck_assert_int_lt(pkv_plugin_load(path, NULL, NULL, host, &p, err, sizeof(err)), 0);
+	ck_assert_msg(strstr(err, path) == err && strstr(err, "cannot load"), "%s", err);
+	remove(path);
+}
+END_TEST
+
+START_TEST(no_symbol)
+{
+	refuse("nosym", "missing symbol pkv_backend_enum");
+}
+END_TEST
+
+START_TEST(bad_abi_version)
+{
+	ck_assert_int_eq(refuse("badabi", "unknown ABI version 99"), -EPROTO);
+}
+END_TEST
+
+START_TEST(too_small_struct)
+{
+	ck_assert_int_eq(refuse("small", "too small"), -EPROTO);
+}
+END_TEST
+
+START_TEST(null_init)
+{
+	refuse("noinit", "required method init is NULL");
+}
+END_TEST
+
+START_TEST(init_fails)
+{
+	ck_assert_int_eq(refuse("initfail", "init failed"), -ENODEV);
+}
+END_TEST
+
+START_TEST(missing_path_method)
+{
+	refuse("nodecode", "attend_decode is NULL");
+}
+END_TEST
+
+START_TEST(unknown_backend_name)
+{
+	struct pkv_plugin p;
+
+	ck_assert_int_eq(pkv_plugin_load(toy("good"), "nope", NULL, host, &p, err, sizeof(err)), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(err, "no backend named 'nope'"));
+}
+END_TEST
+
+START_TEST(caps_cannot_serve)
+{
+	struct pkv_plugin p;
+	struct pkv_pool_desc pool = pool_desc(64, PKV_DTYPE_F32);
+	struct pkv_dispatch d;
+
+	ck_assert_int_eq(pkv_plugin_load(toy("narrow"), NULL, NULL, host, &p, err, sizeof(err)), 0);
+	ck_assert_int_eq(pkv_plugin_check_pool(&p, &pool, PKV_PATH_VARLEN, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, p.path) == err && strstr(err, "head_dim 64"), "%s", err);
+	pool = pool_desc(32, PKV_DTYPE_BF16);
+	ck_assert_int_eq(pkv_dispatch_open(&d, &p, NULL, &pool, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "cache dtype 2"), "%s", err);
+	pool = pool_desc(32, PKV_DTYPE_F32);
+	ck_assert_int_eq(pkv_dispatch_open(&d, &p, NULL, &pool, err, sizeof(err)), 0);
+	pkv_dispatch_close(&d);
+	pkv_plugin_unload(&p);
+}
+END_TEST
+
+/* A one-sequence-per-entry batch with sq[i] queries and sk[i] keys. */
+struct batch_buf {
+	struct pkv_attn_batch b;
+	int32_t cuq[5], cuk[5], bt[4 * 8], cached[4];
+	int64_t slots[16];
+	float q[16 * 4 * 64], kv[16 * 2 * 64], o[16 * 4 * 64];
+};
+
+static void make_batch(struct batch_buf *bb, int n, const int *sq, const int *sk)
+{
+	int s, i;
+
+	memset(bb, 0, sizeof(*bb));
+	for (s = 0; s < n; s++) {
+		bb->cuq[s + 1] = bb->cuq[s] + sq[s];
+		bb->cuk[s + 1] = bb->cuk[s] + sk[s];
+		bb->cached[s] = sk[s] - sq[s];
+		for (i = 0; i < 8; i++)
+			bb->bt[s * 8 + i] = i;
+		if (bb->b.max_length_q < (uint32_t)sq[s])
+			bb->b.max_length_q = sq[s];
+		if (bb->b.max_length_k < (uint32_t)sk[s])
+			bb->b.max_length_k = sk[s];
+	}
+	for (i = 0; i < 16; i++)
+		bb->slots[i] = i;
+	bb->b = (struct pkv_attn_batch){
+		.abi_version = PKV_BACKEND_ABI_VERSION, .struct_size = sizeof(bb->b),
+		.num_seqs = n, .total_q = bb->cuq[n], .act_dtype = PKV_DTYPE_F32,
+		.q = bb->q, .k_new = bb->kv, .v_new = bb->kv, .o = bb->o,
+		.q_stride_tok = 4 * 64, .q_stride_head = 64, .kv_stride_tok = 2 * 64, .kv_stride_head = 64,
+		.o_stride_tok = 4 * 64, .o_stride_head = 64,
+		.cu_seq_lens_q = bb->cuq, .cu_seq_lens_k = bb->cuk,
+		.max_length_q = bb->b.max_length_q, .max_length_k = bb->b.max_length_k,
+		.block_tables = bb->bt, .max_blocks_per_seq = 8, .cache_seqlens = bb->cached,
+		.slot_mapping = bb->slots, .window_left = -1,
+	};
+}
+
+START_TEST(dispatch_picks_path)
+{
+	int (*counts)(void *, int *, int *, int *);
+	struct pkv_pool_desc pool = pool_desc(64, PKV_DTYPE_F32);
+	struct batch_buf *bb = calloc(1, sizeof(*bb));
+	struct pkv_dispatch d;
+	struct pkv_plugin p;
+	int v, dc, c;
+	const int sq_dec[] = { 1, 1, 1 }, sk_dec[] = { 5, 1, 9 };
+	const int sq_mix[] = { 1, 3 }, sk_mix[] = { 5, 7 };
+
+	ck_assert_ptr_nonnull(bb);
+	ck_assert_int_eq(pkv_plugin_load(toy("good"), "toy", NULL, host, &p, err, sizeof(err)), 0);
+	ck_assert_int_eq(pkv_dispatch_open(&d, &p, &p, &pool, err, sizeof(err)), 0);
+	*(void **)&counts = dlsym(p.dl, "pkv_toy_counts");
+	ck_assert_ptr_nonnull(counts);
+
+	make_batch(bb, 3, sq_dec, sk_dec);
+	ck_assert_int_eq(pkv_dispatch_attend(&d, &bb->b), 0);
+	counts(p.ctx, &v, &dc, &c);
+	ck_assert_int_eq(dc, 1);
+	ck_assert_int_eq(v, 0);
+
+	make_batch(bb, 2, sq_mix, sk_mix);
+	ck_assert_int_eq(pkv_dispatch_attend(&d, &bb->b), 0);
+	counts(p.ctx, &v, &dc, &c);
+	ck_assert_int_eq(v, 1);
+	ck_assert_int_eq(dc, 1);
+
+	pkv_dispatch_close(&d);
+	pkv_plugin_unload(&p);
+	free(bb);
+}
+END_TEST
+
+START_TEST(dispatch_refuses_bad_batch)
+{
+	struct pkv_pool_desc pool = pool_desc(64, PKV_DTYPE_F32);
+	struct batch_buf *bb = calloc(1, sizeof(*bb));
+	struct pkv_block_copy cp = { 0, 99 };
+	struct pkv_dispatch d;
+	struct pkv_plugin p;
+	const int sq[] = { 2, 3 }, sk[] = { 5, 7 };
+
+	ck_assert_ptr_nonnull(bb);
+	ck_assert_int_eq(pkv_plugin_load(toy("good"), NULL, NULL, host, &p, err, sizeof(err)), 0);
+	ck_assert_int_eq(pkv_dispatch_open(&d, &p, NULL, &pool, err, sizeof(err)), 0);
+
+	make_batch(bb, 2, sq, sk);
+	bb->bt[8 + 1] = 8; /* block 8 of 8 */
+	ck_assert_int_eq(pkv_attn_batch_check(&d.mem, &bb->b, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "out of range"), "%s", err);
+	ck_assert_int_eq(pkv_dispatch_attend(&d, &bb->b), -EINVAL);
+
+	make_batch(bb, 2, sq, sk);
+	bb->slots[3] = 8 * 4;
+	ck_assert_int_eq(pkv_dispatch_attend(&d, &bb->b), -EINVAL);
+
+	make_batch(bb, 2, sq, sk);
+	bb->b.max_length_k = 3;
+	ck_assert_int_eq(pkv_dispatch_attend(&d, &bb->b), -EINVAL);
+
+	make_batch(bb, 2, sq, sk);
+	bb->b.layer = 2;
+	ck_assert_int_eq(pkv_dispatch_attend(&d, &bb->b), -EINVAL);
+
+	make_batch(bb, 2, sq, sk);
+	ck_assert_int_eq(pkv_attn_batch_check(&d.mem, &bb->b, err, sizeof(err)), PKV_PATH_VARLEN);
+
+	ck_assert_int_eq(pkv_dispatch_copy_blocks(&d, &cp, 1), -EINVAL);
+	cp.dst = 7;
+	ck_assert_int_eq(pkv_dispatch_copy_blocks(&d, &cp, 1), 0);
+
+	pkv_dispatch_close(&d);
+	pkv_plugin_unload(&p);
+	free(bb);
+}
+END_TEST
+
+static Suite *loader_suite(void)
+{
+	Suite *s = suite_create("loader");
+	TCase *tc = tcase_create("refusals");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, missing_file);
+	tcase_add_test(tc, name_resolves_in_plugin_dir);
+	tcase_add_test(tc, not_a_shared_object);
+	tcase_add_test(tc, no_symbol);
+	tcase_add_test(tc, bad_abi_version);
+	tcase_add_test(tc, too_small_struct);
+	tcase_add_test(tc, null_init);
+	tcase_add_test(tc, init_fails);
+	tcase_add_test(tc, missing_path_method);
+	tcase_add_test(tc, unknown_backend_name);
+	tcase_add_test(tc, caps_cannot_serve);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("dispatch");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, dispatch_picks_path);
+	tcase_add_test(tc, dispatch_refuses_bad_batch);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(loader_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
