@@ -33,5 +33,5 @@ check_PROGRAMS += kernels/test-cuda-plugins
 TESTS += kernels/test-cuda-plugins
 kernels_test_cuda_plugins_SOURCES = kernels/test_cuda_plugins.c
 kernels_test_cuda_plugins_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-kernels_test_cuda_plugins_LDADD = $(CHECK_LIBS)
+kernels_test_cuda_plugins_LDADD = src/loader/libpkvloader.la $(CHECK_LIBS)
 endif

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <pagedkv/backend.h>
+#include "loader/loader.h"
 
 static const char *const plugin_rel[] = { "varlen/.libs/pkv_cuda_varlen.so", "decode/.libs/pkv_cuda_decode.so" };
 static const char *const plugin_name[] = { "cuda_varlen", "cuda_decode" };
@@ -121,6 +122,45 @@ START_TEST(init_refuses_without_gpu)
 }
 END_TEST
 
+static char sinkbuf[2048];
+
+static void sink(void *ud, int level, const char *msg)
+{
+	size_t n = strlen(sinkbuf);
+
+	(void)ud;
+	(void)level;
+	snprintf(sinkbuf + n, sizeof(sinkbuf) - n, "%s\n", msg);
+}
+
+/* The daemon's path: pkv_plugin_load validates the ABI, then init must fail with a reason, not crash. */
+START_TEST(loader_loads_and_refuses_without_gpu)
+{
+	const char *dir = getenv("PKV_PLUGIN_BUILD_DIR");
+	struct pkv_host *host = NULL;
+	struct pkv_plugin p;
+	char path[1024], err[512];
+	int rc;
+
+	ck_assert_ptr_nonnull(dir);
+	snprintf(path, sizeof(path), "%s/%s", dir, plugin_rel[_i]);
+	ck_assert_int_eq(pkv_host_create(1, PKV_LOG_DEBUG, &host), 0);
+	sinkbuf[0] = 0;
+	pkv_host_set_log_sink(host, sink, NULL);
+	rc = pkv_plugin_load(path, plugin_name[_i], NULL, host, &p, err, sizeof(err));
+	if (access("/dev/nvidia0", F_OK) == 0) {
+		ck_assert_msg(rc == 0, "load failed on a GPU machine: %s", err);
+		ck_assert_uint_eq(p.be->caps.domain, PKV_DOMAIN_CUDA);
+		pkv_plugin_unload(&p);
+	} else {
+		ck_assert_int_eq(rc, -ENODEV);
+		ck_assert_msg(strstr(err, "pkv_cuda_") != NULL, "error does not name the file: %s", err);
+		ck_assert_msg(strstr(sinkbuf, "no CUDA device") != NULL, "log lacks the reason: %s", sinkbuf);
+	}
+	pkv_host_destroy(host);
+}
+END_TEST
+
 START_TEST(methods_reject_missing_context)
 {
 	void *dl = open_plugin(_i);
@@ -153,6 +193,7 @@ int main(void)
 	tcase_add_loop_test(tc, exports_only_the_entry_point, 0, 2);
 	tcase_add_loop_test(tc, enumerates_one_cuda_backend, 0, 2);
 	tcase_add_loop_test(tc, init_refuses_without_gpu, 0, 2);
+	tcase_add_loop_test(tc, loader_loads_and_refuses_without_gpu, 0, 2);
 	tcase_add_loop_test(tc, methods_reject_missing_context, 0, 2);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
