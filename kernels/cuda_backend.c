@@ -13,9 +13,6 @@
 #include "pkv_cuda_kernels.h"
 
 #define CACHE_MAGIC 0x706b7663u /* "pkvc" */
-/* Split-KV partials are bounded so that a huge batch falls back to fewer splits, not to -ENOMEM. */
-#define MAX_SPLIT_BYTES ((size_t)256 << 20)
-#define MAX_SPLITS 128
 
 struct dbuf {
 	void *p;
@@ -459,34 +456,6 @@ static int move_tensor(struct cuda_ctx *c, enum dir dir, void *dev, void *hostp,
 	return rc;
 }
 
-static uint32_t ceil_div(uint64_t a, uint64_t b)
-{
-	return (uint32_t)((a + b - 1) / b);
-}
-
-/* Enough CTAs to fill the device; more splits only add merge work. */
-static int choose_splits(const struct cuda_ctx *c, int shape, uint32_t num_seqs, uint32_t hkv, uint32_t group,
-			 int32_t max_q, int32_t max_k, uint32_t total_q, uint32_t heads, uint32_t D)
-{
-	const char *env = getenv("PKV_CUDA_SPLITS");
-	const uint64_t mt = ceil_div((uint64_t)max_q * group, (uint64_t)pkv_cuda_rows_per_cta(shape));
-	const uint64_t ctas = (uint64_t)num_seqs * hkv * (mt ? mt : 1);
-	const uint64_t tiles = ceil_div((uint64_t)max_k, (uint64_t)pkv_cuda_keys_per_tile(shape));
-	const uint64_t per_split = (uint64_t)total_q * heads * (D + 1) * sizeof(float);
-	const uint64_t target = (uint64_t)c->num_sms * (shape == PKV_CUDA_SHAPE_DECODE ? 8 : 2);
-	uint64_t n = ctas >= target ? 1 : ceil_div(target, ctas);
-
-	if (env && *env)
-		n = strtoul(env, NULL, 10);
-	if (n > MAX_SPLITS)
-		n = MAX_SPLITS;
-	if (n > tiles / 2)
-		n = tiles / 2; /* at least two tiles per split, or splitting costs more than it saves */
-	while (n > 1 && per_split * n > MAX_SPLIT_BYTES)
-		n /= 2;
-	return n < 1 ? 1 : (int)n;
-}
-
 static int attend(struct cuda_ctx *c, const struct pkv_cache_mem *mem, const struct pkv_attn_batch *b, int shape)
 {
 	int32_t max_q, max_k;
@@ -510,7 +479,8 @@ static int attend(struct cuda_ctx *c, const struct pkv_cache_mem *mem, const str
 	const size_t nq = (size_t)T * H * D, nkv = (size_t)T * HKV * D;
 	const size_t bt_n = (size_t)n * b->max_blocks_per_seq;
 	const size_t meta_bytes = (size_t)T * 8 + (2 * ((size_t)n + 1) + bt_n) * 4;
-	const int splits = choose_splits(c, shape, n, HKV, H / HKV, max_q, max_k, T, H, D);
+	const int splits = pkv_cuda_choose_splits(c->num_sms, shape, (int32_t)n, (int32_t)HKV, (int32_t)(H / HKV),
+						   max_q, max_k, (int32_t)T, (int32_t)H, (int32_t)D);
 
 	if ((rc = dbuf_reserve(c, &c->q_raw, nq * aes)) || (rc = dbuf_reserve(c, &c->k_raw, nkv * aes)) ||
 	    (rc = dbuf_reserve(c, &c->v_raw, nkv * aes)) || (rc = dbuf_reserve(c, &c->o_f32, nq * 4)) ||

@@ -4,7 +4,8 @@
 KERNELS_CU = kernels/attn_f16.cu kernels/attn_bf16.cu kernels/util.cu
 KERNELS_CU_DEPS = kernels/attn_kernel.cuh kernels/pkv_cuda_kernels.h include/pagedkv/types.h
 # Sources and scripts are distributed whether or not this build compiles them.
-EXTRA_DIST += $(KERNELS_CU) kernels/attn_kernel.cuh kernels/nvcc-lt
+EXTRA_DIST += $(KERNELS_CU) kernels/attn_kernel.cuh kernels/nvcc-lt kernels/gpu-check.sh \
+	kernels/cuda_bench.c kernels/NOTES.md
 noinst_HEADERS += kernels/pkv_cuda_kernels.h kernels/cuda_backend.h
 
 if HAVE_CUDA
@@ -34,4 +35,12 @@ TESTS += kernels/test-cuda-plugins
 kernels_test_cuda_plugins_SOURCES = kernels/test_cuda_plugins.c
 kernels_test_cuda_plugins_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 kernels_test_cuda_plugins_LDADD = src/loader/libpkvloader.la $(CHECK_LIBS)
+
+# The GPU self-test: random paged batches against an f64 reference. Exits 77 (SKIP) without a GPU.
+check_PROGRAMS += kernels/cuda-selftest
+TESTS += kernels/cuda-selftest
+kernels_cuda_selftest_SOURCES = kernels/cuda_selftest.c
+kernels_cuda_selftest_CPPFLAGS = $(AM_CPPFLAGS) -isystem $(CUDA_PREFIX)/include
+kernels_cuda_selftest_LDADD = $(CUDA_LIBS) $(LIBM)
+kernels_cuda_selftest_LDFLAGS = -Wl,-rpath,$(CUDA_PREFIX)/lib64
 endif
