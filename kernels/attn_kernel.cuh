@@ -132,7 +132,8 @@ attn_kernel(const pkv_cuda_attn_args a)
 	const int sq = a.cu_seq_lens_q[s + 1] - q0;
 	const int sk = a.cu_seq_lens_k[s + 1] - a.cu_seq_lens_k[s];
 	const int rows = sq * G;
-	const int m0 = blockIdx.y * BM;
+	/* Causal tiles further down see more keys: hand those out first so they do not form the tail. */
+	const int m0 = (int)(gridDim.y - 1 - blockIdx.y) * BM;
 	if (m0 >= rows)
 		return;
 	const int diag = sk - sq; /* bottom-right causal alignment */
