@@ -231,11 +231,28 @@ struct pkv_backend {
 	/* Optional (device domains): register host memory (a client arena) for fast transfers. */
 	int (*register_host)(void *ctx, void *ptr, size_t len);
 	int (*unregister_host)(void *ctx, void *ptr);
+
+	/*
+	 * Optional, appended after the first draft (check PKV_ABI_HAS): copies len
+	 * bytes at byte offset off of the K (kv = 0) or V (kv = 1) region of mem,
+	 * i.e. from k_base/v_base + off, into host memory dst. Lets the
+	 * conformance suite and tools inspect a device-domain cache; host-domain
+	 * readers just read the memory.
+	 */
+	int (*cache_read)(void *ctx, const struct pkv_cache_mem *mem, uint32_t kv, size_t off,
+			  void *dst, size_t len);
 };
 
 typedef int (*pkv_backend_enum_fn)(uint32_t index, const struct pkv_backend **out);
 
 #define PKV_BACKEND_ENUM_SYMBOL "pkv_backend_enum"
+
+/* Marks the entry point exported when a plugin builds with -fvisibility=hidden. */
+#if defined(__GNUC__)
+#define PKV_BACKEND_EXPORT __attribute__((visibility("default")))
+#else
+#define PKV_BACKEND_EXPORT
+#endif
 
 #ifdef __cplusplus
 }

@@ -1,2 +1,25 @@
 # SPDX-License-Identifier: MIT
-# plugins/cpu: build rules (filled in by the issue that builds this part).
+# plugins/cpu: the CPU attention backend, pkv_cpu.so, exporting only pkv_backend_enum.
+#
+# The kernel is one source (kernel_impl.h) compiled four times, each in its
+# own convenience library with its own -m flags, so only the variant the CPU
+# supports ever runs and the module still loads on a CPU without AVX.
+pkglib_LTLIBRARIES += plugins/cpu/pkv_cpu.la
+plugins_cpu_pkv_cpu_la_SOURCES = plugins/cpu/cpu.c plugins/cpu/convert.c plugins/cpu/kernel_generic.c
+plugins_cpu_pkv_cpu_la_CFLAGS = $(AM_CFLAGS) -O3 -fvisibility=hidden -Wno-psabi
+plugins_cpu_pkv_cpu_la_LDFLAGS = -module -avoid-version -shared -export-symbols-regex '^pkv_backend_enum$$'
+plugins_cpu_pkv_cpu_la_LIBADD = $(LIBM)
+noinst_HEADERS += plugins/cpu/cpu.h plugins/cpu/kernel_impl.h
+
+if PKV_X86_64
+noinst_LTLIBRARIES += plugins/cpu/libkern_avx2.la plugins/cpu/libkern_avx512.la plugins/cpu/libkern_avx512bf16.la
+plugins_cpu_libkern_avx2_la_SOURCES = plugins/cpu/kernel_avx2.c
+plugins_cpu_libkern_avx2_la_CFLAGS = $(AM_CFLAGS) -O3 -fvisibility=hidden -Wno-psabi -mavx2 -mfma -mf16c
+plugins_cpu_libkern_avx512_la_SOURCES = plugins/cpu/kernel_avx512.c
+plugins_cpu_libkern_avx512_la_CFLAGS = $(AM_CFLAGS) -O3 -fvisibility=hidden -Wno-psabi -mavx2 -mfma -mf16c \
+	-mavx512f -mavx512bw -mavx512vl -mavx512dq -mprefer-vector-width=512
+plugins_cpu_libkern_avx512bf16_la_SOURCES = plugins/cpu/kernel_avx512bf16.c
+plugins_cpu_libkern_avx512bf16_la_CFLAGS = $(plugins_cpu_libkern_avx512_la_CFLAGS) -mavx512bf16
+plugins_cpu_pkv_cpu_la_LIBADD += plugins/cpu/libkern_avx2.la plugins/cpu/libkern_avx512.la \
+	plugins/cpu/libkern_avx512bf16.la
+endif

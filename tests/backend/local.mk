@@ -45,3 +45,12 @@ tests_backend_check_loader_LDADD = src/loader/libpkvloader.la $(CHECK_LIBS)
 tests_backend_check_host_SOURCES = tests/backend/check_host.c
 tests_backend_check_host_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_backend_check_host_LDADD = src/loader/libpkvloader.la $(CHECK_LIBS)
+
+# The conformance runner: plain C against the loader sources only (no Check,
+# no liburing), so a plugin author can build it with cc alone.
+check_PROGRAMS += tests/backend/pkv-conformance
+tests_backend_pkv_conformance_SOURCES = tests/backend/conformance.c
+tests_backend_pkv_conformance_LDADD = src/loader/libpkvloader.la $(LIBM)
+# make check runs it on the CPU plugin, once per kernel variant.
+TESTS += tests/backend/conformance-cpu
+dist_check_SCRIPTS += tests/backend/conformance-cpu

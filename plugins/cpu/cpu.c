@@ -1,0 +1,592 @@
+/* SPDX-License-Identifier: MIT */
+/* The CPU backend: plugin entry point, caps, cache memory, K/V append, work partition and split merge. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "cpu.h"
+
+#define HUGE_PAGE (2u << 20)
+/* Split a sequence's keys (flash-decoding) only into chunks at least this long. */
+#define MIN_SPLIT_KEYS 256u
+
+struct cpu_ctx {
+	const struct pkv_host_api *host;
+	const struct cpu_isa *isa;
+	uint32_t nthreads;
+	struct cpu_scratch *scratch;   /* [nthreads] */
+	struct cpu_item *items;
+	size_t items_cap;
+	float *part;
+	size_t part_cap;               /* floats */
+};
+
+/* Bookkeeping of one cache mapping, kept in pkv_cache_mem.owner_priv. */
+struct cpu_mapping {
+	void *addr;
+	size_t len;
+};
+
+PKV_BACKEND_EXPORT int pkv_backend_enum(uint32_t index, const struct pkv_backend **out);
+
+static int cpu_supports(const char *isa)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	__builtin_cpu_init();
+	if (!strcmp(isa, "avx512bf16"))
+		return cpu_supports("avx512") && __builtin_cpu_supports("avx512bf16");
+	if (!strcmp(isa, "avx512"))
+		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+		       cpu_supports("avx2");
+	if (!strcmp(isa, "avx2"))
+		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+		       __builtin_cpu_supports("f16c");
+#endif
+	return !strcmp(isa, "generic");
+}
+
+/*
+ * The best kernel this CPU runs; PKV_CPU_ISA=generic|avx2|avx512|avx512bf16
+ * caps it (tests use it to cover every variant on one machine).
+ */
+static const struct cpu_isa *pick_isa(const struct pkv_host_api *host)
+{
+	static const struct {
+		const char *key;
+		const struct cpu_isa *isa;
+	} order[] = {
+#if defined(__x86_64__)
+		{ "avx512bf16", &pkv_cpu_isa_avx512bf16 },
+		{ "avx512", &pkv_cpu_isa_avx512 },
+		{ "avx2", &pkv_cpu_isa_avx2 },
+#endif
+		{ "generic", &pkv_cpu_isa_generic },
+	};
+	const char *want = getenv("PKV_CPU_ISA");
+	size_t i, start = 0, n = sizeof(order) / sizeof(order[0]);
+
+	if (want && *want) {
+		for (i = 0; i < n && strcmp(order[i].key, want); i++)
+			;
+		if (i < n)
+			start = i;
+		else
+			host->log(host->host, PKV_LOG_WARN, "cpu backend: unknown PKV_CPU_ISA '%s', ignored", want);
+	}
+	for (i = start; i < n; i++)
+		if (cpu_supports(order[i].key))
+			return order[i].isa;
+	return &pkv_cpu_isa_generic;
+}
+
+static void free_scratch(struct cpu_ctx *c)
+{
+	uint32_t t;
+
+	if (!c->scratch)
+		return;
+	for (t = 0; t < c->nthreads; t++) {
+		struct cpu_scratch *s = &c->scratch[t];
+
+		c->host->free_aligned(c->host->host, s->qf);
+		c->host->free_aligned(c->host->host, s->qh);
+		c->host->free_aligned(c->host->host, s->kf);
+		c->host->free_aligned(c->host->host, s->vf);
+		c->host->free_aligned(c->host->host, s->s);
+		c->host->free_aligned(c->host->host, s->acc);
+		c->host->free_aligned(c->host->host, s->m);
+		c->host->free_aligned(c->host->host, s->l);
+		c->host->free_aligned(c->host->host, s->lo);
+		c->host->free_aligned(c->host->host, s->hi);
+		memset(s, 0, sizeof(*s));
+	}
+}
+
+static void *xalloc(struct cpu_ctx *c, size_t bytes)
+{
+	return c->host->alloc_aligned(c->host->host, 64, bytes ? bytes : 64);
+}
+
+/* Makes every thread's scratch hold rmax query vectors of CPU_MAX_HD. */
+static int ensure_scratch(struct cpu_ctx *c, uint32_t rmax)
+{
+	uint32_t t;
+
+	if (c->scratch[0].rmax >= rmax)
+		return 0;
+	free_scratch(c);
+	for (t = 0; t < c->nthreads; t++) {
+		struct cpu_scratch *s = &c->scratch[t];
+
+		s->qf = xalloc(c, (size_t)rmax * CPU_MAX_HD * sizeof(float));
+		s->qh = xalloc(c, (size_t)rmax * CPU_MAX_HD * sizeof(uint16_t));
+		s->kf = xalloc(c, (size_t)CPU_TK * CPU_MAX_HD * sizeof(float));
+		s->vf = xalloc(c, (size_t)CPU_TK * CPU_MAX_HD * sizeof(float));
+		s->s = xalloc(c, (size_t)rmax * CPU_TK * sizeof(float));
+		s->acc = xalloc(c, (size_t)rmax * CPU_MAX_HD * sizeof(float));
+		s->m = xalloc(c, rmax * sizeof(float));
+		s->l = xalloc(c, rmax * sizeof(float));
+		s->lo = xalloc(c, rmax * sizeof(int32_t));
+		s->hi = xalloc(c, rmax * sizeof(int32_t));
+		if (!s->qf || !s->qh || !s->kf || !s->vf || !s->s || !s->acc || !s->m || !s->l || !s->lo || !s->hi) {
+			free_scratch(c);
+			return -ENOMEM;
+		}
+		s->rmax = rmax;
+	}
+	return 0;
+}
+
+static int cpu_init(const struct pkv_host_api *host, void **out)
+{
+	struct cpu_ctx *c;
+
+	if (!host || !out || host->abi_version < 1 || !host->alloc_aligned || !host->free_aligned ||
+	    !host->parallel_for || !host->num_threads || !host->log)
+		return -EINVAL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->host = host;
+	c->nthreads = host->num_threads(host->host);
+	if (c->nthreads < 1)
+		c->nthreads = 1;
+	c->scratch = calloc(c->nthreads, sizeof(*c->scratch));
+	if (!c->scratch) {
+		free(c);
+		return -ENOMEM;
+	}
+	c->isa = pick_isa(host);
+	host->log(host->host, PKV_LOG_INFO, "cpu backend: %s kernels, %u threads", c->isa->name, c->nthreads);
+	*out = c;
+	return 0;
+}
+
+static void cpu_fini(void *ctx)
+{
+	struct cpu_ctx *c = ctx;
+
+	if (!c)
+		return;
+	free_scratch(c);
+	free(c->scratch);
+	c->host->free_aligned(c->host->host, c->items);
+	c->host->free_aligned(c->host->host, c->part);
+	free(c);
+}
+
+static int cpu_cache_alloc(void *ctx, const struct pkv_pool_desc *pool, struct pkv_cache_mem *mem)
+{
+	struct cpu_ctx *c = ctx;
+	const struct pkv_geometry *g;
+	struct cpu_mapping *map;
+	size_t tok, blk, layer, total, len;
+	char *p, *aligned;
+
+	if (!pool || !mem || pool->struct_size < sizeof(*pool) || mem->struct_size < sizeof(*mem))
+		return -EINVAL;
+	g = &pool->geo;
+	if (g->cache_dtype >= PKV_DTYPE_COUNT || !g->num_layers || !g->num_kv_heads || !g->head_dim ||
+	    !g->block_size || !g->num_blocks)
+		return -EINVAL;
+	if (__builtin_mul_overflow((size_t)g->num_kv_heads * g->head_dim, pkv_dtype_size(g->cache_dtype), &tok) ||
+	    __builtin_mul_overflow(tok, (size_t)g->block_size, &blk) ||
+	    __builtin_mul_overflow(blk, (size_t)g->num_blocks, &layer) ||
+	    __builtin_mul_overflow(layer, (size_t)g->num_layers * 2, &total) ||
+	    __builtin_add_overflow(total, (size_t)HUGE_PAGE, &len))
+		return -EOVERFLOW;
+	map = calloc(1, sizeof(*map));
+	if (!map)
+		return -ENOMEM;
+	/* Over-map by one huge page so the cache can start on a 2 MiB boundary for THP. */
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED) {
+		free(map);
+		return -ENOMEM;
+	}
+	aligned = (char *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+#ifdef MADV_HUGEPAGE
+	/* Decode streams the whole cache: 2 MiB pages cut TLB misses (~30% more read bandwidth here). */
+	if (madvise(aligned, total, MADV_HUGEPAGE))
+		c->host->log(c->host->host, PKV_LOG_DEBUG, "cpu backend: madvise(MADV_HUGEPAGE) failed");
+#endif
+	map->addr = p;
+	map->len = len;
+	mem->domain = PKV_DOMAIN_HOST;
+	mem->geo = *g;
+	mem->k_base = aligned;
+	mem->v_base = aligned + layer * g->num_layers;
+	mem->layer_stride = layer;
+	mem->block_stride = blk;
+	mem->token_stride = tok;
+	mem->bytes = total;
+	mem->owner_priv = map;
+	return 0;
+}
+
+static void cpu_cache_free(void *ctx, struct pkv_cache_mem *mem)
+{
+	struct cpu_mapping *map;
+
+	if (!mem || !mem->owner_priv)
+		return;
+	map = mem->owner_priv;
+	munmap(map->addr, map->len);
+	free(map);
+	mem->owner_priv = NULL;
+	mem->k_base = mem->v_base = NULL;
+}
+
+struct copy_job {
+	const struct pkv_cache_mem *mem;
+	const struct pkv_block_copy *copies;
+	uint32_t n;
+};
+
+static void copy_task(void *arg, uint32_t task, uint32_t thread)
+{
+	const struct copy_job *j = arg;
+	const struct pkv_cache_mem *m = j->mem;
+	uint32_t layer = task / j->n;
+	const struct pkv_block_copy *cp = &j->copies[task % j->n];
+	size_t off_s = layer * m->layer_stride + (size_t)cp->src * m->block_stride;
+	size_t off_d = layer * m->layer_stride + (size_t)cp->dst * m->block_stride;
+
+	if (cp->src == cp->dst)
+		return;
+	memcpy((char *)m->k_base + off_d, (char *)m->k_base + off_s, m->block_stride);
+	memcpy((char *)m->v_base + off_d, (char *)m->v_base + off_s, m->block_stride);
+}
+
+static int cpu_copy_blocks(void *ctx, const struct pkv_cache_mem *mem, const struct pkv_block_copy *copies,
+			   uint32_t n)
+{
+	struct cpu_ctx *c = ctx;
+	struct copy_job j = { mem, copies, n };
+	uint32_t i;
+
+	if (!mem || (n && !copies))
+		return -EINVAL;
+	for (i = 0; i < n; i++)
+		if (copies[i].src < 0 || copies[i].dst < 0 || (uint32_t)copies[i].src >= mem->geo.num_blocks ||
+		    (uint32_t)copies[i].dst >= mem->geo.num_blocks)
+			return -EINVAL;
+	if (n == 0)
+		return 0;
+	if ((uint64_t)n * mem->geo.num_layers > UINT32_MAX)
+		return -E2BIG;
+	return c->host->parallel_for(c->host->host, n * mem->geo.num_layers, copy_task, &j);
+}
+
+/* Checks what this backend relies on, so a bad batch is refused instead of read out of bounds. */
+static int check_batch(const struct pkv_cache_mem *mem, const struct pkv_attn_batch *b)
+{
+	const struct pkv_geometry *g = &mem->geo;
+	uint64_t nslots = (uint64_t)g->num_blocks * g->block_size;
+	uint32_t s, i;
+
+	if (b->struct_size < offsetof(struct pkv_attn_batch, flags) + sizeof(uint32_t) ||
+	    mem->domain != PKV_DOMAIN_HOST || b->layer >= g->num_layers || b->act_dtype >= PKV_DTYPE_COUNT ||
+	    g->cache_dtype >= PKV_DTYPE_COUNT || !g->num_kv_heads || g->num_heads % g->num_kv_heads ||
+	    !g->head_dim || g->head_dim > CPU_MAX_HD || g->head_dim % 8 || !g->block_size ||
+	    !b->cu_seq_lens_q || !b->cu_seq_lens_k || b->cu_seq_lens_q[0] || b->cu_seq_lens_k[0])
+		return -EINVAL;
+	if (b->num_seqs && (!b->block_tables || !b->max_blocks_per_seq))
+		return -EINVAL;
+	if (b->total_q && (!b->q || !b->o || !b->k_new || !b->v_new || !b->slot_mapping))
+		return -EINVAL;
+	if ((uint32_t)b->cu_seq_lens_q[b->num_seqs] != b->total_q)
+		return -EINVAL;
+	for (s = 0; s < b->num_seqs; s++) {
+		int32_t sq = b->cu_seq_lens_q[s + 1] - b->cu_seq_lens_q[s];
+		int32_t sk = b->cu_seq_lens_k[s + 1] - b->cu_seq_lens_k[s];
+		uint32_t nb = (uint32_t)(((int64_t)sk + g->block_size - 1) / g->block_size), j;
+
+		if (sq < 0 || sk < 0 || nb > b->max_blocks_per_seq)
+			return -EINVAL;
+		for (j = 0; j < nb; j++) {
+			int32_t id = b->block_tables[(size_t)s * b->max_blocks_per_seq + j];
+
+			if (id < 0 || (uint32_t)id >= g->num_blocks)
+				return -EINVAL;
+		}
+	}
+	for (i = 0; i < b->total_q; i++)
+		if (b->slot_mapping[i] >= 0 && (uint64_t)b->slot_mapping[i] >= nslots)
+			return -EINVAL;
+	return 0;
+}
+
+struct write_job {
+	const struct pkv_cache_mem *mem;
+	const struct pkv_attn_batch *b;
+};
+
+#define WRITE_CHUNK 32u
+
+/* Appends rows [task*32, +32) of K_new/V_new into their slots, converted exactly. */
+static void write_task(void *arg, uint32_t task, uint32_t thread)
+{
+	const struct write_job *j = arg;
+	const struct pkv_attn_batch *b = j->b;
+	const struct pkv_geometry *g = &j->mem->geo;
+	uint32_t asz = pkv_dtype_size(b->act_dtype), csz = pkv_dtype_size(g->cache_dtype);
+	uint32_t r, h, end = (task + 1) * WRITE_CHUNK < b->total_q ? (task + 1) * WRITE_CHUNK : b->total_q;
+	char *kl = (char *)j->mem->k_base + (size_t)b->layer * j->mem->layer_stride;
+	char *vl = (char *)j->mem->v_base + (size_t)b->layer * j->mem->layer_stride;
+
+	for (r = task * WRITE_CHUNK; r < end; r++) {
+		int64_t slot = b->slot_mapping[r];
+		size_t off;
+
+		if (slot < 0)
+			continue;
+		off = (size_t)(slot / g->block_size) * j->mem->block_stride +
+		      (size_t)(slot % g->block_size) * j->mem->token_stride;
+		for (h = 0; h < g->num_kv_heads; h++) {
+			size_t src = ((size_t)r * b->kv_stride_tok + (size_t)h * b->kv_stride_head) * asz;
+			size_t dst = off + (size_t)h * g->head_dim * csz;
+
+			pkv_cpu_convert(kl + dst, g->cache_dtype, (const char *)b->k_new + src, b->act_dtype, g->head_dim);
+			pkv_cpu_convert(vl + dst, g->cache_dtype, (const char *)b->v_new + src, b->act_dtype, g->head_dim);
+		}
+	}
+}
+
+struct attend_job {
+	struct cpu_ctx *ctx;
+	struct cpu_call call;
+	const struct cpu_item *items;
+};
+
+static void attend_task(void *arg, uint32_t task, uint32_t thread)
+{
+	struct attend_job *j = arg;
+
+	j->ctx->isa->attend(&j->call, &j->items[task], &j->ctx->scratch[thread]);
+}
+
+/* Merges the partials of a split item group (flash-decoding's log-sum-exp combine) and writes O. */
+static void merge_split(const struct cpu_call *c, const struct cpu_item *first, uint32_t nsplit)
+{
+	const struct pkv_attn_batch *b = c->b;
+	uint32_t R = first->nq * c->G, asz = pkv_dtype_size(c->adt), r, i, d;
+	float out[CPU_MAX_HD];
+
+	for (r = 0; r < R; r++) {
+		float M = -INFINITY, L = 0.0f;
+		uint32_t qi = r / c->G, h = first->kvh * c->G + r % c->G;
+		char *dst = (char *)b->o + ((size_t)(b->cu_seq_lens_q[first->seq] + first->q0 + qi) * b->o_stride_tok +
+					    (size_t)h * b->o_stride_head) * asz;
+
+		for (i = 0; i < nsplit; i++) {
+			const float *p = c->part + (size_t)(first[i].part) * c->part_stride + (size_t)r * (c->hdp + 2);
+
+			M = p[0] > M ? p[0] : M;
+		}
+		memset(out, 0, sizeof(out));
+		if (M != -INFINITY) {
+			for (i = 0; i < nsplit; i++) {
+				const float *p = c->part + (size_t)(first[i].part) * c->part_stride +
+						 (size_t)r * (c->hdp + 2);
+				float w;
+
+				if (p[0] == -INFINITY)
+					continue;
+				w = expf(p[0] - M);
+				L += p[1] * w;
+				for (d = 0; d < c->hd; d++)
+					out[d] += p[2 + d] * w;
+			}
+			if (L > 0)
+				for (d = 0; d < c->hd; d++)
+					out[d] /= L;
+		}
+		pkv_cpu_store_row(dst, c->adt, out, c->hd);
+	}
+}
+
+static int grow(struct cpu_ctx *c, void **buf, size_t *cap, size_t need, size_t elem)
+{
+	void *p;
+
+	if (*cap >= need)
+		return 0;
+	need = need < 64 ? 64 : need * 2;
+	p = xalloc(c, need * elem);
+	if (!p)
+		return -ENOMEM;
+	c->host->free_aligned(c->host->host, *buf);
+	*buf = p;
+	*cap = need;
+	return 0;
+}
+
+static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct pkv_attn_batch *b)
+{
+	struct cpu_ctx *c = ctx;
+	const struct pkv_geometry *g;
+	struct write_job wj = { mem, b };
+	struct attend_job aj = { .ctx = c };
+	struct cpu_call *call = &aj.call;
+	uint32_t s, h, n_items = 0, n_groups = 0, rmax, nsplit_max = 1, i;
+	size_t need;
+	int ret;
+
+	if (!c || !mem || !b)
+		return -EINVAL;
+	ret = check_batch(mem, b);
+	if (ret)
+		return ret;
+	g = &mem->geo;
+	if (b->total_q) {
+		ret = c->host->parallel_for(c->host->host, (b->total_q + WRITE_CHUNK - 1) / WRITE_CHUNK, write_task, &wj);
+		if (ret)
+			return ret;
+	}
+
+	call->b = b;
+	call->kbase = (const char *)mem->k_base + (size_t)b->layer * mem->layer_stride;
+	call->vbase = (const char *)mem->v_base + (size_t)b->layer * mem->layer_stride;
+	call->block_stride = mem->block_stride;
+	call->token_stride = mem->token_stride;
+	call->hd = g->head_dim;
+	call->hdp = (g->head_dim + 15) & ~15u;
+	call->G = g->num_heads / g->num_kv_heads;
+	call->bs = g->block_size;
+	call->cdt = g->cache_dtype;
+	call->adt = b->act_dtype;
+	/* ~32 query vectors per item: enough rows to amortise each K/V tile, few enough to stay in L1/L2. */
+	call->qb = call->G >= 32 ? 1 : 32 / call->G;
+	call->scale = b->scale > 0 ? b->scale : 1.0f / sqrtf((float)g->head_dim);
+	call->softcap = b->softcap;
+	call->window = b->window_left;
+	rmax = call->qb * call->G;
+	ret = ensure_scratch(c, rmax);
+	if (ret)
+		return ret;
+
+	/* Count items (sequence x KV head x row block) to decide on a KV split. */
+	for (s = 0; s < b->num_seqs; s++) {
+		uint32_t sq = (uint32_t)(b->cu_seq_lens_q[s + 1] - b->cu_seq_lens_q[s]);
+
+		n_groups += (sq + call->qb - 1) / call->qb * g->num_kv_heads;
+	}
+	if (n_groups == 0)
+		return 0;
+	/*
+	 * Flash-decoding: with fewer groups than ~4 per thread (a small decode
+	 * batch), split each group's keys so every thread stays busy; chunks
+	 * are whole tiles and at least MIN_SPLIT_KEYS long.
+	 */
+	if (n_groups < 4 * c->nthreads && c->nthreads > 1 && b->max_length_k >= 2 * MIN_SPLIT_KEYS) {
+		nsplit_max = (4 * c->nthreads + n_groups - 1) / n_groups;
+		if (nsplit_max > b->max_length_k / MIN_SPLIT_KEYS)
+			nsplit_max = b->max_length_k / MIN_SPLIT_KEYS;
+	}
+	need = (size_t)n_groups * nsplit_max;
+	ret = grow(c, (void **)&c->items, &c->items_cap, need, sizeof(*c->items));
+	if (ret)
+		return ret;
+	call->part_stride = (size_t)rmax * (call->hdp + 2);
+	if (nsplit_max > 1) {
+		ret = grow(c, (void **)&c->part, &c->part_cap, need * call->part_stride, sizeof(float));
+		if (ret)
+			return ret;
+	}
+	call->part = c->part;
+
+	for (s = 0; s < b->num_seqs; s++) {
+		uint32_t sq = (uint32_t)(b->cu_seq_lens_q[s + 1] - b->cu_seq_lens_q[s]);
+		uint32_t sk = (uint32_t)(b->cu_seq_lens_k[s + 1] - b->cu_seq_lens_k[s]);
+		uint32_t q0, nsplit = 1, chunk = sk;
+
+		if (nsplit_max > 1 && sk >= 2 * MIN_SPLIT_KEYS) {
+			nsplit = sk / MIN_SPLIT_KEYS < nsplit_max ? sk / MIN_SPLIT_KEYS : nsplit_max;
+			chunk = ((sk + nsplit - 1) / nsplit + CPU_TK - 1) / CPU_TK * CPU_TK;
+			nsplit = (sk + chunk - 1) / chunk;
+		}
+		for (h = 0; h < g->num_kv_heads; h++) {
+			for (q0 = 0; q0 < sq; q0 += call->qb) {
+				uint32_t nq = sq - q0 < call->qb ? sq - q0 : call->qb;
+
+				for (i = 0; i < nsplit; i++) {
+					struct cpu_item *it = &c->items[n_items];
+
+					it->seq = s;
+					it->kvh = h;
+					it->q0 = q0;
+					it->nq = nq;
+					it->k0 = i * chunk;
+					it->k1 = (i + 1) * chunk < sk ? (i + 1) * chunk : sk;
+					it->part = nsplit > 1 ? (int32_t)n_items : -1;
+					n_items++;
+				}
+			}
+		}
+	}
+	aj.items = c->items;
+	ret = c->host->parallel_for(c->host->host, n_items, attend_task, &aj);
+	if (ret)
+		return ret;
+	if (nsplit_max > 1) {
+		for (i = 0; i < n_items;) {
+			uint32_t n = 1;
+
+			if (c->items[i].part < 0) {
+				i++;
+				continue;
+			}
+			while (i + n < n_items && c->items[i + n].part >= 0 && c->items[i + n].k0 != 0)
+				n++;
+			merge_split(call, &c->items[i], n);
+			i += n;
+		}
+	}
+	return 0;
+}
+
+static int cpu_sync(void *ctx)
+{
+	return 0; /* every call is synchronous */
+}
+
+static const struct pkv_backend cpu_backend = {
+	.abi_version = PKV_BACKEND_ABI_VERSION,
+	.struct_size = sizeof(struct pkv_backend),
+	.name = "cpu",
+	.description = "CPU attention: paged varlen and decode, f32/f16/bf16, AVX-512/AVX2/portable C",
+	.caps = {
+		.abi_version = PKV_BACKEND_ABI_VERSION,
+		.struct_size = sizeof(struct pkv_backend_caps),
+		.paths = PKV_PATH_VARLEN | PKV_PATH_DECODE,
+		.domain = PKV_DOMAIN_HOST,
+		.cache_dtypes = PKV_DTYPE_BIT(PKV_DTYPE_F32) | PKV_DTYPE_BIT(PKV_DTYPE_F16) | PKV_DTYPE_BIT(PKV_DTYPE_BF16),
+		.act_dtypes = PKV_DTYPE_BIT(PKV_DTYPE_F32) | PKV_DTYPE_BIT(PKV_DTYPE_F16) | PKV_DTYPE_BIT(PKV_DTYPE_BF16),
+		.head_dim_min = 8, .head_dim_max = CPU_MAX_HD, .head_dim_multiple = 8,
+		.block_size_min = 1, .block_size_max = 1u << 20, .block_size_multiple = 1,
+		.max_gqa_ratio = 0,
+		.features = PKV_FEAT_WINDOW | PKV_FEAT_SOFTCAP,
+	},
+	.init = cpu_init,
+	.fini = cpu_fini,
+	.cache_alloc = cpu_cache_alloc,
+	.cache_free = cpu_cache_free,
+	.attend_varlen = cpu_attend,
+	.attend_decode = cpu_attend,
+	.copy_blocks = cpu_copy_blocks,
+	.sync = cpu_sync,
+};
+
+int pkv_backend_enum(uint32_t index, const struct pkv_backend **out)
+{
+	if (!out)
+		return -EINVAL;
+	if (index > 0)
+		return -ENOENT;
+	*out = &cpu_backend;
+	return 0;
+}

@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/* Internal interface of the CPU backend: one call's parameters, work items, scratch, and the ISA kernels. */
+#ifndef PKV_CPU_H
+#define PKV_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <pagedkv/backend.h>
+
+/* Keys per tile: scores for a tile are exponentiated together, 2 vectors of 16 per row. */
+#define CPU_TK 32
+#define CPU_MAX_HD 256
+
+/* What stays constant over one attend call. */
+struct cpu_call {
+	const struct pkv_attn_batch *b;
+	const char *kbase, *vbase;      /* this layer's K and V */
+	size_t block_stride, token_stride;
+	uint32_t hd, hdp;               /* head dim, padded to a multiple of 16 (scratch rows) */
+	uint32_t G;                     /* query heads per KV head */
+	uint32_t bs;                    /* block size */
+	uint32_t cdt, adt;              /* cache and activation dtypes */
+	uint32_t qb;                    /* query rows per work item */
+	float scale, softcap;
+	int32_t window;                 /* < 0: unbounded */
+	float *part;                    /* split partials, part_stride floats each */
+	size_t part_stride;
+};
+
+/*
+ * One unit of work: query rows [q0, q0+nq) of sequence seq, all G query heads
+ * of KV head kvh, against keys [k0, k1). part < 0: the item covers every key
+ * the rows can see and writes O; else it writes its (m, l, acc) partial into
+ * part slot `part` for a later log-sum-exp merge (flash-decoding).
+ */
+struct cpu_item {
+	uint32_t seq, kvh, q0, nq, k0, k1;
+	int32_t part;
+};
+
+/* Per-thread scratch, sized for rmax = qb * G query vectors of hdp floats. */
+struct cpu_scratch {
+	uint32_t rmax;
+	float *qf;       /* [rmax][hdp] queries in f32 */
+	uint16_t *qh;    /* [rmax][CPU_MAX_HD] queries in bf16 (dpbf16 kernel), zero-padded */
+	float *kf;       /* [TK][hdp] converted K tile */
+	float *vf;       /* [TK][hdp] converted V tile */
+	float *s;        /* [rmax][TK] scores, then probabilities */
+	float *acc;      /* [rmax][hdp] output accumulators */
+	float *m, *l;    /* [rmax] running max and sum */
+	int32_t *lo, *hi;/* [rmax] visible key range of each row (inclusive) */
+};
+
+typedef void (*cpu_attend_fn)(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc);
+
+struct cpu_isa {
+	const char *name;
+	cpu_attend_fn attend;
+};
+
+/* The same kernel source compiled for each instruction set (kernel_*.c). */
+extern const struct cpu_isa pkv_cpu_isa_generic;
+extern const struct cpu_isa pkv_cpu_isa_avx2;
+extern const struct cpu_isa pkv_cpu_isa_avx512;
+extern const struct cpu_isa pkv_cpu_isa_avx512bf16;
+
+/* Exact scalar conversions (round-to-nearest-even, subnormals kept): convert.c. */
+float pkv_cpu_f16_to_f32(uint16_t h);
+float pkv_cpu_bf16_to_f32(uint16_t h);
+uint16_t pkv_cpu_f32_to_f16(float f);
+uint16_t pkv_cpu_f32_to_bf16(float f);
+/* Converts n elements from one dtype to another (same dtype: copy). */
+void pkv_cpu_convert(void *dst, uint32_t dst_dtype, const void *src, uint32_t src_dtype, size_t n);
+/* Loads one element as f32. */
+static inline float pkv_cpu_load(const void *p, uint32_t dtype, size_t i)
+{
+	if (dtype == PKV_DTYPE_F32)
+		return ((const float *)p)[i];
+	if (dtype == PKV_DTYPE_F16)
+		return pkv_cpu_f16_to_f32(((const uint16_t *)p)[i]);
+	return pkv_cpu_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+/* Writes an f32 row of n elements as dtype. */
+void pkv_cpu_store_row(void *dst, uint32_t dtype, const float *src, size_t n);
+
+#endif

@@ -1,0 +1,485 @@
+/* SPDX-License-Identifier: MIT */
+/* pkv-bench attn: decode KV read rate and prefill GFLOP/s of a backend, against STREAM read measured in the same run. */
+/*
+ * Usage: pkv-bench attn [--json] [--threads N] [--plugin PATH] [--quick]
+ *
+ * For each thread count (1 and all CPUs by default, or just N):
+ * - STREAM-style read bandwidth: every thread sums its share of a 1 GiB
+ *   buffer mapped like the cache (anonymous, 2 MiB aligned, MADV_HUGEPAGE);
+ * - decode: one query per sequence, batch 1 and 16, ctx 512/2048/8192,
+ *   bf16 cache and activations, shapes hd64 (9 q / 3 kv heads) and hd128
+ *   (32 / 8); figure = K+V bytes the call must read / median call time. The
+ *   pool has enough layers that one sweep over them exceeds 1 GiB, and each
+ *   call uses the next layer, so the KV comes from DRAM, not a cache level;
+ * - prefill: 512 new queries over 512 and 4096 keys, causal (bottom-right),
+ *   same shapes; figure = 4 * head_dim * num_heads * visible (q, k) pairs /
+ *   median call time.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "loader/loader.h"
+
+#define STREAM_BYTES (1ull << 30)
+#define SWEEP_BYTES (1ull << 30)
+
+struct shape {
+	const char *name;
+	uint32_t nh, nkv, hd;
+};
+
+static const struct shape shapes[] = {
+	{ "hd64", 9, 3, 64 },
+	{ "hd128", 32, 8, 128 },
+};
+
+struct result {
+	double stream_gbs;
+	double decode_gbs[2][2][3];  /* shape, batch (1, 16), ctx (512, 2048, 8192) */
+	double prefill_gflops[2][2]; /* shape, k (512, 4096) */
+};
+
+static const uint32_t batches[] = { 1, 16 };
+static const uint32_t ctxs[] = { 512, 2048, 8192 };
+static const uint32_t pre_k[] = { 512, 4096 };
+static int quick;
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- STREAM read ---- */
+
+typedef uint64_t v8du __attribute__((vector_size(64)));
+
+struct stream_job {
+	const char *buf;
+	size_t bytes;
+	uint32_t n;
+	uint64_t sums[256];
+};
+
+/* Sums a chunk with 4 independent vector accumulators; cloned per ISA so it reads at full width. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static uint64_t sum_chunk(const char *p, size_t bytes)
+{
+	v8du a = { 0 }, b = { 0 }, c = { 0 }, d = { 0 };
+	size_t i;
+
+	for (i = 0; i + 256 <= bytes; i += 256) {
+		v8du x, y, z, w;
+
+		memcpy(&x, p + i, 64);
+		memcpy(&y, p + i + 64, 64);
+		memcpy(&z, p + i + 128, 64);
+		memcpy(&w, p + i + 192, 64);
+		a += x;
+		b += y;
+		c += z;
+		d += w;
+	}
+	a += b + c + d;
+	return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+}
+
+static void stream_task(void *arg, uint32_t task, uint32_t thread)
+{
+	struct stream_job *j = arg;
+	size_t per = j->bytes / j->n / 4096 * 4096;
+
+	j->sums[task & 255] += sum_chunk(j->buf + per * task, per);
+}
+
+static void *map_huge(size_t bytes)
+{
+	size_t len = bytes + (2u << 20);
+	char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *a;
+
+	if (p == MAP_FAILED)
+		return NULL;
+	a = (char *)(((uintptr_t)p + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1));
+#ifdef MADV_HUGEPAGE
+	madvise(a, bytes, MADV_HUGEPAGE);
+#endif
+	return a;
+}
+
+static double stream_read(const struct pkv_host_api *api, char *buf, uint32_t threads)
+{
+	struct stream_job j = { .buf = buf, .bytes = STREAM_BYTES, .n = threads };
+	double t[9];
+	int i, reps = quick ? 3 : 9;
+
+	for (i = 0; i < reps; i++) {
+		double t0 = now();
+
+		api->parallel_for(api->host, threads, stream_task, &j);
+		t[i] = now() - t0;
+	}
+	return (double)(STREAM_BYTES / threads / 4096 * 4096 * threads) / median(t, reps) / 1e9;
+}
+
+/* ---- attention batches ---- */
+
+struct bench_pool {
+	struct pkv_plugin *plug;
+	struct pkv_cache_mem mem;
+	const struct shape *sh;
+	uint32_t nlayers, bs;
+};
+
+static int pool_open(struct bench_pool *bp, struct pkv_plugin *plug, const struct shape *sh, uint64_t tokens,
+		     uint64_t min_bytes)
+{
+	struct pkv_pool_desc pool = { PKV_BACKEND_ABI_VERSION, sizeof(pool), { 0 }, PKV_DTYPE_BF16 };
+	uint64_t layer_bytes;
+	size_t l;
+	int ret;
+
+	memset(bp, 0, sizeof(*bp));
+	bp->plug = plug;
+	bp->sh = sh;
+	bp->bs = 16;
+	pool.geo.num_heads = sh->nh;
+	pool.geo.num_kv_heads = sh->nkv;
+	pool.geo.head_dim = sh->hd;
+	pool.geo.cache_dtype = PKV_DTYPE_BF16;
+	pool.geo.block_size = bp->bs;
+	pool.geo.num_blocks = (uint32_t)((tokens + bp->bs - 1) / bp->bs + 1);
+	layer_bytes = (uint64_t)pool.geo.num_blocks * bp->bs * sh->nkv * sh->hd * 2 * 2;
+	bp->nlayers = (uint32_t)((min_bytes + layer_bytes - 1) / layer_bytes);
+	if (bp->nlayers < 1)
+		bp->nlayers = 1;
+	pool.geo.num_layers = bp->nlayers;
+	bp->mem.abi_version = PKV_BACKEND_ABI_VERSION;
+	bp->mem.struct_size = sizeof(bp->mem);
+	ret = plug->be->cache_alloc(plug->ctx, &pool, &bp->mem);
+	if (ret)
+		return ret;
+	/* Touch every page with a harmless bf16 pattern (0x3c3c ~ 0.0115): untouched pages would read as the zero page. */
+	for (l = 0; l < bp->nlayers; l++) {
+		memset((char *)bp->mem.k_base + l * bp->mem.layer_stride, 0x3c, bp->mem.layer_stride);
+		memset((char *)bp->mem.v_base + l * bp->mem.layer_stride, 0x3c, bp->mem.layer_stride);
+	}
+	return 0;
+}
+
+static void pool_close(struct bench_pool *bp)
+{
+	bp->plug->be->cache_free(bp->plug->ctx, &bp->mem);
+}
+
+struct batch_data {
+	struct pkv_attn_batch b;
+	int32_t *cuq, *cuk, *bt, *cached;
+	int64_t *slots;
+	uint16_t *q, *kn, *vn, *o;
+};
+
+/* nseq sequences, each with sq new tokens after sk - sq cached, consecutive blocks. */
+static int batch_make(struct batch_data *d, const struct bench_pool *bp, uint32_t nseq, uint32_t sq, uint32_t sk)
+{
+	const struct shape *sh = bp->sh;
+	uint32_t mb = (sk + bp->bs - 1) / bp->bs, s, i, tq = nseq * sq;
+	size_t qn = (size_t)tq * sh->nh * sh->hd, kvn = (size_t)tq * sh->nkv * sh->hd;
+
+	memset(d, 0, sizeof(*d));
+	d->cuq = calloc(nseq + 1, 4);
+	d->cuk = calloc(nseq + 1, 4);
+	d->cached = calloc(nseq, 4);
+	d->bt = calloc((size_t)nseq * mb, 4);
+	d->slots = calloc(tq, 8);
+	d->q = malloc(qn * 2);
+	d->o = malloc(qn * 2);
+	d->kn = malloc(kvn * 2);
+	d->vn = malloc(kvn * 2);
+	if (!d->cuq || !d->cuk || !d->cached || !d->bt || !d->slots || !d->q || !d->o || !d->kn || !d->vn)
+		return -ENOMEM;
+	for (i = 0; i < qn; i++)
+		d->q[i] = 0x3f80 ^ (uint16_t)((i * 2654435761u) >> 20 & 0x807f); /* ~+-1 with varied mantissas */
+	for (i = 0; i < kvn; i++)
+		d->kn[i] = d->vn[i] = 0x3c3c;
+	for (s = 0; s < nseq; s++) {
+		d->cuq[s + 1] = d->cuq[s] + (int32_t)sq;
+		d->cuk[s + 1] = d->cuk[s] + (int32_t)sk;
+		d->cached[s] = (int32_t)(sk - sq);
+		for (i = 0; i < mb; i++)
+			d->bt[s * mb + i] = (int32_t)(s * mb + i);
+		for (i = 0; i < sq; i++) {
+			uint32_t pos = sk - sq + i;
+
+			d->slots[s * sq + i] = (int64_t)d->bt[s * mb + pos / bp->bs] * bp->bs + pos % bp->bs;
+		}
+	}
+	d->b = (struct pkv_attn_batch){
+		.abi_version = PKV_BACKEND_ABI_VERSION, .struct_size = sizeof(d->b),
+		.num_seqs = nseq, .total_q = tq, .act_dtype = PKV_DTYPE_BF16,
+		.q = d->q, .k_new = d->kn, .v_new = d->vn, .o = d->o,
+		.q_stride_tok = (int64_t)sh->nh * sh->hd, .q_stride_head = sh->hd,
+		.kv_stride_tok = (int64_t)sh->nkv * sh->hd, .kv_stride_head = sh->hd,
+		.o_stride_tok = (int64_t)sh->nh * sh->hd, .o_stride_head = sh->hd,
+		.cu_seq_lens_q = d->cuq, .cu_seq_lens_k = d->cuk, .max_length_q = sq, .max_length_k = sk,
+		.block_tables = d->bt, .max_blocks_per_seq = mb, .cache_seqlens = d->cached,
+		.slot_mapping = d->slots, .window_left = -1,
+	};
+	return 0;
+}
+
+static void batch_free(struct batch_data *d)
+{
+	free(d->cuq);
+	free(d->cuk);
+	free(d->cached);
+	free(d->bt);
+	free(d->slots);
+	free(d->q);
+	free(d->o);
+	free(d->kn);
+	free(d->vn);
+}
+
+/* Median seconds per call, cycling through the pool's layers. */
+static double time_calls(struct bench_pool *bp, struct batch_data *d, int decode, double budget, int min_reps)
+{
+	const struct pkv_backend *be = bp->plug->be;
+	double t[512], start = now();
+	int n = 0, ret;
+	uint32_t layer = 0;
+
+	for (int w = 0; w < 2; w++) {
+		d->b.layer = layer++ % bp->nlayers;
+		(decode ? be->attend_decode : be->attend_varlen)(bp->plug->ctx, &bp->mem, &d->b);
+	}
+	while (n < 512 && (n < min_reps || now() - start < budget)) {
+		double t0;
+
+		d->b.layer = layer++ % bp->nlayers;
+		t0 = now();
+		ret = (decode ? be->attend_decode : be->attend_varlen)(bp->plug->ctx, &bp->mem, &d->b);
+		t[n++] = now() - t0;
+		if (ret) {
+			fprintf(stderr, "pkv-bench attn: attend failed: %s\n", strerror(-ret));
+			return -1;
+		}
+	}
+	return median(t, n);
+}
+
+static int run_threads(const char *plugin, uint32_t threads, char *stream_buf, struct result *res, int json)
+{
+	struct pkv_host *host;
+	struct pkv_plugin plug;
+	char err[512];
+	int ret, si, bi, ci, ki;
+
+	ret = pkv_host_create(threads, PKV_LOG_WARN, &host);
+	if (ret)
+		return ret;
+	ret = pkv_plugin_load(plugin, NULL, NULL, host, &plug, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "pkv-bench attn: %s\n", err);
+		pkv_host_destroy(host);
+		return ret;
+	}
+	res->stream_gbs = stream_read(pkv_host_api(host), stream_buf, threads);
+	if (!json)
+		printf("threads %u: STREAM read %.1f GB/s\n", threads, res->stream_gbs);
+
+	for (si = 0; si < 2; si++)
+		for (bi = 0; bi < 2; bi++)
+			for (ci = 0; ci < 3; ci++) {
+				const struct shape *sh = &shapes[si];
+				struct bench_pool bp;
+				struct batch_data d;
+				uint32_t B = batches[bi], ctx = ctxs[ci];
+				double sec, bytes = (double)B * ctx * sh->nkv * sh->hd * 2 * 2;
+
+				ret = pool_open(&bp, &plug, sh, (uint64_t)B * (ctx + 16), SWEEP_BYTES);
+				if (ret)
+					goto out;
+				ret = batch_make(&d, &bp, B, 1, ctx);
+				if (!ret) {
+					sec = time_calls(&bp, &d, 1, quick ? 0.1 : 0.5, quick ? 3 : 10);
+					res->decode_gbs[si][bi][ci] = sec > 0 ? bytes / sec / 1e9 : 0;
+					if (!json)
+						printf("  decode  %-5s batch %2u ctx %4u: %6.1f GB/s (%.0f%% of STREAM)\n",
+						       sh->name, B, ctx, res->decode_gbs[si][bi][ci],
+						       100 * res->decode_gbs[si][bi][ci] / res->stream_gbs);
+				}
+				batch_free(&d);
+				pool_close(&bp);
+				if (ret)
+					goto out;
+			}
+	for (si = 0; si < 2; si++)
+		for (ki = 0; ki < 2; ki++) {
+			const struct shape *sh = &shapes[si];
+			struct bench_pool bp;
+			struct batch_data d;
+			uint32_t sq = 512, sk = pre_k[ki];
+			double pairs = 0, sec;
+			uint32_t i;
+
+			for (i = 0; i < sq; i++)
+				pairs += (double)(i + (sk - sq) + 1);
+			ret = pool_open(&bp, &plug, sh, sk + 16, 0);
+			if (ret)
+				goto out;
+			ret = batch_make(&d, &bp, 1, sq, sk);
+			if (!ret) {
+				sec = time_calls(&bp, &d, 0, quick ? 0.2 : 1.5, quick ? 2 : 5);
+				res->prefill_gflops[si][ki] = sec > 0 ? 4.0 * sh->hd * sh->nh * pairs / sec / 1e9 : 0;
+				if (!json)
+					printf("  prefill %-5s q 512 k %4u: %6.1f GFLOP/s\n", sh->name, sk,
+					       res->prefill_gflops[si][ki]);
+			}
+			batch_free(&d);
+			pool_close(&bp);
+			if (ret)
+				goto out;
+		}
+out:
+	pkv_plugin_unload(&plug);
+	pkv_host_destroy(host);
+	return ret;
+}
+
+static void print_json_body(const struct result *r, uint32_t threads)
+{
+	int si, bi, ci, ki, first = 1;
+
+	printf("\"threads\": %u, \"stream_read_gbs\": %.2f, \"decode_gbs\": [", threads, r->stream_gbs);
+	for (si = 0; si < 2; si++)
+		for (bi = 0; bi < 2; bi++)
+			for (ci = 0; ci < 3; ci++) {
+				printf("%s{\"shape\": \"%s\", \"batch\": %u, \"ctx\": %u, \"gbs\": %.2f, \"of_stream\": %.3f}",
+				       first ? "" : ", ", shapes[si].name, batches[bi], ctxs[ci], r->decode_gbs[si][bi][ci],
+				       r->decode_gbs[si][bi][ci] / r->stream_gbs);
+				first = 0;
+			}
+	printf("], \"prefill_gflops\": [");
+	first = 1;
+	for (si = 0; si < 2; si++)
+		for (ki = 0; ki < 2; ki++) {
+			printf("%s{\"shape\": \"%s\", \"q\": 512, \"k\": %u, \"gflops\": %.1f}", first ? "" : ", ",
+			       shapes[si].name, pre_k[ki], r->prefill_gflops[si][ki]);
+			first = 0;
+		}
+	printf("]");
+}
+
+/* The CPU plugin of the build tree when run from it, else the installed one. */
+static const char *default_plugin(const char *argv0)
+{
+	static char path[PATH_MAX];
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+	if (n > 0) {
+		self[n] = '\0';
+		/* build/src/tools/pkv-bench-attn -> build/plugins/cpu/.libs (no libtool wrapper: static loader). */
+		snprintf(path, sizeof(path), "%s/../../plugins/cpu/.libs/pkv_cpu.so", dirname(self));
+		if (access(path, R_OK) == 0)
+			return path;
+	}
+	return "cpu";
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "plugin", required_argument, NULL, 'p' },
+		{ "quick", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *plugin = NULL;
+	struct result res[2];
+	uint32_t tl[2], nt = 0, i;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	int json = 0, threads = 0, c, ret = 0;
+	char *stream_buf;
+
+	while ((c = getopt_long(argc, argv, "jt:p:qh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'j': json = 1; break;
+		case 't': threads = atoi(optarg); break;
+		case 'p': plugin = optarg; break;
+		case 'q': quick = 1; break;
+		case 'h':
+			printf("usage: pkv-bench attn [--json] [--threads N] [--plugin PATH|NAME] [--quick]\n"
+			       "  default: 1 thread and all %ld CPUs; --threads N measures only N\n", ncpu);
+			return 0;
+		default:
+			return 2;
+		}
+	}
+	if (threads < 0 || threads > 256) {
+		fprintf(stderr, "pkv-bench attn: --threads must be 1..256\n");
+		return 2;
+	}
+	if (!plugin)
+		plugin = default_plugin(argv[0]);
+	if (threads) {
+		tl[nt++] = (uint32_t)threads;
+	} else {
+		tl[nt++] = 1;
+		if (ncpu > 1)
+			tl[nt++] = (uint32_t)ncpu;
+	}
+	stream_buf = map_huge(STREAM_BYTES);
+	if (!stream_buf) {
+		fprintf(stderr, "pkv-bench attn: cannot map %llu bytes\n", STREAM_BYTES);
+		return 1;
+	}
+	memset(stream_buf, 1, STREAM_BYTES);
+	if (!json)
+		printf("pkv-bench attn: plugin %s, bf16 cache and activations, block size 16, medians\n", plugin);
+	for (i = 0; i < nt && !ret; i++)
+		ret = run_threads(plugin, tl[i], stream_buf, &res[i], json);
+	if (ret) {
+		fprintf(stderr, "pkv-bench attn: failed: %s\n", strerror(-ret));
+		return 1;
+	}
+	if (json) {
+		/* Top level: the run with the most threads; the 1-thread run, if any, nested. */
+		printf("{\"bench\": \"attn\", ");
+		print_json_body(&res[nt - 1], tl[nt - 1]);
+		if (nt > 1) {
+			printf(", \"single_thread\": {");
+			print_json_body(&res[0], tl[0]);
+			printf("}");
+		}
+		printf("}\n");
+	}
+	return 0;
+}
