@@ -360,17 +360,11 @@ static int batch_check(struct cuda_ctx *c, const struct pkv_cache_mem *mem, cons
 		logm(c, PKV_LOG_ERROR, "cuda: scale/softcap must be finite and non-negative");
 		return -EINVAL;
 	}
-	/* Strides: heads and tokens must not overlap (a single 2D copy moves each tensor). */
-	{
-		const int64_t D = g->head_dim;
-		if (b->total_q &&
-		    ((g->num_heads > 1 && b->q_stride_head < D) || b->q_stride_tok < (g->num_heads - 1) * (g->num_heads > 1 ? b->q_stride_head : 0) + D ||
-		     (g->num_heads > 1 && b->o_stride_head < D) || b->o_stride_tok < (g->num_heads - 1) * (g->num_heads > 1 ? b->o_stride_head : 0) + D ||
-		     (g->num_kv_heads > 1 && b->kv_stride_head < D) ||
-		     b->kv_stride_tok < (g->num_kv_heads - 1) * (g->num_kv_heads > 1 ? b->kv_stride_head : 0) + D)) {
-			logm(c, PKV_LOG_ERROR, "cuda: tensor strides overlap or are negative");
-			return -EINVAL;
-		}
+	/* Any non-negative strides work (move_tensor picks the copies); negative ones are refused. */
+	if (b->q_stride_tok < 0 || b->q_stride_head < 0 || b->kv_stride_tok < 0 || b->kv_stride_head < 0 ||
+	    b->o_stride_tok < 0 || b->o_stride_head < 0) {
+		logm(c, PKV_LOG_ERROR, "cuda: negative tensor strides");
+		return -EINVAL;
 	}
 	if (b->cu_seq_lens_q[0] != 0 || b->cu_seq_lens_k[0] != 0 ||
 	    (uint32_t)b->cu_seq_lens_q[b->num_seqs] != b->total_q) {
@@ -417,42 +411,58 @@ static int batch_check(struct cuda_ctx *c, const struct pkv_cache_mem *mem, cons
 
 enum dir { H2D, D2H };
 
+/* One 2D copy between a strided host layout and a packed device one (pitches in bytes). */
+static int copy2d(struct cuda_ctx *c, enum dir dir, char *dev, size_t dpitch, char *hostp, size_t hpitch,
+		  size_t width, size_t height)
+{
+	if (dir == H2D)
+		return CU(c, cudaMemcpy2DAsync(dev, dpitch, hostp, hpitch, width, height, cudaMemcpyHostToDevice,
+					       c->stream));
+	return CU(c, cudaMemcpy2DAsync(hostp, hpitch, dev, dpitch, width, height, cudaMemcpyDeviceToHost, c->stream));
+}
+
 /*
- * Moves a [ntok][nheads][D] tensor between a strided host layout and a packed
- * device one with as few copies as the strides allow: one 2D copy when heads
- * or whole tokens are evenly spaced, else one per token.
+ * Moves a [ntok][nheads][D] tensor between a strided host layout (element
+ * strides st_tok, st_head; rows of D contiguous) and a packed device one,
+ * with as few copies as the strides allow. Only the D elements of each row
+ * are touched: gaps between rows are neither read nor written.
  */
 static int move_tensor(struct cuda_ctx *c, enum dir dir, void *dev, void *hostp, int64_t st_tok, int64_t st_head,
 		       uint32_t ntok, uint32_t nheads, uint32_t D, size_t es)
 {
-	const enum cudaMemcpyKind kind = dir == H2D ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
-	const size_t row = (size_t)D * es;
-	uint32_t t;
+	const size_t row = (size_t)D * es, packed_tok = row * nheads;
+	char *d = dev, *h = hostp;
+	uint32_t t, i;
 	int rc = 0;
 
 	if (nheads == 1)
 		st_head = D;
-	if (st_head == (int64_t)D) {
-		const size_t w = row * nheads;
-		if (dir == H2D)
-			return CU(c, cudaMemcpy2DAsync(dev, w, hostp, (size_t)st_tok * es, w, ntok, kind, c->stream));
-		return CU(c, cudaMemcpy2DAsync(hostp, (size_t)st_tok * es, dev, w, w, ntok, kind, c->stream));
+	if (ntok == 1)
+		st_tok = (int64_t)D * nheads;
+	/* Heads back to back: one copy of whole tokens. */
+	if (st_head == (int64_t)D && st_tok >= (int64_t)D * nheads)
+		return copy2d(c, dir, d, packed_tok, h, (size_t)st_tok * es, packed_tok, ntok);
+	/* Evenly spaced rows: one copy of ntok * nheads rows. */
+	if (st_head >= (int64_t)D && st_tok == st_head * nheads)
+		return copy2d(c, dir, d, row, h, (size_t)st_head * es, row, (size_t)ntok * nheads);
+	/* Head-major or other layouts: one copy per head, or per token. */
+	if (st_tok >= (int64_t)D) {
+		for (i = 0; i < nheads && !rc; i++)
+			rc = copy2d(c, dir, d + i * row, packed_tok, h + (size_t)i * st_head * es, (size_t)st_tok * es,
+				    row, ntok);
+		return rc;
 	}
-	if (st_tok == st_head * nheads) {
-		if (dir == H2D)
-			return CU(c, cudaMemcpy2DAsync(dev, row, hostp, (size_t)st_head * es, row,
-						       (size_t)ntok * nheads, kind, c->stream));
-		return CU(c, cudaMemcpy2DAsync(hostp, (size_t)st_head * es, dev, row, row, (size_t)ntok * nheads,
-					       kind, c->stream));
+	if (st_head >= (int64_t)D) {
+		for (t = 0; t < ntok && !rc; t++)
+			rc = copy2d(c, dir, d + t * packed_tok, row, h + (size_t)t * st_tok * es, (size_t)st_head * es,
+				    row, nheads);
+		return rc;
 	}
-	for (t = 0; t < ntok && !rc; t++) {
-		char *h = (char *)hostp + (size_t)t * st_tok * es;
-		char *d = (char *)dev + (size_t)t * nheads * row;
-		if (dir == H2D)
-			rc = CU(c, cudaMemcpy2DAsync(d, row, h, (size_t)st_head * es, row, nheads, kind, c->stream));
-		else
-			rc = CU(c, cudaMemcpy2DAsync(h, (size_t)st_head * es, d, row, row, nheads, kind, c->stream));
-	}
+	/* Overlapping rows (only sensible for inputs): row by row. */
+	for (t = 0; t < ntok && !rc; t++)
+		for (i = 0; i < nheads && !rc; i++)
+			rc = copy2d(c, dir, d + t * packed_tok + i * row, row,
+				    h + ((size_t)t * st_tok + (size_t)i * st_head) * es, row, row, 1);
 	return rc;
 }
 
@@ -685,4 +695,29 @@ int pkv_cuda_be_unregister_host(void *ctx, void *ptr)
 		return rc;
 	}
 	return -ENOENT;
+}
+
+int pkv_cuda_be_cache_read(void *ctx, const struct pkv_cache_mem *mem, uint32_t kv, size_t off, void *dst,
+			   size_t len)
+{
+	struct cuda_ctx *c = ctx;
+	size_t region;
+	int rc;
+
+	if (!c || !mem || !dst || kv > 1 || mem->domain != PKV_DOMAIN_CUDA || !mem->k_base)
+		return -EINVAL;
+	/* K and V regions are each half of the allocation; stay inside the one asked for. */
+	region = mem->layer_stride * mem->geo.num_layers;
+	if (off > region || len > region - off)
+		return -EINVAL;
+	if (!len)
+		return 0;
+	if ((rc = use_device(c)))
+		return rc;
+	/* On the context's stream, so it sees every write of earlier calls. */
+	rc = CU(c, cudaMemcpyAsync(dst, (const char *)(kv ? mem->v_base : mem->k_base) + off, len,
+				   cudaMemcpyDeviceToHost, c->stream));
+	if (!rc)
+		rc = CU(c, cudaStreamSynchronize(c->stream));
+	return rc;
 }

@@ -43,5 +43,7 @@ int pkv_cuda_be_copy_blocks(void *ctx, const struct pkv_cache_mem *mem, const st
 int pkv_cuda_be_sync(void *ctx);
 int pkv_cuda_be_register_host(void *ctx, void *ptr, size_t len);
 int pkv_cuda_be_unregister_host(void *ctx, void *ptr);
+int pkv_cuda_be_cache_read(void *ctx, const struct pkv_cache_mem *mem, uint32_t kv, size_t off, void *dst,
+			   size_t len);
 
 #endif

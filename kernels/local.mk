@@ -5,7 +5,8 @@ KERNELS_CU = kernels/attn_f16.cu kernels/attn_bf16.cu kernels/util.cu
 KERNELS_CU_DEPS = kernels/attn_kernel.cuh kernels/pkv_cuda_kernels.h include/pagedkv/types.h
 # Sources and scripts are distributed whether or not this build compiles them.
 EXTRA_DIST += $(KERNELS_CU) kernels/attn_kernel.cuh kernels/nvcc-lt kernels/gpu-check.sh \
-	kernels/cuda_bench.c kernels/NOTES.md
+	kernels/cuda_bench.c kernels/NOTES.md kernels/conformance-cuda.sh \
+	kernels/conformance-cuda-varlen kernels/conformance-cuda-decode
 noinst_HEADERS += kernels/pkv_cuda_kernels.h kernels/cuda_backend.h
 
 if HAVE_CUDA
@@ -43,4 +44,7 @@ kernels_cuda_selftest_SOURCES = kernels/cuda_selftest.c
 kernels_cuda_selftest_CPPFLAGS = $(AM_CPPFLAGS) -isystem $(CUDA_PREFIX)/include
 kernels_cuda_selftest_LDADD = $(CUDA_LIBS) $(LIBM)
 kernels_cuda_selftest_LDFLAGS = -Wl,-rpath,$(CUDA_PREFIX)/lib64
+
+# The backends issue's conformance suite on both CUDA plugins (SKIP without a GPU).
+TESTS += kernels/conformance-cuda-varlen kernels/conformance-cuda-decode
 endif

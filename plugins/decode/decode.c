@@ -19,9 +19,10 @@ static const struct pkv_backend cuda_decode = {
 	.sync = pkv_cuda_be_sync,
 	.register_host = pkv_cuda_be_register_host,
 	.unregister_host = pkv_cuda_be_unregister_host,
+	.cache_read = pkv_cuda_be_cache_read,
 };
 
-__attribute__((visibility("default"))) int pkv_backend_enum(uint32_t index, const struct pkv_backend **out);
+PKV_BACKEND_EXPORT int pkv_backend_enum(uint32_t index, const struct pkv_backend **out);
 
 /* The library's one exported symbol (DESIGN §4). */
 int pkv_backend_enum(uint32_t index, const struct pkv_backend **out)
