@@ -3,9 +3,14 @@
 #ifndef PKV_ATTN_KERNEL_CUH
 #define PKV_ATTN_KERNEL_CUH
 
+#ifdef PKV_EMULATE
+/* CPU emulation of the warp primitives (kernels/emulate.cpp): checks the kernel's logic without a GPU. */
+#include "cuda_emu.h"
+#else
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#endif
 #include <stdint.h>
 #include <string.h>
 #include "pkv_cuda_kernels.h"
@@ -33,6 +38,7 @@ namespace pkv {
  *   stay in registers (run-time indexing would move them to local memory).
  */
 
+#ifndef PKV_EMULATE
 template <typename T> struct mma_traits;
 
 template <> struct mma_traits<__half> {
@@ -104,7 +110,13 @@ static __device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], uint32_t add
 		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
 }
 
+#endif /* !PKV_EMULATE */
+
 #define PKV_LOG2E 1.4426950408889634f
+
+#ifndef PKV_EMULATE
+#define PKV_SMEM_DECL(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
 
 template <typename T, int DMAX, int WARPS, int BN, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32)
@@ -117,7 +129,7 @@ attn_kernel(const pkv_cuda_attn_args a)
 	static_assert(BN % 16 == 0 && DMAX % 16 == 0 && STAGES >= 2, "tile shape");
 	typedef mma_traits<T> MT;
 
-	extern __shared__ __align__(16) unsigned char smem[];
+	PKV_SMEM_DECL(smem);
 	const int D = a.head_dim;
 	const int ld = D + 8;
 	T *sQ = reinterpret_cast<T *>(smem);
@@ -383,6 +395,7 @@ attn_kernel(const pkv_cuda_attn_args a)
 #define PKV_DECODE_BN 32
 #define PKV_DECODE_STAGES 4
 
+#ifndef PKV_EMULATE
 template <typename T, int DMAX, int WARPS, int BN, int STAGES>
 static cudaError_t launch_attn(const pkv_cuda_attn_args &a, cudaStream_t stream)
 {
@@ -421,10 +434,14 @@ static cudaError_t launch_attn_shape(const pkv_cuda_attn_args &a, int shape, cud
 	return launch_attn_dim<T, PKV_VARLEN_WARPS, PKV_VARLEN_BN, PKV_VARLEN_STAGES>(a, stream);
 }
 
+#endif /* !PKV_EMULATE */
+
 } /* namespace pkv */
 
+#ifndef PKV_EMULATE
 /* Per-dtype entry points, each defined in its own translation unit to keep compiles small. */
 cudaError_t pkv_attn_launch_f16(const pkv_cuda_attn_args &a, int shape, cudaStream_t stream);
 cudaError_t pkv_attn_launch_bf16(const pkv_cuda_attn_args &a, int shape, cudaStream_t stream);
+#endif
 
 #endif

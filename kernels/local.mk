@@ -9,6 +9,11 @@ EXTRA_DIST += $(KERNELS_CU) kernels/attn_kernel.cuh kernels/nvcc-lt kernels/gpu-
 	kernels/conformance-cuda-varlen kernels/conformance-cuda-decode
 noinst_HEADERS += kernels/pkv_cuda_kernels.h kernels/cuda_backend.h
 
+# The kernel on a CPU emulation of its warp primitives: runs in every build, GPU or not, nvcc or not.
+EXTRA_DIST += kernels/cuda_emu.h kernels/emulate.cpp kernels/emulate-check
+TESTS += kernels/emulate-check
+CLEANFILES += kernels/emulate
+
 if HAVE_CUDA
 NVCC_LT = $(SHELL) $(srcdir)/kernels/nvcc-lt "$(NVCC)"
 NVCC_LT_FLAGS = -I$(top_srcdir)/include -I$(top_srcdir)/kernels $(NVCCFLAGS)
