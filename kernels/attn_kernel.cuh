@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #endif
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include "pkv_cuda_kernels.h"
 
@@ -118,15 +119,15 @@ static __device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], uint32_t add
 #define PKV_SMEM_DECL(name) extern __shared__ __align__(16) unsigned char name[]
 #endif
 
-template <typename T, int DMAX, int WARPS, int BN, int STAGES>
+template <typename T, int DMAX, int WARPS, int WM, int BN, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32)
 attn_kernel(const pkv_cuda_attn_args a)
 {
 	constexpr int NT = WARPS * 32;
-	constexpr int BM = WARPS * 16;
-	constexpr int CPRM = DMAX / 8; /* 16-byte chunks per row at DMAX */
+	constexpr int BM = WARPS * WM * 16; /* each warp owns WM stacked 16-row MMA tiles */
+	constexpr int CPRM = DMAX / 8;      /* 16-byte chunks per row at DMAX */
 	static_assert(NT % CPRM == 0, "thread count must cover whole rows");
-	static_assert(BN % 16 == 0 && DMAX % 16 == 0 && STAGES >= 2, "tile shape");
+	static_assert(BN % 16 == 0 && DMAX % 16 == 0 && STAGES >= 2 && WM >= 1, "tile shape");
 	typedef mma_traits<T> MT;
 
 	PKV_SMEM_DECL(smem);
@@ -215,21 +216,24 @@ attn_kernel(const pkv_cuda_attn_args a)
 		cp_async_commit(); /* one group per stage, even empty, keeps wait_group counts exact */
 	}
 
-	/* Visible key range [lo, hi] of this thread's two rows (g and g + 8 of the warp's 16). */
-	const int r_a = m0 + warp * 16 + g, r_b = r_a + 8;
-	int hi_a = -1, lo_a = 0, hi_b = -1, lo_b = 0;
-	int qa = 0, ha = 0, qb_ = 0, hb = 0;
-	if (r_a < rows) {
-		qa = r_a / G;
-		ha = r_a - qa * G;
-		hi_a = qa + diag;
-		lo_a = a.window_left >= 0 ? qa + diag - a.window_left : 0;
-	}
-	if (r_b < rows) {
-		qb_ = r_b / G;
-		hb = r_b - qb_ * G;
-		hi_b = qb_ + diag;
-		lo_b = a.window_left >= 0 ? qb_ + diag - a.window_left : 0;
+	/*
+	 * This thread's rows: g and g + 8 of each of the warp's WM tiles ([mi][0]
+	 * and [mi][1]). Visible keys of a row are [lo, hi]; hi = -1 for padding.
+	 */
+	int hi[WM][2], lo[WM][2];
+#pragma unroll
+	for (int mi = 0; mi < WM; ++mi) {
+#pragma unroll
+		for (int e = 0; e < 2; ++e) {
+			const int r = m0 + (warp * WM + mi) * 16 + g + e * 8;
+			hi[mi][e] = -1;
+			lo[mi][e] = 0;
+			if (r < rows) {
+				const int q = r / G;
+				hi[mi][e] = q + diag;
+				lo[mi][e] = a.window_left >= 0 ? q + diag - a.window_left : 0;
+			}
+		}
 	}
 
 	const float scale_log2 = a.scale * PKV_LOG2E;
@@ -237,11 +241,16 @@ attn_kernel(const pkv_cuda_attn_args a)
 	const float cap_in = softcap > 0.f ? a.scale / softcap : 0.f;
 	const float cap_out = softcap * PKV_LOG2E;
 
-	float o[DMAX / 8][4];
+	float o[WM][DMAX / 8][4];
+	float m_r[WM][2], l_r[WM][2];
 #pragma unroll
-	for (int j = 0; j < DMAX / 8; ++j)
-		o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-	float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
+	for (int mi = 0; mi < WM; ++mi) {
+#pragma unroll
+		for (int j = 0; j < DMAX / 8; ++j)
+			o[mi][j][0] = o[mi][j][1] = o[mi][j][2] = o[mi][j][3] = 0.f;
+		m_r[mi][0] = m_r[mi][1] = -INFINITY;
+		l_r[mi][0] = l_r[mi][1] = 0.f;
+	}
 
 	for (int it = 0; it < my_n; ++it) {
 		cp_async_wait<STAGES - 2>();
@@ -256,106 +265,116 @@ attn_kernel(const pkv_cuda_attn_args a)
 		const T *ks = sK + st * BN * ld;
 		const T *vs = sV + st * BN * ld;
 
-		float sacc[BN / 8][4];
+		float sacc[WM][BN / 8][4];
 #pragma unroll
-		for (int j = 0; j < BN / 8; ++j)
-			sacc[j][0] = sacc[j][1] = sacc[j][2] = sacc[j][3] = 0.f;
+		for (int mi = 0; mi < WM; ++mi)
+#pragma unroll
+			for (int j = 0; j < BN / 8; ++j)
+				sacc[mi][j][0] = sacc[mi][j][1] = sacc[mi][j][2] = sacc[mi][j][3] = 0.f;
 
+		/* S = Q K^T: each K fragment pair feeds all WM row tiles. */
 #pragma unroll
 		for (int kk = 0; kk < DMAX / 16; ++kk) {
 			if (kk * 16 < D) {
-				uint32_t af[4];
-				ldsm_x4(af, smem_u32(sQ + (warp * 16 + (lane & 15)) * ld + kk * 16 + (lane >> 4) * 8));
+				uint32_t af[WM][4];
+#pragma unroll
+				for (int mi = 0; mi < WM; ++mi)
+					ldsm_x4(af[mi], smem_u32(sQ + ((warp * WM + mi) * 16 + (lane & 15)) * ld + kk * 16 +
+								 (lane >> 4) * 8));
 #pragma unroll
 				for (int nb2 = 0; nb2 < BN / 16; ++nb2) {
 					uint32_t bf[4];
 					ldsm_x4(bf, smem_u32(ks + (nb2 * 16 + (lane & 7) + ((lane >> 4) << 3)) * ld +
 							     kk * 16 + ((lane >> 3) & 1) * 8));
-					MT::mma(sacc[2 * nb2], af, bf[0], bf[1]);
-					MT::mma(sacc[2 * nb2 + 1], af, bf[2], bf[3]);
+#pragma unroll
+					for (int mi = 0; mi < WM; ++mi) {
+						MT::mma(sacc[mi][2 * nb2], af[mi], bf[0], bf[1]);
+						MT::mma(sacc[mi][2 * nb2 + 1], af[mi], bf[2], bf[3]);
+					}
 				}
 			}
 		}
 
-		/* Scale, soft-cap, mask (causal bottom-right, window, sequence end); log2 domain. */
+		/* Scale, soft-cap, mask (causal bottom-right, window, sequence end), online softmax; log2 domain. */
 		const int kbase = (my_lo + it) * BN;
-		float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
-		for (int nb = 0; nb < BN / 8; ++nb) {
+		for (int mi = 0; mi < WM; ++mi) {
+			float mx[2] = { -INFINITY, -INFINITY };
 #pragma unroll
-			for (int i = 0; i < 4; ++i) {
-				const int j = kbase + nb * 8 + tig * 2 + (i & 1);
-				float v = sacc[nb][i];
-				v = softcap > 0.f ? cap_out * tanhf(v * cap_in) : v * scale_log2;
-				const bool ok = i < 2 ? (j <= hi_a && j >= lo_a) : (j <= hi_b && j >= lo_b);
-				v = ok ? v : -INFINITY;
-				sacc[nb][i] = v;
-				if (i < 2)
-					mx_a = fmaxf(mx_a, v);
-				else
-					mx_b = fmaxf(mx_b, v);
+			for (int nb = 0; nb < BN / 8; ++nb) {
+#pragma unroll
+				for (int i = 0; i < 4; ++i) {
+					const int e = i >> 1;
+					const int j = kbase + nb * 8 + tig * 2 + (i & 1);
+					float v = sacc[mi][nb][i];
+					v = softcap > 0.f ? cap_out * tanhf(v * cap_in) : v * scale_log2;
+					v = (j <= hi[mi][e] && j >= lo[mi][e]) ? v : -INFINITY;
+					sacc[mi][nb][i] = v;
+					mx[e] = fmaxf(mx[e], v);
+				}
 			}
-		}
-		mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-		mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-		mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-		mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-		const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-		/* A row with nothing visible yet keeps max -inf; subtracting 0 instead avoids inf - inf. */
-		const float mu_a = mn_a == -INFINITY ? 0.f : mn_a;
-		const float mu_b = mn_b == -INFINITY ? 0.f : mn_b;
-		const float al_a = exp2f(m_a - mu_a), al_b = exp2f(m_b - mu_b);
-		m_a = mn_a;
-		m_b = mn_b;
-		float rs_a = 0.f, rs_b = 0.f;
 #pragma unroll
-		for (int nb = 0; nb < BN / 8; ++nb) {
-			sacc[nb][0] = exp2f(sacc[nb][0] - mu_a);
-			sacc[nb][1] = exp2f(sacc[nb][1] - mu_a);
-			sacc[nb][2] = exp2f(sacc[nb][2] - mu_b);
-			sacc[nb][3] = exp2f(sacc[nb][3] - mu_b);
-			rs_a += sacc[nb][0] + sacc[nb][1];
-			rs_b += sacc[nb][2] + sacc[nb][3];
-		}
-		l_a = l_a * al_a + rs_a;
-		l_b = l_b * al_b + rs_b;
+			for (int e = 0; e < 2; ++e) {
+				mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 1));
+				mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 2));
+			}
+			float mu[2], al[2];
 #pragma unroll
-		for (int j = 0; j < DMAX / 8; ++j) {
-			o[j][0] *= al_a;
-			o[j][1] *= al_a;
-			o[j][2] *= al_b;
-			o[j][3] *= al_b;
+			for (int e = 0; e < 2; ++e) {
+				const float mn = fmaxf(m_r[mi][e], mx[e]);
+				/* A row with nothing visible yet keeps max -inf; subtracting 0 instead avoids inf - inf. */
+				mu[e] = mn == -INFINITY ? 0.f : mn;
+				al[e] = exp2f(m_r[mi][e] - mu[e]);
+				m_r[mi][e] = mn;
+			}
+			float rs[2] = { 0.f, 0.f };
+#pragma unroll
+			for (int nb = 0; nb < BN / 8; ++nb) {
+				sacc[mi][nb][0] = exp2f(sacc[mi][nb][0] - mu[0]);
+				sacc[mi][nb][1] = exp2f(sacc[mi][nb][1] - mu[0]);
+				sacc[mi][nb][2] = exp2f(sacc[mi][nb][2] - mu[1]);
+				sacc[mi][nb][3] = exp2f(sacc[mi][nb][3] - mu[1]);
+				rs[0] += sacc[mi][nb][0] + sacc[mi][nb][1];
+				rs[1] += sacc[mi][nb][2] + sacc[mi][nb][3];
+			}
+			l_r[mi][0] = l_r[mi][0] * al[0] + rs[0];
+			l_r[mi][1] = l_r[mi][1] * al[1] + rs[1];
+#pragma unroll
+			for (int j = 0; j < DMAX / 8; ++j) {
+				o[mi][j][0] *= al[0];
+				o[mi][j][1] *= al[0];
+				o[mi][j][2] *= al[1];
+				o[mi][j][3] *= al[1];
+			}
 		}
 
 		/* O += P V: the S accumulator layout of two n-blocks is exactly an A fragment. */
 #pragma unroll
 		for (int kk2 = 0; kk2 < BN / 16; ++kk2) {
-			uint32_t pf[4];
-			pf[0] = MT::pack(sacc[2 * kk2][0], sacc[2 * kk2][1]);
-			pf[1] = MT::pack(sacc[2 * kk2][2], sacc[2 * kk2][3]);
-			pf[2] = MT::pack(sacc[2 * kk2 + 1][0], sacc[2 * kk2 + 1][1]);
-			pf[3] = MT::pack(sacc[2 * kk2 + 1][2], sacc[2 * kk2 + 1][3]);
+			uint32_t pf[WM][4];
+#pragma unroll
+			for (int mi = 0; mi < WM; ++mi) {
+				pf[mi][0] = MT::pack(sacc[mi][2 * kk2][0], sacc[mi][2 * kk2][1]);
+				pf[mi][1] = MT::pack(sacc[mi][2 * kk2][2], sacc[mi][2 * kk2][3]);
+				pf[mi][2] = MT::pack(sacc[mi][2 * kk2 + 1][0], sacc[mi][2 * kk2 + 1][1]);
+				pf[mi][3] = MT::pack(sacc[mi][2 * kk2 + 1][2], sacc[mi][2 * kk2 + 1][3]);
+			}
 #pragma unroll
 			for (int nd2 = 0; nd2 < DMAX / 16; ++nd2) {
 				if (nd2 * 16 < D) {
 					uint32_t bf[4];
 					ldsm_x4_trans(bf, smem_u32(vs + (kk2 * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld +
 								   nd2 * 16 + (lane >> 4) * 8));
-					MT::mma(o[2 * nd2], pf, bf[0], bf[1]);
-					MT::mma(o[2 * nd2 + 1], pf, bf[2], bf[3]);
+#pragma unroll
+					for (int mi = 0; mi < WM; ++mi) {
+						MT::mma(o[mi][2 * nd2], pf[mi], bf[0], bf[1]);
+						MT::mma(o[mi][2 * nd2 + 1], pf[mi], bf[2], bf[3]);
+					}
 				}
 			}
 		}
 	}
 	cp_async_wait<0>();
-
-	l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-	l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-	l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-	l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-	/* Rows that saw no key have l == 0 and are written as 0 (never NaN). */
-	const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f;
-	const float inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
 
 	float *out;
 	int64_t split_rows = 0;
@@ -365,25 +384,29 @@ attn_kernel(const pkv_cuda_attn_args a)
 		split_rows = (int64_t)blockIdx.z * a.total_q * a.num_heads;
 		out = a.o_part + split_rows * D;
 	}
-	if (r_a < rows) {
-		const int64_t row = (int64_t)(q0 + qa) * a.num_heads + kvh * G + ha;
-		float *p = out + row * D + tig * 2;
 #pragma unroll
-		for (int j = 0; j < DMAX / 8; ++j)
-			if (j * 8 < D)
-				*reinterpret_cast<float2 *>(p + j * 8) = make_float2(o[j][0] * inv_a, o[j][1] * inv_a);
-		if (a.num_splits > 1 && tig == 0)
-			a.lse_part[split_rows + row] = l_a > 0.f ? m_a + log2f(l_a) : -INFINITY;
-	}
-	if (r_b < rows) {
-		const int64_t row = (int64_t)(q0 + qb_) * a.num_heads + kvh * G + hb;
-		float *p = out + row * D + tig * 2;
+	for (int mi = 0; mi < WM; ++mi) {
 #pragma unroll
-		for (int j = 0; j < DMAX / 8; ++j)
-			if (j * 8 < D)
-				*reinterpret_cast<float2 *>(p + j * 8) = make_float2(o[j][2] * inv_b, o[j][3] * inv_b);
-		if (a.num_splits > 1 && tig == 0)
-			a.lse_part[split_rows + row] = l_b > 0.f ? m_b + log2f(l_b) : -INFINITY;
+		for (int e = 0; e < 2; ++e) {
+			float l = l_r[mi][e];
+			l += __shfl_xor_sync(0xffffffffu, l, 1);
+			l += __shfl_xor_sync(0xffffffffu, l, 2);
+			const int r = m0 + (warp * WM + mi) * 16 + g + e * 8;
+			if (r >= rows)
+				continue; /* padding row */
+			/* Rows that saw no key have l == 0 and are written as 0 (never NaN). */
+			const float inv = l > 0.f ? 1.f / l : 0.f;
+			const int qi = r / G; /* recomputed here rather than kept live through the loop */
+			const int64_t row = (int64_t)(q0 + qi) * a.num_heads + kvh * G + (r - qi * G);
+			float *p = out + row * D + tig * 2;
+#pragma unroll
+			for (int j = 0; j < DMAX / 8; ++j)
+				if (j * 8 < D)
+					*reinterpret_cast<float2 *>(p + j * 8) =
+						make_float2(o[mi][j][2 * e] * inv, o[mi][j][2 * e + 1] * inv);
+			if (a.num_splits > 1 && tig == 0)
+				a.lse_part[split_rows + row] = l > 0.f ? m_r[mi][e] + log2f(l) : -INFINITY;
+		}
 	}
 }
 
@@ -395,11 +418,31 @@ attn_kernel(const pkv_cuda_attn_args a)
 #define PKV_DECODE_BN 32
 #define PKV_DECODE_STAGES 4
 
+/*
+ * Row tiles per warp of the varlen shape: 2 (128-row CTAs, each K/V fragment
+ * feeding two MMA row tiles: less shared-memory traffic per MMA) while the
+ * accumulators fit in registers, i.e. head dims up to 128; PKV_CUDA_VARLEN_WM=1
+ * forces 64-row CTAs (the bench compares both).
+ */
+static inline int varlen_wm(int head_dim)
+{
 #ifndef PKV_EMULATE
-template <typename T, int DMAX, int WARPS, int BN, int STAGES>
+	static int forced = -1;
+	if (forced < 0) {
+		const char *e = getenv("PKV_CUDA_VARLEN_WM");
+		forced = e && (e[0] == '1' || e[0] == '2') && !e[1] ? e[0] - '0' : 0;
+	}
+	if (forced)
+		return head_dim > 128 ? 1 : forced;
+#endif
+	return head_dim > 128 ? 1 : 2;
+}
+
+#ifndef PKV_EMULATE
+template <typename T, int DMAX, int WARPS, int WM, int BN, int STAGES>
 static cudaError_t launch_attn(const pkv_cuda_attn_args &a, cudaStream_t stream)
 {
-	const int BM = WARPS * 16;
+	const int BM = WARPS * WM * 16;
 	const int G = a.num_heads / a.num_kv_heads;
 	const long long mt = ((long long)a.max_length_q * G + BM - 1) / BM;
 	if (mt == 0 || a.num_seqs == 0)
@@ -407,7 +450,7 @@ static cudaError_t launch_attn(const pkv_cuda_attn_args &a, cudaStream_t stream)
 	if (mt > 65535 || a.num_splits < 1 || a.num_splits > 65535)
 		return cudaErrorInvalidConfiguration;
 	const size_t smem = (size_t)(BM + 2 * STAGES * BN) * (size_t)(a.head_dim + 8) * sizeof(T);
-	void (*k)(const pkv_cuda_attn_args) = attn_kernel<T, DMAX, WARPS, BN, STAGES>;
+	void (*k)(const pkv_cuda_attn_args) = attn_kernel<T, DMAX, WARPS, WM, BN, STAGES>;
 	cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 	if (e != cudaSuccess)
 		return e;
@@ -416,24 +459,23 @@ static cudaError_t launch_attn(const pkv_cuda_attn_args &a, cudaStream_t stream)
 	return cudaGetLastError();
 }
 
-template <typename T, int WARPS, int BN, int STAGES>
-static cudaError_t launch_attn_dim(const pkv_cuda_attn_args &a, cudaStream_t stream)
-{
-	if (a.head_dim <= 64)
-		return launch_attn<T, 64, WARPS, BN, STAGES>(a, stream);
-	if (a.head_dim <= 128)
-		return launch_attn<T, 128, WARPS, BN, STAGES>(a, stream);
-	return launch_attn<T, 256, WARPS, BN, STAGES>(a, stream);
-}
-
 template <typename T>
 static cudaError_t launch_attn_shape(const pkv_cuda_attn_args &a, int shape, cudaStream_t stream)
 {
-	if (shape == PKV_CUDA_SHAPE_DECODE)
-		return launch_attn_dim<T, PKV_DECODE_WARPS, PKV_DECODE_BN, PKV_DECODE_STAGES>(a, stream);
-	return launch_attn_dim<T, PKV_VARLEN_WARPS, PKV_VARLEN_BN, PKV_VARLEN_STAGES>(a, stream);
+	const int D = a.head_dim;
+	if (shape == PKV_CUDA_SHAPE_DECODE) {
+#define PKV_DEC(DM) launch_attn<T, DM, PKV_DECODE_WARPS, 1, PKV_DECODE_BN, PKV_DECODE_STAGES>(a, stream)
+		return D <= 64 ? PKV_DEC(64) : D <= 128 ? PKV_DEC(128) : PKV_DEC(256);
+#undef PKV_DEC
+	}
+#define PKV_VAR(DM, WM) launch_attn<T, DM, PKV_VARLEN_WARPS, WM, PKV_VARLEN_BN, PKV_VARLEN_STAGES>(a, stream)
+	if (D > 128)
+		return PKV_VAR(256, 1);
+	if ((a.varlen_wm == 1 || a.varlen_wm == 2 ? a.varlen_wm : varlen_wm(D)) == 2)
+		return D <= 64 ? PKV_VAR(64, 2) : PKV_VAR(128, 2);
+	return D <= 64 ? PKV_VAR(64, 1) : PKV_VAR(128, 1);
+#undef PKV_VAR
 }
-
 #endif /* !PKV_EMULATE */
 
 } /* namespace pkv */

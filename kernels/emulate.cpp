@@ -22,10 +22,10 @@
 
 using namespace pkv;
 
-template <typename T, int DMAX, int WARPS, int BN, int STAGES>
+template <typename T, int DMAX, int WARPS, int WM, int BN, int STAGES>
 static void emu_launch(const pkv_cuda_attn_args &a)
 {
-	const int BM = WARPS * 16, NT = WARPS * 32;
+	const int BM = WARPS * WM * 16, NT = WARPS * 32;
 	const int G = a.num_heads / a.num_kv_heads;
 	const int mt = (a.max_length_q * G + BM - 1) / BM;
 	const size_t smem = (size_t)(BM + 2 * STAGES * BN) * (size_t)(a.head_dim + 8) * 2;
@@ -52,7 +52,7 @@ static void emu_launch(const pkv_cuda_attn_args &a)
 						emu_cur = &cta;
 						threadIdx = emu_dim3{ (unsigned)t, 0, 0 };
 						blockIdx = emu_dim3{ x, y, z };
-						attn_kernel<T, DMAX, WARPS, BN, STAGES>(a);
+						attn_kernel<T, DMAX, WARPS, WM, BN, STAGES>(a);
 					});
 				for (auto &t : th)
 					t.join();
@@ -103,7 +103,7 @@ struct seq {
 };
 
 template <typename T>
-static int run_case(const char *name, int shape, int H, int HKV, int D, int bs, std::vector<seq> seqs, int window,
+static int run_case(const char *name, int shape, int wm, int H, int HKV, int D, int bs, std::vector<seq> seqs, int window,
 		    float softcap, int splits)
 {
 	const bool f16 = sizeof(T) == 2 && std::is_same<T, __half>::value;
@@ -171,18 +171,23 @@ static int run_case(const char *name, int shape, int H, int HKV, int D, int bs, 
 
 	if (shape == PKV_CUDA_SHAPE_DECODE) {
 		if (D <= 64)
-			emu_launch<T, 64, PKV_DECODE_WARPS, PKV_DECODE_BN, PKV_DECODE_STAGES>(a);
+			emu_launch<T, 64, PKV_DECODE_WARPS, 1, PKV_DECODE_BN, PKV_DECODE_STAGES>(a);
 		else if (D <= 128)
-			emu_launch<T, 128, PKV_DECODE_WARPS, PKV_DECODE_BN, PKV_DECODE_STAGES>(a);
+			emu_launch<T, 128, PKV_DECODE_WARPS, 1, PKV_DECODE_BN, PKV_DECODE_STAGES>(a);
 		else
-			emu_launch<T, 256, PKV_DECODE_WARPS, PKV_DECODE_BN, PKV_DECODE_STAGES>(a);
+			emu_launch<T, 256, PKV_DECODE_WARPS, 1, PKV_DECODE_BN, PKV_DECODE_STAGES>(a);
+	} else if (wm == 2) {
+		if (D <= 64)
+			emu_launch<T, 64, PKV_VARLEN_WARPS, 2, PKV_VARLEN_BN, PKV_VARLEN_STAGES>(a);
+		else
+			emu_launch<T, 128, PKV_VARLEN_WARPS, 2, PKV_VARLEN_BN, PKV_VARLEN_STAGES>(a);
 	} else {
 		if (D <= 64)
-			emu_launch<T, 64, PKV_VARLEN_WARPS, PKV_VARLEN_BN, PKV_VARLEN_STAGES>(a);
+			emu_launch<T, 64, PKV_VARLEN_WARPS, 1, PKV_VARLEN_BN, PKV_VARLEN_STAGES>(a);
 		else if (D <= 128)
-			emu_launch<T, 128, PKV_VARLEN_WARPS, PKV_VARLEN_BN, PKV_VARLEN_STAGES>(a);
+			emu_launch<T, 128, PKV_VARLEN_WARPS, 1, PKV_VARLEN_BN, PKV_VARLEN_STAGES>(a);
 		else
-			emu_launch<T, 256, PKV_VARLEN_WARPS, PKV_VARLEN_BN, PKV_VARLEN_STAGES>(a);
+			emu_launch<T, 256, PKV_VARLEN_WARPS, 1, PKV_VARLEN_BN, PKV_VARLEN_STAGES>(a);
 	}
 	if (splits > 1)
 		emu_merge(a);
@@ -237,8 +242,8 @@ static int run_case(const char *name, int shape, int H, int HKV, int D, int bs, 
 			}
 	const double tol = f16 ? 4e-3 : 2.5e-2;
 	const bool ok = err <= tol && !bad_zero && !unwritten;
-	printf("%s %d - emulate %s (%s, shape %s, hd %d, heads %d/%d, bs %d, splits %d): max err %.2g (|ref| %.2g)%s%s\n",
-	       ok ? "ok" : "not ok", ++test_no, name, f16 ? "f16" : "bf16", shape ? "decode" : "varlen", D, H, HKV, bs, splits,
+	printf("%s %d - emulate %s (%s, shape %s, wm %d, hd %d, heads %d/%d, bs %d, splits %d): max err %.2g (|ref| %.2g)%s%s\n",
+	       ok ? "ok" : "not ok", ++test_no, name, f16 ? "f16" : "bf16", shape ? "decode" : "varlen", wm, D, H, HKV, bs, splits,
 	       err, refmax, bad_zero ? ", fully masked rows not 0" : "", unwritten ? ", unwritten outputs" : "");
 	return ok ? 0 : 1;
 }
@@ -247,23 +252,27 @@ int main()
 {
 	int fail = 0;
 
-	printf("1..8\n");
+	printf("1..10\n");
 	/* GQA 4, mixed lengths incl. empty, single-token and q longer than k; crosses 64-key tiles. */
-	fail += run_case<__nv_bfloat16>("varlen causal", PKV_CUDA_SHAPE_VARLEN, 8, 2, 128, 16,
+	fail += run_case<__nv_bfloat16>("varlen causal", PKV_CUDA_SHAPE_VARLEN, 1, 8, 2, 128, 16,
 					{ { 37, 150 }, { 1, 33 }, { 0, 10 }, { 20, 5 } }, -1, 0.f, 1);
-	fail += run_case<__half>("varlen split-KV + merge", PKV_CUDA_SHAPE_VARLEN, 3, 1, 64, 32,
+	fail += run_case<__half>("varlen split-KV + merge", PKV_CUDA_SHAPE_VARLEN, 2, 3, 1, 64, 32,
 				 { { 18, 200 }, { 5, 70 } }, -1, 0.f, 3);
-	fail += run_case<__nv_bfloat16>("varlen hd 80 window softcap", PKV_CUDA_SHAPE_VARLEN, 6, 2, 80, 7,
+	fail += run_case<__nv_bfloat16>("varlen hd 80 window softcap", PKV_CUDA_SHAPE_VARLEN, 2, 6, 2, 80, 7,
 					{ { 30, 140 } }, 40, 10.f, 1);
-	fail += run_case<__half>("varlen hd 256 block 1", PKV_CUDA_SHAPE_VARLEN, 2, 2, 256, 1, { { 9, 70 } }, -1,
+	fail += run_case<__half>("varlen hd 256 block 1", PKV_CUDA_SHAPE_VARLEN, 1, 2, 2, 256, 1, { { 9, 70 } }, -1,
 				 0.f, 1);
-	fail += run_case<__nv_bfloat16>("decode GQA 8 splits", PKV_CUDA_SHAPE_DECODE, 16, 2, 128, 16,
+	fail += run_case<__nv_bfloat16>("varlen causal, 2 row tiles per warp", PKV_CUDA_SHAPE_VARLEN, 2, 8, 2, 128, 16,
+					{ { 37, 150 }, { 1, 33 }, { 0, 10 }, { 20, 5 }, { 70, 70 } }, -1, 0.f, 1);
+	fail += run_case<__half>("varlen 1 row tile per warp, window, split", PKV_CUDA_SHAPE_VARLEN, 1, 4, 4, 64, 16,
+				 { { 33, 260 } }, 50, 0.f, 2);
+	fail += run_case<__nv_bfloat16>("decode GQA 8 splits", PKV_CUDA_SHAPE_DECODE, 1, 16, 2, 128, 16,
 					{ { 1, 300 }, { 1, 1 }, { 1, 77 } }, -1, 0.f, 4);
-	fail += run_case<__half>("decode GQA 3 no split", PKV_CUDA_SHAPE_DECODE, 6, 2, 64, 128, { { 1, 130 }, { 1, 2 } },
+	fail += run_case<__half>("decode GQA 3 no split", PKV_CUDA_SHAPE_DECODE, 1, 6, 2, 64, 128, { { 1, 130 }, { 1, 2 } },
 				 -1, 0.f, 1);
-	fail += run_case<__nv_bfloat16>("decode hd 256 window", PKV_CUDA_SHAPE_DECODE, 4, 1, 256, 32, { { 1, 100 } }, 20,
+	fail += run_case<__nv_bfloat16>("decode hd 256 window", PKV_CUDA_SHAPE_DECODE, 1, 4, 1, 256, 32, { { 1, 100 } }, 20,
 					5.f, 2);
-	fail += run_case<__half>("decode GQA 20 (two row tiles)", PKV_CUDA_SHAPE_DECODE, 20, 1, 64, 16, { { 1, 90 } },
+	fail += run_case<__half>("decode GQA 20 (two row tiles)", PKV_CUDA_SHAPE_DECODE, 1, 20, 1, 64, 16, { { 1, 90 } },
 				 -1, 0.f, 2);
 	return fail ? 1 : 0;
 }

@@ -47,6 +47,7 @@ struct pkv_cuda_attn_args {
 	float *o;
 	float *o_part;                /* [num_splits][total_q][num_heads][head_dim] when num_splits > 1 */
 	float *lse_part;              /* [num_splits][total_q][num_heads] (log2 domain) */
+	int32_t varlen_wm;            /* varlen shape: 16-row tiles per warp, 1 or 2; 0 = default */
 };
 
 /* Kernel shapes: the prefill-oriented tile (64 query rows, 4 warps) or the decode one (16 rows, 1 warp). */
@@ -58,8 +59,8 @@ enum pkv_cuda_shape {
 /* Head dims served: multiples of 16 in [16, 256]. */
 int pkv_cuda_head_dim_ok(int head_dim);
 
-/* Query-row tiles per (sequence, KV head) for a shape: grid x. */
-int pkv_cuda_rows_per_cta(int shape);
+/* Query rows (token x GQA head) one CTA of a shape serves at this head dim. */
+int pkv_cuda_rows_per_cta(int shape, int head_dim);
 /* Keys per tile of a shape (split-KV boundaries are multiples of it). */
 int pkv_cuda_keys_per_tile(int shape);
 

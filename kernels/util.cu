@@ -146,9 +146,11 @@ extern "C" int pkv_cuda_head_dim_ok(int head_dim)
 	return head_dim >= 16 && head_dim <= 256 && head_dim % 16 == 0;
 }
 
-extern "C" int pkv_cuda_rows_per_cta(int shape)
+extern "C" int pkv_cuda_rows_per_cta(int shape, int head_dim)
 {
-	return 16 * (shape == PKV_CUDA_SHAPE_DECODE ? PKV_DECODE_WARPS : PKV_VARLEN_WARPS);
+	if (shape == PKV_CUDA_SHAPE_DECODE)
+		return 16 * PKV_DECODE_WARPS;
+	return 16 * PKV_VARLEN_WARPS * pkv::varlen_wm(head_dim);
 }
 
 extern "C" int pkv_cuda_keys_per_tile(int shape)
@@ -162,7 +164,7 @@ extern "C" int pkv_cuda_choose_splits(int num_sms, int shape, int32_t num_seqs, 
 {
 	const uint64_t max_split_bytes = (uint64_t)256 << 20, max_splits = 128;
 	const char *env = getenv("PKV_CUDA_SPLITS");
-	const uint64_t rows = (uint64_t)pkv_cuda_rows_per_cta(shape), kpt = (uint64_t)pkv_cuda_keys_per_tile(shape);
+	const uint64_t rows = (uint64_t)pkv_cuda_rows_per_cta(shape, head_dim), kpt = (uint64_t)pkv_cuda_keys_per_tile(shape);
 	const uint64_t mt = ((uint64_t)max_q * group + rows - 1) / rows;
 	const uint64_t ctas = (uint64_t)num_seqs * num_kv_heads * (mt ? mt : 1);
 	const uint64_t tiles = ((uint64_t)max_k + kpt - 1) / kpt;
