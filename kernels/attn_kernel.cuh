@@ -424,18 +424,18 @@ attn_kernel(const pkv_cuda_attn_args a)
  * accumulators fit in registers, i.e. head dims up to 128; PKV_CUDA_VARLEN_WM=1
  * forces 64-row CTAs (the bench compares both).
  */
+static inline int varlen_wm_forced(void)
+{
+	const char *e = getenv("PKV_CUDA_VARLEN_WM");
+	return e && (e[0] == '1' || e[0] == '2') && !e[1] ? e[0] - '0' : 0;
+}
+
 static inline int varlen_wm(int head_dim)
 {
-#ifndef PKV_EMULATE
-	static int forced = -1;
-	if (forced < 0) {
-		const char *e = getenv("PKV_CUDA_VARLEN_WM");
-		forced = e && (e[0] == '1' || e[0] == '2') && !e[1] ? e[0] - '0' : 0;
-	}
-	if (forced)
-		return head_dim > 128 ? 1 : forced;
-#endif
-	return head_dim > 128 ? 1 : 2;
+	static const int forced = varlen_wm_forced(); /* read once; C++ makes this initialisation thread-safe */
+	if (head_dim > 128)
+		return 1;
+	return forced ? forced : 2;
 }
 
 #ifndef PKV_EMULATE
