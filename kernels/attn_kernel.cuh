@@ -191,21 +191,34 @@ attn_kernel(const pkv_cuda_attn_args a)
 	const int bs = a.block_size;
 
 	auto load_kv = [&](int tile, int stage) {
+		constexpr int STEP = NT / CPRM; /* rows apart that one thread loads */
 		if (chunk >= nchunks)
 			return;
+		/*
+		 * Block index and offset of this thread's first key, then stepped:
+		 * one division per tile instead of one per row (the block size is
+		 * only known at run time, and integer division is ~20 instructions).
+		 */
+		int j = tile * BN + tid / CPRM;
+		int jb = j / bs, jo = j - jb * bs;
 #pragma unroll
-		for (int r = tid / CPRM; r < BN; r += NT / CPRM) {
-			const int j = tile * BN + r;
+		for (int r = tid / CPRM; r < BN; r += STEP) {
 			int64_t off = 0;
 			int bytes = 0;
 			if (j < sk) {
-				const int blk = __ldg(bt + j / bs);
-				off = (int64_t)blk * a.block_stride + (int64_t)(j % bs) * a.token_stride + chunk * 16;
+				const int blk = __ldg(bt + jb);
+				off = (int64_t)blk * a.block_stride + (int64_t)jo * a.token_stride + chunk * 16;
 				bytes = 16;
 			}
 			const int srow = (stage * BN + r) * ld + chunk * 8;
 			cp_async16(smem_u32(sK + srow), kc + off, bytes);
 			cp_async16(smem_u32(sV + srow), vc + off, bytes);
+			j += STEP;
+			jo += STEP;
+			while (jo >= bs) {
+				jo -= bs;
+				++jb;
+			}
 		}
 	};
 
@@ -417,6 +430,7 @@ attn_kernel(const pkv_cuda_attn_args a)
 #define PKV_DECODE_WARPS 1
 #define PKV_DECODE_BN 32
 #define PKV_DECODE_STAGES 4
+#define PKV_DECODE_STAGES_ALT 3
 
 /*
  * Row tiles per warp of the varlen shape: 2 (128-row CTAs, each K/V fragment
@@ -424,10 +438,23 @@ attn_kernel(const pkv_cuda_attn_args a)
  * accumulators fit in registers, i.e. head dims up to 128; PKV_CUDA_VARLEN_WM=1
  * forces 64-row CTAs (the bench compares both).
  */
+/* 1 or 2 from an environment variable, else 0. */
+static inline int variant_env(const char *name)
+{
+	const char *e = getenv(name);
+	return e && (e[0] == '1' || e[0] == '2') && !e[1] ? e[0] - '0' : 0;
+}
+
 static inline int varlen_wm_forced(void)
 {
-	const char *e = getenv("PKV_CUDA_VARLEN_WM");
-	return e && (e[0] == '1' || e[0] == '2') && !e[1] ? e[0] - '0' : 0;
+	return variant_env("PKV_CUDA_VARLEN_WM");
+}
+
+/* Decode pipeline: 4 stages of 32 keys (3 CTAs per SM at hd 128) or, with PKV_CUDA_DECODE_VARIANT=2, 3 stages (4 per SM). */
+static inline int decode_variant(void)
+{
+	static const int forced = variant_env("PKV_CUDA_DECODE_VARIANT");
+	return forced ? forced : 1;
 }
 
 static inline int varlen_wm(int head_dim)
@@ -463,15 +490,20 @@ template <typename T>
 static cudaError_t launch_attn_shape(const pkv_cuda_attn_args &a, int shape, cudaStream_t stream)
 {
 	const int D = a.head_dim;
+	const int v = a.variant == 1 || a.variant == 2 ? a.variant : 0;
 	if (shape == PKV_CUDA_SHAPE_DECODE) {
-#define PKV_DEC(DM) launch_attn<T, DM, PKV_DECODE_WARPS, 1, PKV_DECODE_BN, PKV_DECODE_STAGES>(a, stream)
-		return D <= 64 ? PKV_DEC(64) : D <= 128 ? PKV_DEC(128) : PKV_DEC(256);
+#define PKV_DEC(DM, ST) launch_attn<T, DM, PKV_DECODE_WARPS, 1, PKV_DECODE_BN, ST>(a, stream)
+		if ((v ? v : decode_variant()) == 2)
+			return D <= 64 ? PKV_DEC(64, PKV_DECODE_STAGES_ALT) : D <= 128 ? PKV_DEC(128, PKV_DECODE_STAGES_ALT)
+									: PKV_DEC(256, PKV_DECODE_STAGES_ALT);
+		return D <= 64 ? PKV_DEC(64, PKV_DECODE_STAGES) : D <= 128 ? PKV_DEC(128, PKV_DECODE_STAGES)
+								: PKV_DEC(256, PKV_DECODE_STAGES);
 #undef PKV_DEC
 	}
 #define PKV_VAR(DM, WM) launch_attn<T, DM, PKV_VARLEN_WARPS, WM, PKV_VARLEN_BN, PKV_VARLEN_STAGES>(a, stream)
 	if (D > 128)
 		return PKV_VAR(256, 1);
-	if ((a.varlen_wm == 1 || a.varlen_wm == 2 ? a.varlen_wm : varlen_wm(D)) == 2)
+	if ((v ? v : varlen_wm(D)) == 2)
 		return D <= 64 ? PKV_VAR(64, 2) : PKV_VAR(128, 2);
 	return D <= 64 ? PKV_VAR(64, 1) : PKV_VAR(128, 1);
 #undef PKV_VAR

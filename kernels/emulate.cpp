@@ -169,7 +169,15 @@ static int run_case(const char *name, int shape, int wm, int H, int HKV, int D, 
 	a.o_part = part.data();
 	a.lse_part = lse.data();
 
-	if (shape == PKV_CUDA_SHAPE_DECODE) {
+	if (shape == PKV_CUDA_SHAPE_DECODE && wm == 2) {
+		/* wm 2 on the decode shape selects the 3-stage pipeline (variant 2) */
+		if (D <= 64)
+			emu_launch<T, 64, PKV_DECODE_WARPS, 1, PKV_DECODE_BN, PKV_DECODE_STAGES_ALT>(a);
+		else if (D <= 128)
+			emu_launch<T, 128, PKV_DECODE_WARPS, 1, PKV_DECODE_BN, PKV_DECODE_STAGES_ALT>(a);
+		else
+			emu_launch<T, 256, PKV_DECODE_WARPS, 1, PKV_DECODE_BN, PKV_DECODE_STAGES_ALT>(a);
+	} else if (shape == PKV_CUDA_SHAPE_DECODE) {
 		if (D <= 64)
 			emu_launch<T, 64, PKV_DECODE_WARPS, 1, PKV_DECODE_BN, PKV_DECODE_STAGES>(a);
 		else if (D <= 128)
@@ -242,7 +250,7 @@ static int run_case(const char *name, int shape, int wm, int H, int HKV, int D, 
 			}
 	const double tol = f16 ? 4e-3 : 2.5e-2;
 	const bool ok = err <= tol && !bad_zero && !unwritten;
-	printf("%s %d - emulate %s (%s, shape %s, wm %d, hd %d, heads %d/%d, bs %d, splits %d): max err %.2g (|ref| %.2g)%s%s\n",
+	printf("%s %d - emulate %s (%s, shape %s, variant %d, hd %d, heads %d/%d, bs %d, splits %d): max err %.2g (|ref| %.2g)%s%s\n",
 	       ok ? "ok" : "not ok", ++test_no, name, f16 ? "f16" : "bf16", shape ? "decode" : "varlen", wm, D, H, HKV, bs, splits,
 	       err, refmax, bad_zero ? ", fully masked rows not 0" : "", unwritten ? ", unwritten outputs" : "");
 	return ok ? 0 : 1;
@@ -268,11 +276,11 @@ int main()
 				 { { 33, 260 } }, 50, 0.f, 2);
 	fail += run_case<__nv_bfloat16>("decode GQA 8 splits", PKV_CUDA_SHAPE_DECODE, 1, 16, 2, 128, 16,
 					{ { 1, 300 }, { 1, 1 }, { 1, 77 } }, -1, 0.f, 4);
-	fail += run_case<__half>("decode GQA 3 no split", PKV_CUDA_SHAPE_DECODE, 1, 6, 2, 64, 128, { { 1, 130 }, { 1, 2 } },
+	fail += run_case<__half>("decode GQA 3 no split, 3 stages", PKV_CUDA_SHAPE_DECODE, 2, 6, 2, 64, 128, { { 1, 130 }, { 1, 2 } },
 				 -1, 0.f, 1);
 	fail += run_case<__nv_bfloat16>("decode hd 256 window", PKV_CUDA_SHAPE_DECODE, 1, 4, 1, 256, 32, { { 1, 100 } }, 20,
 					5.f, 2);
-	fail += run_case<__half>("decode GQA 20 (two row tiles)", PKV_CUDA_SHAPE_DECODE, 1, 20, 1, 64, 16, { { 1, 90 } },
+	fail += run_case<__half>("decode GQA 20 (two row tiles), 3 stages", PKV_CUDA_SHAPE_DECODE, 2, 20, 1, 64, 16, { { 1, 90 } },
 				 -1, 0.f, 2);
 	return fail ? 1 : 0;
 }

@@ -141,8 +141,10 @@ if [ $have_conf = yes ]; then
 	grep -hE '^(not ok|Bail out)' "$out"/conformance-*.tap | head -n 10 >> "$results"
 fi
 
-# A second self-test with a fresh seed, then a short one under compute-sanitizer (bad accesses, races).
-step "selftest (second seed)" timeout 150 "$b/cuda_selftest" "$b/pkv_cuda_varlen.so" "$b/pkv_cuda_decode.so"
+# A second self-test with a fresh seed on the other kernel variants (64-row varlen CTAs, 3-stage decode;
+# the bench decides which become the defaults), then a short one under compute-sanitizer.
+step "selftest (new seed, alt variants)" timeout 150 env PKV_CUDA_VARLEN_WM=1 PKV_CUDA_DECODE_VARIANT=2 \
+	"$b/cuda_selftest" "$b/pkv_cuda_varlen.so" "$b/pkv_cuda_decode.so"
 grep -E 'ok 1 - selftest|selftest seed' "$log" | tail -n 2 >> "$results"
 if command -v compute-sanitizer >/dev/null 2>&1; then
 	step "compute-sanitizer memcheck" timeout 120 env PKV_SELFTEST_CASES=3 compute-sanitizer --error-exitcode 9 \

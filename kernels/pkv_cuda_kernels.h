@@ -47,7 +47,8 @@ struct pkv_cuda_attn_args {
 	float *o;
 	float *o_part;                /* [num_splits][total_q][num_heads][head_dim] when num_splits > 1 */
 	float *lse_part;              /* [num_splits][total_q][num_heads] (log2 domain) */
-	int32_t varlen_wm;            /* varlen shape: 16-row tiles per warp, 1 or 2; 0 = default */
+	int32_t variant;              /* 0 = default; varlen: 1 = 64-row, 2 = 128-row CTAs (hd <= 128);
+				       * decode: 1 = 4 x 32-key stages, 2 = 3 stages (4 CTAs per SM) */
 };
 
 /* Kernel shapes: the prefill-oriented tile (64 query rows, 4 warps) or the decode one (16 rows, 1 warp). */
