@@ -10,9 +10,10 @@ EXTRA_DIST += $(KERNELS_CU) kernels/attn_kernel.cuh kernels/nvcc-lt kernels/gpu-
 noinst_HEADERS += kernels/pkv_cuda_kernels.h kernels/cuda_backend.h
 
 # The kernel on a CPU emulation of its warp primitives: runs in every build, GPU or not, nvcc or not.
-EXTRA_DIST += kernels/cuda_emu.h kernels/emulate.cpp kernels/emulate-check
-TESTS += kernels/emulate-check
-CLEANFILES += kernels/emulate
+EXTRA_DIST += kernels/cuda_emu.h kernels/emu_launch.h kernels/emulate.cpp kernels/emulate-check \
+	kernels/emu_plugin.cpp kernels/emulate-selftest kernels/cuda_selftest.c
+TESTS += kernels/emulate-check kernels/emulate-selftest
+CLEANFILES += kernels/emulate kernels/pkv_cuda_emu.so kernels/cuda-selftest-emu
 
 if HAVE_CUDA
 NVCC_LT = $(SHELL) $(srcdir)/kernels/nvcc-lt "$(NVCC)"
@@ -46,9 +47,7 @@ kernels_test_cuda_plugins_LDADD = src/loader/libpkvloader.la $(CHECK_LIBS)
 check_PROGRAMS += kernels/cuda-selftest
 TESTS += kernels/cuda-selftest
 kernels_cuda_selftest_SOURCES = kernels/cuda_selftest.c
-kernels_cuda_selftest_CPPFLAGS = $(AM_CPPFLAGS) -isystem $(CUDA_PREFIX)/include
-kernels_cuda_selftest_LDADD = $(CUDA_LIBS) $(LIBM)
-kernels_cuda_selftest_LDFLAGS = -Wl,-rpath,$(CUDA_PREFIX)/lib64
+kernels_cuda_selftest_LDADD = $(LIBM)
 
 # The backends issue's conformance suite on both CUDA plugins (SKIP without a GPU).
 TESTS += kernels/conformance-cuda-varlen kernels/conformance-cuda-decode
