@@ -115,6 +115,27 @@ static __device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], uint32_t add
 
 #define PKV_LOG2E 1.4426950408889634f
 
+/* Exact widening of a cache element. */
+#ifndef PKV_EMULATE
+static __device__ __forceinline__ float to_float(__half x)
+{
+	return __half2float(x);
+}
+static __device__ __forceinline__ float to_float(__nv_bfloat16 x)
+{
+	return __bfloat162float(x);
+}
+#else
+static inline float to_float(__half x)
+{
+	return emu_h2f(x.bits);
+}
+static inline float to_float(__nv_bfloat16 x)
+{
+	return emu_bf2f(x.bits);
+}
+#endif
+
 #ifndef PKV_EMULATE
 #define PKV_SMEM_DECL(name) extern __shared__ __align__(16) unsigned char name[]
 #endif

@@ -496,8 +496,8 @@ static int attend(struct cuda_ctx *c, const struct pkv_cache_mem *mem, const str
 	    (rc = dbuf_reserve(c, &c->v_raw, nkv * aes)) || (rc = dbuf_reserve(c, &c->o_f32, nq * 4)) ||
 	    (rc = dbuf_reserve(c, &c->meta, meta_bytes)) || (rc = pinned_reserve(c, meta_bytes)))
 		return rc;
-	if (b->act_dtype != g->cache_dtype && (rc = dbuf_reserve(c, &c->q_t, nq * 2)))
-		return rc;
+	if (b->act_dtype != g->cache_dtype && (rc = dbuf_reserve(c, &c->q_t, nq * 4)))
+		return rc; /* room for Q in the cache dtype, or widened to f32 for the precise path */
 	if (b->act_dtype != PKV_DTYPE_F32 && (rc = dbuf_reserve(c, &c->o_act, nq * aes)))
 		return rc;
 	if (splits > 1 && ((rc = dbuf_reserve(c, &c->part, nq * 4 * (size_t)splits)) ||
@@ -533,8 +533,15 @@ static int attend(struct cuda_ctx *c, const struct pkv_cache_mem *mem, const str
 					   (int32_t)g->block_size, d_slots, (int32_t)T, (int32_t)(HKV * D),
 					   c->stream))))
 		goto out_sync;
+	/* Activations more precise than the cache: the f32 kernel, Q widened to f32 (see attn_precise.cuh). */
+	const int precise = pkv_cuda_needs_precise((int)b->act_dtype, (int)g->cache_dtype);
 	const void *qdev = c->q_raw.p;
-	if (b->act_dtype != g->cache_dtype) {
+	if (precise && b->act_dtype != PKV_DTYPE_F32) {
+		if ((rc = CU(c, pkv_cuda_convert(c->q_raw.p, (int)b->act_dtype, c->q_t.p, PKV_DTYPE_F32, (int64_t)nq,
+						 c->stream))))
+			goto out_sync;
+		qdev = c->q_t.p;
+	} else if (!precise && b->act_dtype != g->cache_dtype) {
 		if ((rc = CU(c, pkv_cuda_convert(c->q_raw.p, (int)b->act_dtype, c->q_t.p, (int)g->cache_dtype,
 						 (int64_t)nq, c->stream))))
 			goto out_sync;
@@ -568,10 +575,16 @@ static int attend(struct cuda_ctx *c, const struct pkv_cache_mem *mem, const str
 		.o_part = c->part.p,
 		.lse_part = c->lse.p,
 	};
-	if ((rc = CU(c, pkv_cuda_attention(&a, shape, c->stream))))
-		goto out_sync;
-	if (splits > 1 && (rc = CU(c, pkv_cuda_merge_splits(&a, c->stream))))
-		goto out_sync;
+	if (precise) {
+		a.num_splits = 1;
+		if ((rc = CU(c, pkv_cuda_attention_precise(&a, c->stream))))
+			goto out_sync;
+	} else {
+		if ((rc = CU(c, pkv_cuda_attention(&a, shape, c->stream))))
+			goto out_sync;
+		if (splits > 1 && (rc = CU(c, pkv_cuda_merge_splits(&a, c->stream))))
+			goto out_sync;
+	}
 	void *odev = c->o_f32.p;
 	if (b->act_dtype != PKV_DTYPE_F32) {
 		if ((rc = CU(c, pkv_cuda_convert(c->o_f32.p, PKV_DTYPE_F32, c->o_act.p, (int)b->act_dtype,

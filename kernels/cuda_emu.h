@@ -4,9 +4,9 @@
 #define PKV_CUDA_EMU_H
 
 /*
- * Each CUDA thread of a CTA is a std::thread; warp-collective operations
- * meet at a per-warp barrier and exchange their operands through shared
- * arrays, then compute what the PTX ISA says each lane receives:
+ * Each CUDA thread of a CTA is a fiber; warp-collective operations meet at
+ * a per-warp barrier and exchange their operands through shared arrays,
+ * then compute what the PTX ISA says each lane receives:
  *   ldmatrix .m8n8 .x4 [.trans]: lanes 8i..8i+7 give the row addresses of
  *     matrix i; lane l receives row l/4, columns 2(l%4), 2(l%4)+1 (of the
  *     transposed matrix with .trans);
@@ -18,7 +18,7 @@
  * ISA, but it runs the kernel's own index arithmetic, masking, pipeline and
  * split logic on any machine.
  */
-#include <barrier>
+#include <ucontext.h>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -119,7 +119,12 @@ static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b)
 	return __nv_bfloat162{ { emu_f2bf(a) }, { emu_f2bf(b) } };
 }
 
-/* One CTA's shared state. */
+/*
+ * One CTA's state. Its CUDA threads are fibers (ucontext) run by one OS
+ * thread, round-robin: a barrier yields until every member of its group
+ * (a warp, or the whole CTA) has arrived. One core, deterministic order,
+ * and a barrier that some threads never reach is reported as a deadlock.
+ */
 struct emu_warp {
 	uint32_t addr[32];
 	float f[32];
@@ -127,25 +132,48 @@ struct emu_warp {
 };
 struct emu_cta {
 	unsigned char *smem;
-	std::barrier<> *cta_bar;
-	std::barrier<> *warp_bar[32];
+	unsigned nt;
 	emu_warp w[32];
+	unsigned cnt[33], gen[33]; /* groups 0..31: warps; 32: the CTA */
+	unsigned long progress;
+	ucontext_t main;
+	ucontext_t *fctx;
+	unsigned cur;
 };
 
-inline thread_local emu_dim3 threadIdx, blockIdx;
+inline emu_dim3 threadIdx, blockIdx;
 inline emu_dim3 gridDim;
-inline thread_local emu_cta *emu_cur;
+inline emu_cta *emu_cur;
+
+static inline void emu_yield()
+{
+	swapcontext(&emu_cur->fctx[emu_cur->cur], &emu_cur->main);
+}
+
+static inline void emu_barrier(unsigned group, unsigned count)
+{
+	emu_cta &c = *emu_cur;
+	const unsigned g = c.gen[group];
+	if (++c.cnt[group] == count) {
+		c.cnt[group] = 0;
+		c.gen[group]++;
+		c.progress++;
+		return;
+	}
+	while (c.gen[group] == g)
+		emu_yield();
+}
 
 #define PKV_SMEM_DECL(name) unsigned char *name = emu_cur->smem
 
 static inline void __syncthreads()
 {
-	emu_cur->cta_bar->arrive_and_wait();
+	emu_barrier(32, emu_cur->nt);
 }
 
 static inline void emu_warp_sync()
 {
-	emu_cur->warp_bar[threadIdx.x / 32]->arrive_and_wait();
+	emu_barrier(threadIdx.x / 32, 32);
 }
 
 static inline emu_warp &emu_my_warp()

@@ -2,7 +2,7 @@
 # kernels: the CUDA kernels and the host code both CUDA plugins share; built only when configure finds nvcc.
 
 KERNELS_CU = kernels/attn_f16.cu kernels/attn_bf16.cu kernels/util.cu
-KERNELS_CU_DEPS = kernels/attn_kernel.cuh kernels/pkv_cuda_kernels.h include/pagedkv/types.h
+KERNELS_CU_DEPS = kernels/attn_kernel.cuh kernels/attn_precise.cuh kernels/pkv_cuda_kernels.h include/pagedkv/types.h
 # Sources and scripts are distributed whether or not this build compiles them.
 EXTRA_DIST += $(KERNELS_CU) kernels/attn_kernel.cuh kernels/nvcc-lt kernels/gpu-check.sh \
 	kernels/cuda_bench.c kernels/NOTES.md kernels/conformance-cuda.sh \
@@ -11,7 +11,8 @@ noinst_HEADERS += kernels/pkv_cuda_kernels.h kernels/cuda_backend.h
 
 # The kernel on a CPU emulation of its warp primitives: runs in every build, GPU or not, nvcc or not.
 EXTRA_DIST += kernels/cuda_emu.h kernels/emu_launch.h kernels/emulate.cpp kernels/emulate-check \
-	kernels/emu_plugin.cpp kernels/emulate-selftest kernels/cuda_selftest.c
+	kernels/emu_plugin.cpp kernels/emulate-selftest kernels/cuda_selftest.c kernels/fake_cudart.cpp \
+	kernels/attn_precise.cuh
 TESTS += kernels/emulate-check kernels/emulate-selftest
 CLEANFILES += kernels/emulate kernels/pkv_cuda_emu.so kernels/cuda-selftest-emu
 

@@ -75,6 +75,19 @@ int pkv_cuda_choose_splits(int num_sms, int shape, int32_t num_seqs, int32_t num
 
 int pkv_cuda_attention(const struct pkv_cuda_attn_args *a, int shape, void *stream);
 
+/*
+ * The f32 path, for activations more precise than the cache (f32 with any
+ * cache, f16 with bf16): a->q is [total_q][num_heads][head_dim] f32, no
+ * splits, output in a->o. See attn_precise.cuh for why it exists.
+ */
+int pkv_cuda_attention_precise(const struct pkv_cuda_attn_args *a, void *stream);
+
+/* Whether a dtype pair needs the f32 path (the activation dtype is more precise than the cache's). */
+static inline int pkv_cuda_needs_precise(int act_dtype, int cache_dtype)
+{
+	return act_dtype == 0 /* f32 */ || (act_dtype == 1 /* f16 */ && cache_dtype == 2 /* bf16 */);
+}
+
 /* Combines split-KV partials into a->o with a log-sum-exp merge. */
 int pkv_cuda_merge_splits(const struct pkv_cuda_attn_args *a, void *stream);
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <pagedkv/types.h>
 #include "attn_kernel.cuh"
+#include "attn_precise.cuh"
 
 namespace {
 
@@ -192,6 +193,28 @@ extern "C" int pkv_cuda_attention(const struct pkv_cuda_attn_args *a, int shape,
 	switch (a->cache_dtype) {
 	case PKV_DTYPE_F16: return pkv_attn_launch_f16(*a, shape, st);
 	case PKV_DTYPE_BF16: return pkv_attn_launch_bf16(*a, shape, st);
+	}
+	return cudaErrorInvalidValue;
+}
+
+extern "C" int pkv_cuda_attention_precise(const struct pkv_cuda_attn_args *a, void *stream)
+{
+	cudaStream_t st = static_cast<cudaStream_t>(stream);
+	const int64_t items = (int64_t)a->total_q * a->num_heads;
+	if (!pkv_cuda_head_dim_ok(a->head_dim) || a->num_kv_heads <= 0 || a->num_heads % a->num_kv_heads)
+		return cudaErrorInvalidValue;
+	if (items == 0 || a->num_seqs == 0)
+		return cudaSuccess;
+	if ((items + 3) / 4 > 0x7fffffff)
+		return cudaErrorInvalidConfiguration;
+	const unsigned blocks = (unsigned)((items + 3) / 4);
+	switch (a->cache_dtype) {
+	case PKV_DTYPE_F16:
+		pkv::attn_precise_kernel<__half><<<blocks, 128, 0, st>>>(*a);
+		return cudaGetLastError();
+	case PKV_DTYPE_BF16:
+		pkv::attn_precise_kernel<__nv_bfloat16><<<blocks, 128, 0, st>>>(*a);
+		return cudaGetLastError();
 	}
 	return cudaErrorInvalidValue;
 }
