@@ -14,6 +14,7 @@
 #define PKV_EMULATE 1
 #include "attn_kernel.cuh"
 #include "emu_launch.h"
+#include "attn_precise.cuh"
 
 #include <cerrno>
 #include <cstdlib>
@@ -131,11 +132,14 @@ int attend(const struct pkv_cache_mem *mem, const struct pkv_attn_batch *b, int 
 				st(vl + off, (size_t)h * D + d, ct, ld(b->v_new, src, at));
 			}
 	}
-	std::vector<uint16_t> q((size_t)T * H * D);
+	/* Q in the cache dtype for the MMA kernel, or widened to f32 for the precise one (as cuda_backend.c). */
+	const bool precise = pkv_cuda_needs_precise((int)at, (int)ct);
+	const uint32_t qt = precise ? (uint32_t)PKV_DTYPE_F32 : ct;
+	std::vector<float> q((size_t)T * H * D);
 	for (int r = 0; r < T; r++)
 		for (int h = 0; h < H; h++)
 			for (int d = 0; d < D; d++)
-				st(q.data(), ((size_t)r * H + h) * D + d, ct,
+				st(q.data(), ((size_t)r * H + h) * D + d, qt,
 				   ld(b->q, (size_t)r * b->q_stride_tok + (size_t)h * b->q_stride_head + d, at));
 	/* Split counts in the spirit of pkv_cuda_choose_splits: some splits, two tiles each at least. */
 	const int kpt = shape == PKV_CUDA_SHAPE_DECODE ? PKV_DECODE_BN : PKV_VARLEN_BN;
@@ -168,12 +172,21 @@ int attend(const struct pkv_cache_mem *mem, const struct pkv_attn_batch *b, int 
 	a.o = o.data();
 	a.o_part = part.data();
 	a.lse_part = lse.data();
-	if (ct == PKV_DTYPE_F16)
-		run<__half>(a, shape);
-	else
-		run<__nv_bfloat16>(a, shape);
-	if (splits > 1)
-		emu_merge(a);
+	if (precise) {
+		a.num_splits = 1;
+		const unsigned blocks = (unsigned)(((int64_t)T * H + 3) / 4);
+		if (ct == PKV_DTYPE_F16)
+			emu_launch_plain(attn_precise_kernel<__half>, a, blocks, 4);
+		else
+			emu_launch_plain(attn_precise_kernel<__nv_bfloat16>, a, blocks, 4);
+	} else {
+		if (ct == PKV_DTYPE_F16)
+			run<__half>(a, shape);
+		else
+			run<__nv_bfloat16>(a, shape);
+		if (splits > 1)
+			emu_merge(a);
+	}
 	for (int r = 0; r < T; r++)
 		for (int h = 0; h < H; h++)
 			for (int d = 0; d < D; d++)
