@@ -33,6 +33,12 @@ results=$out/results.txt
 status=0
 
 say() { echo "$*" | tee -a "$log"; }
+# Time left of the 8-minute budget (420 s of checks, leaving room for the final table and the transfer).
+left() { echo $(( 420 - ($(date +%s) - start) )); }
+cap() { # cap N: N, or what is left of the budget if less (at least 10)
+	l=$(left)
+	[ "$l" -lt "$1" ] && { [ "$l" -lt 10 ] && echo 10 || echo "$l"; } || echo "$1"
+}
 step() { # step NAME CMD...: runs CMD with output to the log, records PASS/FAIL/SKIP
 	name=$1; shift
 	t0=$(date +%s)
@@ -101,7 +107,7 @@ if [ $status -ne 0 ]; then
 fi
 
 # No GPU: everything compiled, nothing can run. The self-test's plugin init says why.
-"$b/cuda_selftest" "$b/pkv_cuda_varlen.so" "$b/pkv_cuda_decode.so" > "$out/probe.txt" 2>&1
+timeout 90 "$b/cuda_selftest" "$b/pkv_cuda_varlen.so" "$b/pkv_cuda_decode.so" > "$out/probe.txt" 2>&1
 probe=$?
 if [ $probe -eq 77 ]; then
 	say "gpu-check: no usable CUDA device here ($(grep -m1 'no CUDA device' "$out/probe.txt" || tail -n 1 "$out/probe.txt")); built everything, ran nothing"
@@ -117,7 +123,7 @@ if [ $probe -ne 0 ]; then
 	# Same seed without split-KV: tells a kernel bug from a merge bug in one call.
 	seed=$(sed -n 's/.*selftest seed \([0-9]*\).*/\1/p' "$out/probe.txt" | head -n 1)
 	grep -E 'FAIL|differs|error|NaN' "$out/probe.txt" | head -n 12 | tee -a "$results"
-	step "selftest same seed, no splits" timeout 120 env PKV_SEED="$seed" PKV_CUDA_SPLITS=1 \
+	step "selftest same seed, no splits" timeout "$(cap 60)" env PKV_SEED="$seed" PKV_CUDA_SPLITS=1 \
 		"$b/cuda_selftest" "$b/pkv_cuda_varlen.so" "$b/pkv_cuda_decode.so"
 fi
 
@@ -128,7 +134,7 @@ fi
 
 if [ $have_conf = yes ]; then
 	conf_run() { # The runner's exit status alone is not enough: a "Bail out!" exits 0.
-		timeout 150 "$b/pkv-conformance" "$b/pkv_cuda_$1.so" "cuda_$1" > "$out/conformance-$1.tap" 2>&1
+		timeout "$(cap 80)" "$b/pkv-conformance" "$b/pkv_cuda_$1.so" "cuda_$1" > "$out/conformance-$1.tap" 2>&1
 		rc=$?
 		cat "$out/conformance-$1.tap"
 		grep -qE '^(not ok|Bail out)' "$out/conformance-$1.tap" && return 1
@@ -142,18 +148,19 @@ fi
 
 # A second self-test with a fresh seed on the other kernel variants (64-row varlen CTAs, 3-stage decode;
 # the bench decides which become the defaults), then a short one under compute-sanitizer.
-step "selftest (new seed, alt variants)" timeout 150 env PKV_CUDA_VARLEN_WM=1 PKV_CUDA_DECODE_VARIANT=2 \
+step "selftest (new seed, alt variants)" timeout "$(cap 60)" env PKV_CUDA_VARLEN_WM=1 PKV_CUDA_DECODE_VARIANT=2 \
 	"$b/cuda_selftest" "$b/pkv_cuda_varlen.so" "$b/pkv_cuda_decode.so"
 grep -E 'ok 1 - selftest|selftest seed' "$log" | tail -n 2 >> "$results"
-if command -v compute-sanitizer >/dev/null 2>&1; then
-	step "compute-sanitizer memcheck" timeout 120 env PKV_SELFTEST_CASES=3 compute-sanitizer --error-exitcode 9 \
+# Optional, only while the budget allows: the bench must still fit.
+if command -v compute-sanitizer >/dev/null 2>&1 && [ "$(left)" -gt 200 ]; then
+	step "compute-sanitizer memcheck" timeout "$(cap 60)" env PKV_SELFTEST_CASES=3 compute-sanitizer --error-exitcode 9 \
 		"$b/cuda_selftest" "$b/pkv_cuda_varlen.so" "$b/pkv_cuda_decode.so"
-	step "compute-sanitizer racecheck" timeout 120 env PKV_SELFTEST_CASES=2 compute-sanitizer --tool racecheck \
+	[ "$(left)" -gt 160 ] && step "compute-sanitizer racecheck" timeout "$(cap 60)" env PKV_SELFTEST_CASES=2 compute-sanitizer --tool racecheck \
 		--error-exitcode 9 "$b/cuda_selftest" "$b/pkv_cuda_varlen.so" "$b/pkv_cuda_decode.so"
 fi
 
 if [ $have_bench = yes ]; then
-	step "bench" timeout 180 sh -c "'$b/cuda_bench' > '$out/bench.txt' 2>&1"
+	step "bench" timeout "$(( $(left) > 100 ? 150 : 100 ))" sh -c "'$b/cuda_bench' > '$out/bench.txt' 2>&1"
 	cat "$out/bench.txt" >> "$log"
 else
 	echo "bench not built (see the log)" > "$out/bench.txt"
