@@ -78,6 +78,7 @@ build_plugin() { # build_plugin NAME SOURCE
 step "build plugin cuda_varlen" build_plugin varlen plugins/varlen/varlen.c || status=1
 step "build plugin cuda_decode" build_plugin decode plugins/decode/decode.c || status=1
 step "build selftest" "$cc" $cflags -o "$b/cuda_selftest" "$top/kernels/cuda_selftest.c" -ldl -lm
+step "build hostile-batch test" "$cc" $cflags -o "$b/hostile_batches" "$top/kernels/hostile_batches.c" -ldl
 # A bench that does not build (no cuBLAS here) must not stop the correctness checks.
 have_bench=no
 pre_bench=$status
@@ -131,6 +132,8 @@ if command -v cuobjdump >/dev/null 2>&1; then
 	cuobjdump --dump-sass "$b/attn_bf16.o" > "$out/attn_bf16.sass" 2>&1
 	say "sass attn_bf16: $(grep -c HMMA "$out/attn_bf16.sass") HMMA, $(grep -c LDSM "$out/attn_bf16.sass") LDSM, $(grep -c LDGSTS "$out/attn_bf16.sass") LDGSTS, $(grep -cE 'LDL|STL' "$out/attn_bf16.sass") local-memory ops"
 fi
+
+step "hostile batches refused" timeout "$(cap 30)" "$b/hostile_batches" "$b/pkv_cuda_varlen.so" "$b/pkv_cuda_decode.so"
 
 if [ $have_conf = yes ]; then
 	conf_run() { # The runner's exit status alone is not enough: a "Bail out!" exits 0.

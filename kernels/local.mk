@@ -12,13 +12,13 @@ noinst_HEADERS += kernels/pkv_cuda_kernels.h kernels/cuda_backend.h
 # The kernel on a CPU emulation of its warp primitives: runs in every build, GPU or not, nvcc or not.
 EXTRA_DIST += kernels/cuda_emu.h kernels/emu_launch.h kernels/emulate.cpp kernels/emulate-check \
 	kernels/emu_plugin.cpp kernels/emulate-selftest kernels/cuda_selftest.c kernels/fake_cudart.cpp \
-	kernels/attn_precise.cuh kernels/emulate-plugins
-TESTS += kernels/emulate-check kernels/emulate-selftest kernels/emulate-plugins
+	kernels/attn_precise.cuh kernels/emulate-plugins kernels/emulate-hostile kernels/hostile_batches.c
+TESTS += kernels/emulate-check kernels/emulate-selftest kernels/emulate-plugins kernels/emulate-hostile
 CLEANFILES += kernels/emulate kernels/pkv_cuda_emu.so kernels/cuda-selftest-emu
-# kernels/emulate-plugins builds into kernels/fake
+# kernels/emulate-plugins builds into kernels/fake-*
 clean-local: clean-local-kernels-fake
 clean-local-kernels-fake:
-	-rm -rf kernels/fake
+	-rm -rf kernels/fake-selftest kernels/fake-hostile
 .PHONY: clean-local-kernels-fake
 
 if HAVE_CUDA
