@@ -1,20 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /* The attention kernel, written once in GCC vector extensions and compiled per ISA by kernel_*.c. */
 /*
- * Included by kernel_generic.c, kernel_avx2.c, kernel_avx512.c and
- * kernel_avx512bf16.c, each compiled with its own -m flags and defining
- * KERNEL_ISA (the struct name suffix) and KERNEL_NAME. 16-float vectors
- * become one zmm, two ymm or four xmm registers depending on the target.
+ * Included by kernel_generic.c, kernel_avx2.c, kernel_avx512.c,
+ * kernel_avx512bf16.c and kernel_amx.c, each compiled with its own -m flags
+ * and defining KERNEL_ISA (the struct name suffix) and KERNEL_NAME (plus
+ * KERNEL_DPBF16 / KERNEL_AMX for the bf16 paths). 16-float vectors become
+ * one zmm, two ymm or four xmm registers depending on the target.
  *
- * Work item (see cpu.h): R = nq * G query vectors of one KV head. Keys are
- * visited in tiles of CPU_TK straight from the paged cache through the
- * block table; a tile's K and V rows are converted to f32 into L1 scratch
- * once and used by all R query vectors (so each KV byte is read from memory
- * once per item, and GQA heads share it). Scores: dot products along the
- * head dim, four keys at a time with one combined horizontal reduction.
- * Softmax: online (flash-attention), f32, a tile of 32 scores per row
- * exponentiated as two vectors. PV: rows of V broadcast-multiplied into
- * per-row accumulators held in registers for a chunk of 16 dims.
+ * Work item (see cpu.h): nq queries x nkvh KV heads x G query heads. Keys
+ * are visited in tiles of CPU_TK straight from the paged cache through the
+ * block table; for each KV head, the tile's rows are used by all its G*nq
+ * query rows, so each KV byte is read from memory once per item.
+ * - Scores, generic: dot products along the head dim against f32 rows (the
+ *   cache row itself for f32, else converted into L1 scratch), four keys at
+ *   a time with one combined horizontal reduction.
+ * - Scores, bf16 cache and queries: vdpbf16ps over a K tile transposed into
+ *   (dim pair) x (16 keys) vectors, or AMX tiles (TDPBF16PS) for 16-row
+ *   blocks and decode heads.
+ * - Softmax: online (flash-attention), f32, a tile of 32 scores per row
+ *   exponentiated as two vectors; rows that see no key stay at l = 0 -> 0.
+ * - PV: f32 rows of V broadcast-multiplied into per-row accumulators, or
+ *   for bf16 key pairs interleaved once per tile with P rounded to bf16
+ *   (vdpbf16ps / AMX), accumulating in f32.
  */
 #include <math.h>
 #include <string.h>
