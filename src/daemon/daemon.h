@@ -4,6 +4,7 @@
 #define PKV_DAEMON_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <liburing.h>
@@ -152,6 +153,9 @@ struct worker {
 	uint32_t n_owned, cap_owned;
 	struct attend_item *batch;    /* worker only: the attends of one backend call */
 	uint32_t cap_batch;
+	uint32_t cpu1;                /* worker only: CPU + 1 of the current poll */
+	cpu_set_t home;               /* worker only: its CPU mask at start */
+	int moved;                    /* worker only: it left a client's CPU (maybe_move) */
 	int stop, sleeping;
 	unsigned spin_us;
 	unsigned gather_us;           /* longest wait for a lockstep batch to fill */
@@ -180,6 +184,7 @@ struct pkv_daemon {
 	uint64_t wake_buf;
 	struct __kernel_timespec tick;
 	int loop_sleeping;            /* shared with the worker: ring wake_fd when set */
+	uint32_t cpu1;                /* loop: CPU + 1 of the current sweep (ring CPU hint) */
 	int stopping;
 	struct session *sessions;
 	uint32_t next_id;

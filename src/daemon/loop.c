@@ -273,6 +273,7 @@ static int sweep(struct pkv_daemon *d)
 {
 	int n = 0;
 
+	d->cpu1 = (uint32_t)(sched_getcpu() + 1);
 	for (struct session *s = d->sessions; s; s = s->next)
 		n += session_process(d, s);
 	return n;

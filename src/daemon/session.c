@@ -680,6 +680,8 @@ int session_process(struct pkv_daemon *d, struct session *s)
 
 	if (s->closing || !s->region || s->worker_owned)
 		return 0;
+	/* The client spins without yielding only while we poll from another CPU. */
+	pkv_ring_set_cpu(&s->sq, d->cpu1);
 	while (done < SQES_PER_SWEEP) {
 		struct sqe_limits lim;
 		struct pkv_sqe e;
