@@ -525,10 +525,11 @@ static void *worker_main(void *arg)
 			 * loop), since a yield may hand the core to another process.
 			 */
 			++quiet;
-			if ((quiet & 15) == 15 && ((quiet & 255) == 255 || client_here(w)))
+			if ((quiet & 15) == 15 && (client_here(w) || (!w->moved && (quiet & 255) == 255)))
 				sched_yield();
 			continue;
 		}
+		go_home(w);
 		{
 			uint64_t end = pkv_now_ns() + (uint64_t)w->spin_us * 1000;
 
@@ -540,7 +541,6 @@ static void *worker_main(void *arg)
 					sched_yield();
 			}
 		}
-		go_home(w);
 		pthread_mutex_lock(&w->mu);
 		if (!w->head && !w->stop) {
 			w->sleeping = 1;
