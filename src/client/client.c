@@ -443,9 +443,17 @@ static int wait_cqe(struct pkv_client *c, uint64_t ud, struct pkv_cqe *out)
 		if (t >= deadline)
 			return -ETIMEDOUT;
 		if (t < spin_end) {
-			/* Past the first microseconds, let a runnable thread (the daemon's
-			 * worker, on a busy machine) have this core between checks. */
-			if (t - start > 2000)
+			uint32_t me = (uint32_t)(sched_getcpu() + 1), peer = pkv_ring_peer_cpu(&c->sq);
+
+			pkv_ring_set_cpu(&c->cq, me);
+			/*
+			 * Past the first microseconds, let the daemon thread we wait for
+			 * have this core when it shares it (or we cannot tell); when it
+			 * polls from another CPU, a yield would only hand our core to
+			 * some other process, so only past a typical attend (a backend
+			 * thread of the daemon may want this core then).
+			 */
+			if (t - start > (peer && me && peer != me ? 20000u : 2000u))
 				sched_yield();
 			continue;
 		}

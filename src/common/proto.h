@@ -115,6 +115,8 @@ struct pkv_shm_hdr {
 #define PKV_RING_HEAD_OFF 0u   /* consumer-owned */
 #define PKV_RING_TAIL_OFF 64u  /* producer-owned */
 #define PKV_RING_FLAGS_OFF 128u /* consumer-owned: PKV_RING_NEED_WAKEUP */
+/* consumer-owned, the word after flags: the CPU it polls from + 1 (a spin hint, see ring.h) */
+#define PKV_RING_CPU_OFF (PKV_RING_FLAGS_OFF + 4u)
 #define PKV_RING_CTL_SIZE 192u
 
 /* The consumer is (about to be) asleep: ring its doorbell after publishing. */

@@ -22,6 +22,7 @@ struct pkv_ring {
 	uint32_t *sh_head;  /* shared: consumer's index */
 	uint32_t *sh_tail;  /* shared: producer's index */
 	uint32_t *sh_flags; /* shared: consumer's PKV_RING_NEED_WAKEUP */
+	uint32_t *sh_cpu;   /* shared: consumer's CPU hint (CPU + 1, 0 unknown); NULL when it has no room */
 	uint8_t *sh_entries;
 	uint32_t entries, mask, esize;
 	uint32_t local;     /* our own index: tail when producing, head when consuming */
@@ -34,6 +35,11 @@ static inline void pkv_ring_bind(struct pkv_ring *r, void *ctl, void *entries, u
 	r->sh_head = (uint32_t *)((uint8_t *)ctl + h->ring_head_off);
 	r->sh_tail = (uint32_t *)((uint8_t *)ctl + h->ring_tail_off);
 	r->sh_flags = (uint32_t *)((uint8_t *)ctl + h->ring_flags_off);
+	/* The word after flags, in the consumer's cache line, when the layout leaves it free. */
+	r->sh_cpu = NULL;
+	if (h->ring_flags_off + 8 <= PKV_RING_CTL_SIZE && h->ring_flags_off + 4 != h->ring_head_off &&
+	    h->ring_flags_off + 4 != h->ring_tail_off)
+		r->sh_cpu = (uint32_t *)((uint8_t *)ctl + h->ring_flags_off + 4);
 	r->sh_entries = entries;
 	r->entries = n;
 	r->mask = n - 1;
@@ -121,6 +127,29 @@ static inline int64_t pkv_ring_prepare_sleep(struct pkv_ring *r)
 static inline void pkv_ring_clear_wakeup(struct pkv_ring *r)
 {
 	pkv_store_relaxed(r->sh_flags, 0);
+}
+
+/*
+ * ---- CPU hints, for spinning on 2 vCPUs
+ *
+ * A waiting side must give its core away (sched_yield) when the thread it
+ * waits for runs on the same CPU, and should not when it runs elsewhere: a
+ * yield can hand the core to an unrelated process for a whole time slice.
+ * The consumer of a ring says where it polls from; the producer reads it.
+ * Only a hint: a wrong value costs the waiter some latency, nothing else.
+ */
+
+/* Consumer: records the CPU it polls from (cpu1 = CPU + 1), writing only on change. */
+static inline void pkv_ring_set_cpu(struct pkv_ring *r, uint32_t cpu1)
+{
+	if (r->sh_cpu && pkv_load_relaxed(r->sh_cpu) != cpu1)
+		pkv_store_relaxed(r->sh_cpu, cpu1);
+}
+
+/* Producer: the consumer's CPU + 1, or 0 when unknown. */
+static inline uint32_t pkv_ring_peer_cpu(const struct pkv_ring *r)
+{
+	return r->sh_cpu ? pkv_load_relaxed(r->sh_cpu) : 0;
 }
 
 #endif

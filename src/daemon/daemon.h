@@ -4,6 +4,7 @@
 #define PKV_DAEMON_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <liburing.h>
@@ -31,7 +32,8 @@ struct pool {
 	struct pkv_dispatch disp;     /* touched by the worker thread only (after creation) */
 	uint32_t n_clients;
 	uint32_t last_batch_items;    /* worker only: size of the last merged attend batch */
-	/* counters for status/metrics (loop thread; attend counters updated from worker completions) */
+	/* counters for status/metrics: steps and step_errors by the loop; attends, batches and
+	 * batch_seqs by the worker (atomic adds, read by the loop for status) */
 	uint64_t attends, batches, batch_seqs, steps, step_errors;
 };
 
@@ -86,10 +88,16 @@ struct session {
 	struct pkv_step_req *step_reqs; /* private copies for length updates at commit */
 	uint32_t n_step_reqs;
 	int32_t *step_tokens;
-	uint32_t inflight;            /* attends handed to the worker */
+	uint32_t inflight;            /* jobs on the worker (copies, ring ownership); release waits for 0 */
+	/*
+	 * Loop's view: the worker consumes this session's SQ ring (handed over
+	 * at an attend, handed back at any other opcode or when idle). Exactly
+	 * one thread consumes a ring at a time; the hand-offs go through the
+	 * worker's mutex, which orders everything either side wrote before.
+	 */
+	int worker_owned;
 	pthread_spinlock_t cq_lock;   /* the loop and the worker both post completions */
 	int cq_broken;                /* set by a poster that found the ring corrupted */
-	uint32_t cq_pending;          /* SQEs consumed whose CQE is not posted yet */
 	struct seq_ent *seqs;
 	uint32_t n_seqs, cap_seqs;
 	uint64_t ops, errors;
@@ -97,18 +105,24 @@ struct session {
 
 /* ---------------------------------------------------------------- worker */
 
-/* One attend of one session, as handed to the worker. */
+struct job;
+
+/* One attend of one session, taken from its ring by the worker. */
 struct attend_item {
 	struct session *s;
+	struct job *owner;            /* the session's JOB_POLL */
 	uint64_t user_data;
 	const struct pkv_step_meta *meta;
 	const void *q, *k, *v;
 	void *o;
-	int32_t res;
-	int posted;                   /* the worker already posted the completion */
 };
 
-enum job_kind { JOB_ATTEND = 1, JOB_COPY };
+/*
+ * JOB_COPY: a step's copy-on-write, run before any later attend of the
+ * session (the queue is FIFO). JOB_POLL: the session's SQ ring, handed to
+ * the worker; it comes back through `done` with what the loop must account.
+ */
+enum job_kind { JOB_ATTEND = 1, JOB_COPY, JOB_POLL };
 
 struct job {
 	struct job *next;
@@ -118,11 +132,15 @@ struct job {
 	/* JOB_ATTEND */
 	struct attend_item *items;
 	uint32_t n_items, cap_items;
-	/* JOB_COPY */
+	/* JOB_COPY, JOB_POLL */
 	struct session *s;
 	const struct pkv_block_copy *copies;
 	uint32_t n_copies;
-	int32_t res;
+	int32_t res;                  /* JOB_POLL: < 0 when the loop must disconnect the session */
+	/* JOB_POLL, worker only until handed back */
+	uint64_t last_ns;             /* last SQE taken */
+	uint64_t ops, errors;
+	int in_batch, give_back;
 };
 
 struct worker {
@@ -131,6 +149,13 @@ struct worker {
 	pthread_cond_t cv;
 	struct job *head, *tail;      /* queued */
 	struct job *done;             /* finished, for the loop */
+	struct job **owned;           /* worker only: JOB_POLLs of the rings it consumes */
+	uint32_t n_owned, cap_owned;
+	struct attend_item *batch;    /* worker only: the attends of one backend call */
+	uint32_t cap_batch;
+	uint32_t cpu1;                /* worker only: CPU + 1 of the current poll */
+	cpu_set_t home;               /* worker only: its CPU mask at start */
+	int moved;                    /* worker only: it left a client's CPU (maybe_move) */
 	int stop, sleeping;
 	unsigned spin_us;
 	unsigned gather_us;           /* longest wait for a lockstep batch to fill */
@@ -159,6 +184,7 @@ struct pkv_daemon {
 	uint64_t wake_buf;
 	struct __kernel_timespec tick;
 	int loop_sleeping;            /* shared with the worker: ring wake_fd when set */
+	uint32_t cpu1;                /* loop: CPU + 1 of the current sweep (ring CPU hint) */
 	int stopping;
 	struct session *sessions;
 	uint32_t next_id;
@@ -176,8 +202,6 @@ struct pkv_daemon {
 	 * only when a pool is created.
 	 */
 	pthread_mutex_t backend_mu;
-	/* attends collected in the current sweep, grouped into jobs at its end */
-	struct job *sweep_jobs;
 	uint64_t accepted, refused;
 };
 
@@ -190,8 +214,6 @@ int session_maybe_free(struct pkv_daemon *d, struct session *s);
 void session_ctl_message(struct pkv_daemon *d, struct session *s);
 /* Consumes SQEs; returns how many were handled. */
 int session_process(struct pkv_daemon *d, struct session *s);
-/* Posts a completion for one of the worker's results. */
-void session_complete(struct pkv_daemon *d, struct session *s, uint64_t ud, int32_t res, int posted);
 int session_post(struct session *s, uint64_t ud, int32_t res, uint64_t p0, uint64_t p1);
 void session_set_err(struct session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void session_release(struct pkv_daemon *d, struct session *s);

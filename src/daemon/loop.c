@@ -87,7 +87,7 @@ static void do_accept(struct pkv_daemon *d)
 		d->accepted++;
 		pkv_dbg("client %u: accepted (fd %d, pid %d)", s->id, fd, (int)s->pid);
 		if (arm_poll(d, fd, POLLIN | POLLRDHUP, &s->w_ctl)) {
-			s->closing = 1;
+			pkv_store_relaxed(&s->closing, 1);
 			s->released = 1;
 			session_maybe_free(d, s);
 			continue;
@@ -240,21 +240,27 @@ static int process_done(struct pkv_daemon *d)
 	int n = 0;
 
 	for (; j; j = next) {
+		struct session *s = j->s;
+
 		next = j->next;
-		if (j->kind == JOB_ATTEND) {
-			j->pool->attends += j->n_items;
-			j->pool->batches++;
-			for (uint32_t i = 0; i < j->n_items; i++) {
-				j->pool->batch_seqs += j->items[i].meta->num_seqs;
-				session_complete(d, j->items[i].s, j->items[i].user_data, j->res, j->items[i].posted);
+		if (j->kind == JOB_POLL) {
+			/* The ring is ours again: its head (if any) is not an attend. */
+			s->worker_owned = 0;
+			s->inflight--;
+			s->ops += j->ops;
+			s->errors += j->errors;
+			if (j->res < 0 && !s->closing) {
+				pkv_warn("client %u (pid %d): %s; disconnecting", s->id, (int)s->pid,
+					 j->res == -ENOMEM ? "out of memory" : "rings corrupted or overrun");
+				session_hangup(d, s);
 			}
-		} else if (j->s->inflight) {
+		} else if (s->inflight) {
 			/* A failed copy-on-write poisons the step: its commit must not publish. */
-			if (j->res < 0 && j->s->step) {
-				pkv_warn("client %u: copy-on-write failed: %s", j->s->id, strerror(-j->res));
-				j->s->step_poisoned = 1;
+			if (j->res < 0 && s->step) {
+				pkv_warn("client %u: copy-on-write failed: %s", s->id, strerror(-j->res));
+				s->step_poisoned = 1;
 			}
-			j->s->inflight--;
+			s->inflight--;
 		}
 		job_free(j);
 		n++;
@@ -262,29 +268,14 @@ static int process_done(struct pkv_daemon *d)
 	return n;
 }
 
-/* Runs every session's ready SQEs, then hands this sweep's attend jobs to the worker. */
+/* Runs every session's ready SQEs (attends hand the ring to the worker). */
 static int sweep(struct pkv_daemon *d)
 {
-	struct job *j, *rev = NULL;
 	int n = 0;
 
+	d->cpu1 = (uint32_t)(sched_getcpu() + 1);
 	for (struct session *s = d->sessions; s; s = s->next)
 		n += session_process(d, s);
-	/* Jobs were prepended; push them in creation order. */
-	for (j = d->sweep_jobs; j;) {
-		struct job *next = j->next;
-
-		j->next = rev;
-		rev = j;
-		j = next;
-	}
-	d->sweep_jobs = NULL;
-	for (j = rev; j;) {
-		struct job *next = j->next;
-
-		worker_push(d, j);
-		j = next;
-	}
 	return n;
 }
 
@@ -296,7 +287,8 @@ static int prepare_sleep(struct pkv_daemon *d)
 	for (struct session *s = d->sessions; s; s = s->next) {
 		int64_t a;
 
-		if (!s->region || s->closing)
+		/* The worker polls its rings: a doorbell flag would make the client ring for nothing. */
+		if (!s->region || s->closing || s->worker_owned)
 			continue;
 		a = pkv_ring_prepare_sleep(&s->sq);
 		/* A session waiting on its attends is woken by their completion. */
@@ -349,6 +341,12 @@ int loop_run(struct pkv_daemon *d)
 			last = pkv_now_ns();
 			continue;
 		}
+		/*
+		 * Spin spin_us after activity even while the worker polls every
+		 * ring: a ring handed back at step_end then finds the loop awake.
+		 * (Sleeping at once measured 23 % vs 11 % step overhead, median of
+		 * 7 alternated runs.)
+		 */
 		if (pkv_now_ns() - last < spin_ns) {
 			for (int i = 0; i < 16; i++)
 				pkv_cpu_relax();

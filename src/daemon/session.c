@@ -126,23 +126,6 @@ int session_post(struct session *s, uint64_t ud, int32_t res, uint64_t p0, uint6
 	return 0;
 }
 
-void session_complete(struct pkv_daemon *d, struct session *s, uint64_t ud, int32_t res, int posted)
-{
-	if (s->inflight)
-		s->inflight--;
-	if (s->cq_pending)
-		s->cq_pending--;
-	if (s->closing)
-		return;
-	if (res < 0)
-		s->errors++;
-	if ((!posted && session_post(s, ud, res, 0, 0)) || s->cq_broken) {
-		pkv_warn("client %u (pid %d): completion ring corrupted or overrun; disconnecting",
-			 s->id, (int)s->pid);
-		session_hangup(d, s);
-	}
-}
-
 /* ---------------------------------------------------------------- sequences table */
 
 static struct seq_ent *seq_find(struct session *s, uint32_t seq)
@@ -548,42 +531,19 @@ out:
 	return r;
 }
 
-static int op_attend(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e)
+/* Hands the session's ring to the worker, which takes this attend and the ones after it. */
+static void hand_to_worker(struct pkv_daemon *d, struct session *s)
 {
-	struct attend_item it = {
-		.s = s, .user_data = e->user_data, .meta = &s->meta,
-		.q = s->arena + e->off[0], .k = s->arena + e->off[1],
-		.v = s->arena + e->off[2], .o = s->arena + e->off[3],
-	};
-	struct job *j;
+	struct job *j = calloc(1, sizeof(*j));
 
-	/* Attends of one pool and layer seen in the same sweep share a job (coalescing). */
-	for (j = d->sweep_jobs; j; j = j->next)
-		if (d->cfg.coalesce && j->pool == s->pool && j->layer == e->layer)
-			break;
-	if (!j) {
-		j = calloc(1, sizeof(*j));
-		if (!j)
-			return -ENOMEM;
-		j->kind = JOB_ATTEND;
-		j->pool = s->pool;
-		j->layer = e->layer;
-		j->next = d->sweep_jobs;
-		d->sweep_jobs = j;
-	}
-	if (j->n_items == j->cap_items) {
-		uint32_t c = j->cap_items ? j->cap_items * 2 : 4;
-		struct attend_item *n = realloc(j->items, c * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		j->items = n;
-		j->cap_items = c;
-	}
-	j->items[j->n_items++] = it;
-	s->inflight++;
-	s->cq_pending++;
-	return 1; /* completed later by the worker */
+	if (!j)
+		return; /* retried at the next sweep */
+	j->kind = JOB_POLL;
+	j->pool = s->pool;
+	j->s = s;
+	s->worker_owned = 1;
+	s->inflight++; /* released only once the worker hands the ring back */
+	worker_push(d, j);
 }
 
 /* Executes one validated SQE; returns its result, or 1 when it completes asynchronously. */
@@ -650,7 +610,8 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 	case PKV_OP_STEP_BEGIN:
 		return op_step_begin(d, s, e);
 	case PKV_OP_ATTEND:
-		return op_attend(d, s, e);
+		/* Attends in a step run on the worker; one that passed validation had a step. */
+		return -EPROTO;
 	case PKV_OP_STEP_END:
 		if (!s->step) {
 			session_set_err(s, "no open step");
@@ -717,8 +678,10 @@ int session_process(struct pkv_daemon *d, struct session *s)
 	char why[PKV_ERR_LEN];
 	int done = 0;
 
-	if (s->closing || !s->region)
+	if (s->closing || !s->region || s->worker_owned)
 		return 0;
+	/* The client spins without yielding only while we poll from another CPU. */
+	pkv_ring_set_cpu(&s->sq, d->cpu1);
 	while (done < SQES_PER_SWEEP) {
 		struct sqe_limits lim;
 		struct pkv_sqe e;
@@ -736,9 +699,18 @@ int session_process(struct pkv_daemon *d, struct session *s)
 			session_hangup(d, s);
 			break;
 		}
-		if (space <= (int64_t)s->cq_pending)
+		if (space == 0)
 			break; /* no room for the completion: wait for the client to reap */
 		pkv_ring_peek_copy(&s->sq, &e);
+		/*
+		 * An attend in an open step: the worker takes the ring from here and
+		 * runs the attends itself, posting their completions straight away.
+		 * (One outside a step fails validation below.)
+		 */
+		if (e.opcode == PKV_OP_ATTEND && s->step) {
+			hand_to_worker(d, s);
+			break;
+		}
 		/* Anything but an attend waits for the attends before it (ordering). */
 		if (e.opcode != PKV_OP_ATTEND && s->inflight)
 			break;
@@ -819,7 +791,8 @@ void session_hangup(struct pkv_daemon *d, struct session *s)
 
 	if (s->closing)
 		return;
-	s->closing = 1;
+	/* The worker reads it to hand back a ring it polls. */
+	pkv_store_relaxed(&s->closing, 1);
 	pkv_dbg("client %u (pid %d): hung up", s->id, (int)s->pid);
 	/*
 	 * Cancel the requests that point at us. The cancels themselves count as
@@ -843,8 +816,8 @@ void session_hangup(struct pkv_daemon *d, struct session *s)
 			s->armed++;
 		}
 	}
-	/* Releasing waits for attends still running on the worker: they write into our arena
-	 * and into blocks this client holds. */
+	/* Releasing waits for the worker to hand back our ring (attends write into our arena
+	 * and into blocks this client holds) and for our copies. */
 	if (!s->inflight)
 		session_release(d, s);
 }
