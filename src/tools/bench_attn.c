@@ -7,7 +7,9 @@
  * - STREAM-style read bandwidth: every thread sums its share of a 1 GiB
  *   buffer mapped like the cache (anonymous, 2 MiB aligned, MADV_HUGEPAGE),
  *   before the attention runs (the ratios' reference) and again after them
- *   (stream_read_end_gbs: if the two differ, the host's load changed mid-run);
+ *   (stream_read_end_gbs: if the two differ, the host's load changed mid-run),
+ *   and 3 sweeps right before each decode row, the reference of that row's
+ *   of_stream (the load of this shared host drifts within a run);
  * - decode: one query per sequence, batch 1 and 16, ctx 512/2048/8192,
  *   bf16 cache and activations, shapes hd64 (9 q / 3 kv heads) and hd128
  *   (32 / 8); figure = K+V bytes the call must read / median call time. The
@@ -47,7 +49,8 @@ struct result {
 	double stream_gbs;
 	double stream_end_gbs;       /* STREAM again after the attention runs: shows drift on a shared host */
 	double decode_gbs[2][2][3];  /* shape, batch (1, 16), ctx (512, 2048, 8192) */
-	double decode_cpu[2][2][3];  /* CPU time the process got / (wall time x threads) while timing */
+	double decode_cpu[2][2][3];
+	double decode_stream[2][2][3]; /* STREAM read (3 sweeps) just before that decode row: its ratio's reference */  /* CPU time the process got / (wall time x threads) while timing */
 	double prefill_gflops[2][2]; /* shape, k (512, 4096) */
 };
 
@@ -141,11 +144,11 @@ static void *map_huge(size_t bytes)
 	return a;
 }
 
-static double stream_read(const struct pkv_host_api *api, char *buf, uint32_t threads)
+static double stream_read(const struct pkv_host_api *api, char *buf, uint32_t threads, int reps)
 {
 	struct stream_job j = { .buf = buf, .bytes = STREAM_BYTES, .n = threads };
 	double t[9];
-	int i, reps = quick ? 3 : 9;
+	int i;
 
 	for (i = 0; i < reps; i++) {
 		double t0 = now();
@@ -336,7 +339,7 @@ static int run_threads(const char *plugin, uint32_t threads, char *stream_buf, s
 		pkv_host_destroy(host);
 		return ret;
 	}
-	res->stream_gbs = stream_read(pkv_host_api(host), stream_buf, threads);
+	res->stream_gbs = stream_read(pkv_host_api(host), stream_buf, threads, quick ? 3 : 9);
 	if (!json)
 		printf("threads %u: STREAM read %.1f GB/s\n", threads, res->stream_gbs);
 
@@ -360,14 +363,16 @@ static int run_threads(const char *plugin, uint32_t threads, char *stream_buf, s
 					goto out;
 				ret = batch_make(&d, &bp, B, 1, ctx);
 				if (!ret) {
+					/* The host's load drifts within a run: each row's ratio uses a STREAM taken right before it. */
+					res->decode_stream[si][bi][ci] = stream_read(pkv_host_api(host), stream_buf, threads, 3);
 					sec = time_calls(&bp, &d, 1, quick ? 0.1 : 0.5, quick ? 3 : 10, threads,
 							 &res->decode_cpu[si][bi][ci]);
 					res->decode_gbs[si][bi][ci] = sec > 0 ? bytes / sec / 1e9 : 0;
 					if (!json)
-						printf("  decode  %-5s batch %2u ctx %4u: %6.1f GB/s (%.0f%% of STREAM) cpu %.2f\n",
+						printf("  decode  %-5s batch %2u ctx %4u: %6.1f GB/s (%.0f%% of STREAM %.1f) cpu %.2f\n",
 						       sh->name, B, ctx, res->decode_gbs[si][bi][ci],
-						       100 * res->decode_gbs[si][bi][ci] / res->stream_gbs,
-						       res->decode_cpu[si][bi][ci]);
+						       100 * res->decode_gbs[si][bi][ci] / res->decode_stream[si][bi][ci],
+						       res->decode_stream[si][bi][ci], res->decode_cpu[si][bi][ci]);
 				}
 				batch_free(&d);
 				pool_close(&bp);
@@ -401,7 +406,7 @@ static int run_threads(const char *plugin, uint32_t threads, char *stream_buf, s
 			if (ret)
 				goto out;
 		}
-	res->stream_end_gbs = stream_read(pkv_host_api(host), stream_buf, threads);
+	res->stream_end_gbs = stream_read(pkv_host_api(host), stream_buf, threads, quick ? 3 : 9);
 	if (!json)
 		printf("threads %u: STREAM read at the end %.1f GB/s\n", threads, res->stream_end_gbs);
 out:
@@ -419,10 +424,12 @@ static void print_json_body(const struct result *r, uint32_t threads)
 	for (si = 0; si < 2 && !(only && strcmp(only, "decode")); si++)
 		for (bi = 0; bi < 2; bi++)
 			for (ci = 0; ci < 3; ci++) {
-				printf("%s{\"shape\": \"%s\", \"batch\": %u, \"ctx\": %u, \"gbs\": %.2f, \"of_stream\": %.3f, "
-				       "\"cpu_share\": %.2f}",
+				printf("%s{\"shape\": \"%s\", \"batch\": %u, \"ctx\": %u, \"gbs\": %.2f, \"stream_gbs\": %.2f, "
+				       "\"of_stream\": %.3f, \"cpu_share\": %.2f}",
 				       first ? "" : ", ", shapes[si].name, batches[bi], ctxs[ci], r->decode_gbs[si][bi][ci],
-				       r->decode_gbs[si][bi][ci] / r->stream_gbs, r->decode_cpu[si][bi][ci]);
+				       r->decode_stream[si][bi][ci],
+				       r->decode_stream[si][bi][ci] > 0 ? r->decode_gbs[si][bi][ci] / r->decode_stream[si][bi][ci] : 0,
+				       r->decode_cpu[si][bi][ci]);
 				first = 0;
 			}
 	printf("], \"prefill_gflops\": [");
