@@ -5,7 +5,11 @@
  *
  * For each thread count (1 and all CPUs by default, or just N):
  * - STREAM-style read bandwidth: every thread sums its share of a 1 GiB
- *   buffer mapped like the cache (anonymous, 2 MiB aligned, MADV_HUGEPAGE);
+ *   buffer mapped like the cache (anonymous, 2 MiB aligned, MADV_HUGEPAGE),
+ *   before the attention runs (the ratios' reference) and again after them
+ *   (stream_read_end_gbs: if the two differ, the host's load changed mid-run),
+ *   and 3 sweeps right before each decode row, the reference of that row's
+ *   of_stream (the load of this shared host drifts within a run);
  * - decode: one query per sequence, batch 1 and 16, ctx 512/2048/8192,
  *   bf16 cache and activations, shapes hd64 (9 q / 3 kv heads) and hd128
  *   (32 / 8); figure = K+V bytes the call must read / median call time. The
@@ -43,7 +47,10 @@ static const struct shape shapes[] = {
 
 struct result {
 	double stream_gbs;
+	double stream_end_gbs;       /* STREAM again after the attention runs: shows drift on a shared host */
 	double decode_gbs[2][2][3];  /* shape, batch (1, 16), ctx (512, 2048, 8192) */
+	double decode_cpu[2][2][3];
+	double decode_stream[2][2][3]; /* STREAM read (3 sweeps) just before that decode row: its ratio's reference */  /* CPU time the process got / (wall time x threads) while timing */
 	double prefill_gflops[2][2]; /* shape, k (512, 4096) */
 };
 
@@ -137,11 +144,11 @@ static void *map_huge(size_t bytes)
 	return a;
 }
 
-static double stream_read(const struct pkv_host_api *api, char *buf, uint32_t threads)
+static double stream_read(const struct pkv_host_api *api, char *buf, uint32_t threads, int reps)
 {
 	struct stream_job j = { .buf = buf, .bytes = STREAM_BYTES, .n = threads };
 	double t[9];
-	int i, reps = quick ? 3 : 9;
+	int i;
 
 	for (i = 0; i < reps; i++) {
 		double t0 = now();
@@ -271,11 +278,25 @@ static void batch_free(struct batch_data *d)
 	free(d->vn);
 }
 
-/* Median seconds per call, cycling through the pool's layers. */
-static double time_calls(struct bench_pool *bp, struct batch_data *d, int decode, double budget, int min_reps)
+static double clock_s(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/*
+ * Median seconds per call, cycling through the pool's layers. *cpu_share
+ * (if set): the process's CPU time over wall time x threads while timing;
+ * well below 1 means other work on the shared host took our CPUs (pool
+ * workers spin while waiting, so an undisturbed run reads close to 1).
+ */
+static double time_calls(struct bench_pool *bp, struct batch_data *d, int decode, double budget, int min_reps,
+			 uint32_t threads, double *cpu_share)
 {
 	const struct pkv_backend *be = bp->plug->be;
-	double t[512], start = now();
+	double t[512], start = now(), c0, w0;
 	int n = 0, ret;
 	uint32_t layer = 0;
 
@@ -283,6 +304,8 @@ static double time_calls(struct bench_pool *bp, struct batch_data *d, int decode
 		d->b.layer = layer++ % bp->nlayers;
 		(decode ? be->attend_decode : be->attend_varlen)(bp->plug->ctx, &bp->mem, &d->b);
 	}
+	c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+	w0 = clock_s(CLOCK_MONOTONIC);
 	while (n < 512 && (n < min_reps || now() - start < budget)) {
 		double t0;
 
@@ -295,6 +318,8 @@ static double time_calls(struct bench_pool *bp, struct batch_data *d, int decode
 			return -1;
 		}
 	}
+	if (cpu_share)
+		*cpu_share = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / ((clock_s(CLOCK_MONOTONIC) - w0) * threads);
 	return median(t, n);
 }
 
@@ -314,7 +339,7 @@ static int run_threads(const char *plugin, uint32_t threads, char *stream_buf, s
 		pkv_host_destroy(host);
 		return ret;
 	}
-	res->stream_gbs = stream_read(pkv_host_api(host), stream_buf, threads);
+	res->stream_gbs = stream_read(pkv_host_api(host), stream_buf, threads, quick ? 3 : 9);
 	if (!json)
 		printf("threads %u: STREAM read %.1f GB/s\n", threads, res->stream_gbs);
 
@@ -338,12 +363,16 @@ static int run_threads(const char *plugin, uint32_t threads, char *stream_buf, s
 					goto out;
 				ret = batch_make(&d, &bp, B, 1, ctx);
 				if (!ret) {
-					sec = time_calls(&bp, &d, 1, quick ? 0.1 : 0.5, quick ? 3 : 10);
+					/* The host's load drifts within a run: each row's ratio uses a STREAM taken right before it. */
+					res->decode_stream[si][bi][ci] = stream_read(pkv_host_api(host), stream_buf, threads, 3);
+					sec = time_calls(&bp, &d, 1, quick ? 0.1 : 0.5, quick ? 3 : 10, threads,
+							 &res->decode_cpu[si][bi][ci]);
 					res->decode_gbs[si][bi][ci] = sec > 0 ? bytes / sec / 1e9 : 0;
 					if (!json)
-						printf("  decode  %-5s batch %2u ctx %4u: %6.1f GB/s (%.0f%% of STREAM)\n",
+						printf("  decode  %-5s batch %2u ctx %4u: %6.1f GB/s (%.0f%% of STREAM %.1f) cpu %.2f\n",
 						       sh->name, B, ctx, res->decode_gbs[si][bi][ci],
-						       100 * res->decode_gbs[si][bi][ci] / res->stream_gbs);
+						       100 * res->decode_gbs[si][bi][ci] / res->decode_stream[si][bi][ci],
+						       res->decode_stream[si][bi][ci], res->decode_cpu[si][bi][ci]);
 				}
 				batch_free(&d);
 				pool_close(&bp);
@@ -366,7 +395,7 @@ static int run_threads(const char *plugin, uint32_t threads, char *stream_buf, s
 				goto out;
 			ret = batch_make(&d, &bp, 1, sq, sk);
 			if (!ret) {
-				sec = time_calls(&bp, &d, 0, quick ? 0.2 : 1.5, quick ? 2 : 5);
+				sec = time_calls(&bp, &d, 0, quick ? 0.2 : 1.5, quick ? 2 : 5, threads, NULL);
 				res->prefill_gflops[si][ki] = sec > 0 ? 4.0 * sh->hd * sh->nh * pairs / sec / 1e9 : 0;
 				if (!json)
 					printf("  prefill %-5s q 512 k %4u: %6.1f GFLOP/s\n", sh->name, sk,
@@ -377,6 +406,9 @@ static int run_threads(const char *plugin, uint32_t threads, char *stream_buf, s
 			if (ret)
 				goto out;
 		}
+	res->stream_end_gbs = stream_read(pkv_host_api(host), stream_buf, threads, quick ? 3 : 9);
+	if (!json)
+		printf("threads %u: STREAM read at the end %.1f GB/s\n", threads, res->stream_end_gbs);
 out:
 	pkv_plugin_unload(&plug);
 	pkv_host_destroy(host);
@@ -387,13 +419,17 @@ static void print_json_body(const struct result *r, uint32_t threads)
 {
 	int si, bi, ci, ki, first = 1;
 
-	printf("\"threads\": %u, \"stream_read_gbs\": %.2f, \"decode_gbs\": [", threads, r->stream_gbs);
+	printf("\"threads\": %u, \"stream_read_gbs\": %.2f, \"stream_read_end_gbs\": %.2f, \"decode_gbs\": [", threads,
+	       r->stream_gbs, r->stream_end_gbs);
 	for (si = 0; si < 2 && !(only && strcmp(only, "decode")); si++)
 		for (bi = 0; bi < 2; bi++)
 			for (ci = 0; ci < 3; ci++) {
-				printf("%s{\"shape\": \"%s\", \"batch\": %u, \"ctx\": %u, \"gbs\": %.2f, \"of_stream\": %.3f}",
+				printf("%s{\"shape\": \"%s\", \"batch\": %u, \"ctx\": %u, \"gbs\": %.2f, \"stream_gbs\": %.2f, "
+				       "\"of_stream\": %.3f, \"cpu_share\": %.2f}",
 				       first ? "" : ", ", shapes[si].name, batches[bi], ctxs[ci], r->decode_gbs[si][bi][ci],
-				       r->decode_gbs[si][bi][ci] / r->stream_gbs);
+				       r->decode_stream[si][bi][ci],
+				       r->decode_stream[si][bi][ci] > 0 ? r->decode_gbs[si][bi][ci] / r->decode_stream[si][bi][ci] : 0,
+				       r->decode_cpu[si][bi][ci]);
 				first = 0;
 			}
 	printf("], \"prefill_gflops\": [");

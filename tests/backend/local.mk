@@ -57,3 +57,6 @@ tests_backend_pkv_conformance_LDADD = src/loader/libpkvloader.la $(LIBM)
 # make check runs it on the CPU plugin, once per kernel variant.
 TESTS += tests/backend/conformance-cpu tests/backend/conformance-cpu-fill
 dist_check_SCRIPTS += tests/backend/conformance-cpu tests/backend/conformance-cpu-fill
+# Its exit status after a bail-out (toy plugins whose load or init fails).
+TESTS += tests/backend/conformance-exit
+dist_check_SCRIPTS += tests/backend/conformance-exit
