@@ -329,6 +329,9 @@ void session_ctl_message(struct pkv_daemon *d, struct session *s)
 	if (n == -EAGAIN)
 		return;
 	if (n <= 0) {
+		/* A zero-byte message can still carry descriptors: they are ours to close. */
+		if (n == 0)
+			close_fds(fds, nfds);
 		if (n < 0 && n != -ECONNRESET && n != -EBADMSG)
 			pkv_dbg("client %u: recv: %s", s->id, strerror((int)-n));
 		if (n == -EBADMSG && !s->role) {

@@ -2,11 +2,14 @@
 /* Hostile clients: bad SQEs, bad handshakes, foreign handles, corrupted rings; the daemon stays up and unchanged. */
 #include "config.h"
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
@@ -435,6 +438,67 @@ START_TEST(test_block_share_quota_is_per_client)
 }
 END_TEST
 
+/* Descriptors open in the daemon (its /proc fd directory). */
+static int daemon_fds(void)
+{
+	char path[64];
+	struct dirent *e;
+	DIR *dir;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)D.pid);
+	dir = opendir(path);
+	ck_assert_ptr_nonnull(dir);
+	while ((e = readdir(dir)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(dir);
+	return n;
+}
+
+START_TEST(test_empty_message_with_descriptors_leaks_nothing)
+{
+	int before, after = 0;
+
+	before = daemon_fds();
+	for (int i = 0; i < 20; i++) {
+		int s = pkv_sock_connect(D.sock, 2000);
+		int fds[3];
+
+		ck_assert_int_ge(s, 0);
+		fds[0] = memfd_create("pkv-test", MFD_CLOEXEC);
+		fds[1] = eventfd(0, EFD_CLOEXEC);
+		fds[2] = eventfd(0, EFD_CLOEXEC);
+		ck_assert(fds[0] >= 0 && fds[1] >= 0 && fds[2] >= 0);
+		/* A zero-byte message: the daemon sees an "end of file" that carries descriptors. */
+		ck_assert_int_eq(pkv_msg_send(s, "", 0, fds, 3), 0);
+		for (int k = 0; k < 3; k++)
+			close(fds[k]);
+		{
+			/* Stay connected until the daemon has read it and hung up on us. */
+			struct pollfd p = { .fd = s, .events = POLLIN | POLLRDHUP };
+
+			ck_assert_int_eq(poll(&p, 1, 5000), 1);
+		}
+		close(s);
+	}
+	/* Hang-ups are handled asynchronously: wait for the count to settle back. */
+	for (int t = 0; t < 500; t++) {
+		after = daemon_fds();
+		if (after <= before)
+			break;
+		usleep(10000);
+	}
+	ck_assert_int_le(after, before);
+	{
+		struct pkv_client *c = lib_client();
+
+		ck_assert_int_eq(pkv_nop(c), 0);
+		pkv_disconnect(c);
+	}
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("daemon-hostile");
@@ -455,6 +519,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_truncating_memfd_cannot_hurt_daemon);
 	tcase_add_test(t, test_corrupted_ring_disconnects_only_that_client);
 	tcase_add_test(t, test_garbage_control_messages_refused);
+	tcase_add_test(t, test_empty_message_with_descriptors_leaks_nothing);
 	suite_add_tcase(s, t);
 	return s;
 }
