@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
 #include "common/msg.h"
@@ -499,6 +501,104 @@ START_TEST(test_empty_message_with_descriptors_leaks_nothing)
 }
 END_TEST
 
+/* A client that asks for a wake-up on every completion and scribbles on its wake word, for ms. */
+static void hostile_waker(int ms)
+{
+	struct pkv_msg_attach m;
+	struct raw r;
+	uint64_t end, one = 1, ud = 0;
+	struct timespec ts;
+
+	if (raw_open(&r, D.sock, 1 << 20, F_SEAL_SHRINK | F_SEAL_GROW) ||
+	    raw_hello(&r, PKV_PROTO_VERSION, r.size, 1, NULL, 0))
+		_exit(2);
+	raw_attach_msg(&m, "p");
+	if (raw_attach(&r, &m, NULL, 0))
+		_exit(3);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	end = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 + (uint64_t)ms;
+	for (uint32_t i = 0;; i++) {
+		*r.cq.sh_flags = PKV_RING_NEED_WAKEUP;
+		*r.cq.sh_wake = i * 2654435761u;
+		while (pkv_ring_space(&r.sq) > 0) {
+			struct pkv_sqe e = sqe(PKV_OP_NOP);
+
+			e.user_data = ud++;
+			memcpy(pkv_ring_prod_slot(&r.sq), &e, sizeof(e));
+			pkv_ring_publish(&r.sq);
+		}
+		if (write(r.sq_bell, &one, sizeof(one)) < 0)
+			_exit(4);
+		for (int64_t a = pkv_ring_avail(&r.cq); a > 0; a--)
+			pkv_ring_consume(&r.cq);
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		if ((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 >= end)
+			break;
+	}
+	raw_close(&r);
+	_exit(0);
+}
+
+START_TEST(test_wake_ups_cannot_block_the_daemon)
+{
+	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 1 << 20, .timeout_ms = 3000 };
+	uint64_t worst = 0;
+	int st;
+	pid_t kid = fork();
+
+	ck_assert_int_ge(kid, 0);
+	if (kid == 0)
+		hostile_waker(1500);
+	/* Meanwhile, new clients connect and complete a call promptly. */
+	for (int i = 0; i < 20; i++) {
+		struct pkv_pool_params p;
+		struct pkv_client *c;
+		struct timespec a, b;
+		uint64_t us;
+
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		ck_assert_int_eq(pkv_connect(&o, &c), 0);
+		test_pool_params(&p, "p");
+		ck_assert_int_eq(pkv_pool_attach(c, &p), 0);
+		ck_assert_int_eq(pkv_nop(c), 0);
+		pkv_disconnect(c);
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		us = (uint64_t)(((int64_t)b.tv_sec - a.tv_sec) * 1000000 + ((int64_t)b.tv_nsec - a.tv_nsec) / 1000);
+		if (us > worst)
+			worst = us;
+		usleep(50000);
+	}
+	ck_assert_int_eq(waitpid(kid, &st, 0), kid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "hostile client failed: %d", st);
+	ck_assert_msg(worst < 1000000, "a connect + nop took %llu us", (unsigned long long)worst);
+}
+END_TEST
+
+START_TEST(test_sleeping_client_is_woken)
+{
+	/* No spinning: every wait goes to sleep on the futex and needs the daemon's wake. */
+	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 1 << 20, .timeout_ms = 2000,
+				      .spin_us = 1 };
+	struct pkv_pool_params p;
+	struct pkv_client *c;
+	struct timespec a, b;
+	uint64_t ms;
+
+	ck_assert_int_eq(pkv_connect(&o, &c), 0);
+	test_pool_params(&p, "p");
+	ck_assert_int_eq(pkv_pool_attach(c, &p), 0);
+
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	for (int i = 0; i < 200; i++)
+		ck_assert_int_eq(pkv_nop(c), 0);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	pkv_disconnect(c);
+	/* A lost wake-up would cost the client's 50 ms re-check each: 10 s in all. */
+	ms = (uint64_t)(((int64_t)b.tv_sec - a.tv_sec) * 1000 + ((int64_t)b.tv_nsec - a.tv_nsec) / 1000000);
+	ck_assert_msg(ms < 3000, "200 sleeping nops took %llu ms", (unsigned long long)ms);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("daemon-hostile");
@@ -520,6 +620,8 @@ static Suite *suite(void)
 	tcase_add_test(t, test_corrupted_ring_disconnects_only_that_client);
 	tcase_add_test(t, test_garbage_control_messages_refused);
 	tcase_add_test(t, test_empty_message_with_descriptors_leaks_nothing);
+	tcase_add_test(t, test_wake_ups_cannot_block_the_daemon);
+	tcase_add_test(t, test_sleeping_client_is_woken);
 	suite_add_tcase(s, t);
 	return s;
 }
