@@ -641,8 +641,8 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 		tok = copy_out(s, e->off[0], e->n);
 		if (!tok)
 			return -ENOMEM;
-		r = e->opcode == PKV_OP_PIN ? pkv_prefix_pin(c, s->ns, tok, e->n)
-					    : pkv_prefix_unpin(c, s->ns, tok, e->n);
+		r = e->opcode == PKV_OP_PIN ? pkv_prefix_pin(c, s->id, s->ns, tok, e->n)
+					    : pkv_prefix_unpin(c, s->id, s->ns, tok, e->n);
 		free(tok);
 		if (r < 0)
 			session_set_err(s, "%s: %s", e->opcode == PKV_OP_PIN ? "pin" : "unpin", strerror(-r));
