@@ -563,9 +563,16 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 				explain(d, s, "fork", r);
 				return r;
 			}
-			*p0 = seq;
 			len = pkv_seq_len(c, s->id, seq);
-			return seq_add(s, seq, len > 0 ? (uint32_t)len : (se ? se->len : 0));
+			r = seq_add(s, seq, len > 0 ? (uint32_t)len : (se ? se->len : 0));
+			if (r) {
+				/* Untracked, the child would hold blocks and a quota slot under a handle the client never learns. */
+				pkv_seq_close(c, s->id, seq);
+				session_set_err(s, "fork: %s", strerror(-r));
+				return r;
+			}
+			*p0 = seq;
+			return 0;
 		}
 		tok = copy_out(s, e->off[0], e->n);
 		if (!tok)
