@@ -599,6 +599,45 @@ START_TEST(test_sleeping_client_is_woken)
 }
 END_TEST
 
+START_TEST(test_connections_per_uid_are_limited)
+{
+	static const char *const extra[] = { "--max-clients-per-uid", "3", NULL };
+	struct pkv_connect_opts o = { .arena_bytes = 1 << 20, .timeout_ms = 5000 };
+	struct pkv_client *c[4];
+	struct pkv_msg_reply rep;
+	struct dmn E;
+	ssize_t n;
+	int s, r = -1;
+
+	ck_assert_int_eq(dmn_start(&E, extra), 0);
+	o.socket_path = E.sock;
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(pkv_connect(&o, &c[i]), 0);
+	/* The fourth is refused, with the reason, before any hello. */
+	s = pkv_sock_connect(E.sock, 5000);
+	ck_assert_int_ge(s, 0);
+	n = pkv_msg_recv(s, &rep, sizeof(rep), NULL, 0, NULL, 5000);
+	ck_assert_int_gt(n, (ssize_t)PKV_REPLY_HDR_SIZE);
+	ck_assert_int_eq(rep.status, -EUSERS);
+	rep.text[(size_t)n - PKV_REPLY_HDR_SIZE < sizeof(rep.text) ? (size_t)n - PKV_REPLY_HDR_SIZE
+								   : sizeof(rep.text) - 1] = 0;
+	ck_assert_ptr_nonnull(strstr(rep.text, "max_clients_per_uid"));
+	close(s);
+	ck_assert_int_eq(pkv_connect(&o, &c[3]), -EUSERS);
+	/* The others are unaffected, and a slot frees when one leaves. */
+	ck_assert_int_eq(pkv_nop(c[0]), 0);
+	pkv_disconnect(c[2]);
+	for (int t = 0; t < 500 && (r = pkv_connect(&o, &c[2])) == -EUSERS; t++)
+		usleep(10000);
+	ck_assert_int_eq(r, 0);
+	for (int i = 0; i < 3; i++)
+		pkv_disconnect(c[i]);
+	ck_assert(dmn_alive(&E));
+	ck_assert_int_eq(dmn_stop(&E), 0);
+	dmn_cleanup(&E);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("daemon-hostile");
@@ -622,6 +661,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_empty_message_with_descriptors_leaks_nothing);
 	tcase_add_test(t, test_wake_ups_cannot_block_the_daemon);
 	tcase_add_test(t, test_sleeping_client_is_woken);
+	tcase_add_test(t, test_connections_per_uid_are_limited);
 	suite_add_tcase(s, t);
 	return s;
 }
