@@ -88,7 +88,8 @@ int pkv_wait(struct pkv_client *c, uint64_t ticket);
 int pkv_step_end(struct pkv_client *c);
 int pkv_step_abort(struct pkv_client *c);
 
-/* Keep a prefix's blocks cached (within the namespace's pin budget). Returns tokens pinned. */
+/* Keep a prefix's blocks cached while this connection lasts (within its pin budget, a quarter of
+ * the pool, and the pool's cap on pinned blocks, half of it). Returns tokens pinned. */
 int pkv_pin(struct pkv_client *c, const int32_t *tokens, uint32_t n_tokens);
 int pkv_unpin(struct pkv_client *c, const int32_t *tokens, uint32_t n_tokens);
 

@@ -179,6 +179,8 @@ static void audit_seqs(const struct pkv_cache *c, struct rep *r, uint32_t *refs)
 				refs[st->reqs[i].cow_old]++;
 }
 
+static void audit_pins(const struct pkv_cache *c, struct rep *r);
+
 static void audit_owners(const struct pkv_cache *c, struct rep *r)
 {
 	uint32_t i, nown = 0, nsteps = 0;
@@ -210,17 +212,54 @@ static void audit_owners(const struct pkv_cache *c, struct rep *r)
 	}
 	if (nown != c->n_own)
 		bad(r, "%u owners, counter says %u", nown, c->n_own);
-	for (i = 0; i < c->n_nsp; i++) {
-		uint32_t n = 0, b;
+	audit_pins(c, r);
+}
 
-		for (b = 0; b < c->g.num_blocks; b++)
-			n += c->blk[b].pin && key_eq(c->blk[b].ns, c->nsp[i].ns);
-		if (n != c->nsp[i].blocks || !n)
-			bad(r, "namespace %u: %u pinned blocks, counter says %u", i, n, c->nsp[i].blocks);
-		if (n > c->lim.pin_budget_blocks)
-			bad(r, "namespace %u: %u pinned blocks over the budget %u", i, n,
-			    c->lim.pin_budget_blocks);
+/* Every block's pin count equals the owners' pins through it; budgets and the cap hold. */
+static void audit_pins(const struct pkv_cache *c, struct rep *r)
+{
+	uint32_t n = c->g.num_blocks, i, j, k;
+	uint32_t *cnt = calloc(n, sizeof(*cnt));
+
+	if (!cnt) {
+		bad(r, "out of memory auditing pins");
+		return;
 	}
+	for (i = 0; i <= c->own_mask; i++) {
+		const struct owner *o = &c->own[i];
+		uint64_t sum = 0;
+
+		if (!o->used)
+			continue;
+		for (j = 0; j < o->n_pins; j++) {
+			const struct pin_rec *p = &o->pins[j];
+
+			sum += p->n;
+			for (k = 0; k < p->n; k++) {
+				if (p->blk[k] < 0 || (uint32_t)p->blk[k] >= n) {
+					bad(r, "owner %u: pin %u names block %d", o->id, j, p->blk[k]);
+					continue;
+				}
+				cnt[p->blk[k]]++;
+				if (k && c->blk[p->blk[k]].parent != p->blk[k - 1])
+					bad(r, "owner %u: pin %u is not a root path at %u", o->id, j, k);
+			}
+			if (p->n && c->blk[p->blk[0]].parent != -1)
+				bad(r, "owner %u: pin %u does not start at a root", o->id, j);
+		}
+		if (sum != o->pin_blocks)
+			bad(r, "owner %u: pins hold %llu blocks, counter says %u", o->id,
+			    (unsigned long long)sum, o->pin_blocks);
+		if (sum > c->lim.pin_budget_blocks)
+			bad(r, "owner %u: %llu pinned blocks over the budget %u", o->id,
+			    (unsigned long long)sum, c->lim.pin_budget_blocks);
+	}
+	for (i = 0; i < n; i++)
+		if (cnt[i] != c->blk[i].pin)
+			bad(r, "block %u: pin %u, owners' pins through it %u", i, c->blk[i].pin, cnt[i]);
+	if (c->n_pinned > c->lim.pin_cap_blocks)
+		bad(r, "%u pinned blocks over the pool's cap %u", c->n_pinned, c->lim.pin_cap_blocks);
+	free(cnt);
 }
 
 int pkv_cache_audit(const struct pkv_cache *c, char *report, size_t report_len)

@@ -36,7 +36,8 @@ int pkv_geometry_check(const struct pkv_geometry *g, char *why, size_t why_len);
 struct pkv_cache_limits {
 	uint32_t max_seqs;            /* sequences open at once (0 = default 65536) */
 	uint32_t max_tokens_per_seq;  /* (0 = default 1 << 20) */
-	uint32_t pin_budget_blocks;   /* per namespace (0 = num_blocks / 2) */
+	uint32_t pin_budget_blocks;   /* per owner, summed over its pins (0 = num_blocks / 4) */
+	uint32_t pin_cap_blocks;      /* pinned blocks in the whole pool (0 = num_blocks / 2) */
 };
 
 int pkv_cache_create(const struct pkv_geometry *g, const struct pkv_cache_limits *lim,
@@ -124,19 +125,25 @@ void pkv_step_abort(struct pkv_cache *c, struct pkv_step *step);
 
 /*
  * Pinning: the published blocks of the chain matching tokens (whole blocks)
- * survive LRU eviction until unpinned, within the namespace's pin budget
- * (-ENOSPC beyond it). Returns the number of tokens pinned.
+ * survive LRU eviction until unpinned or until their owner is released
+ * (pkv_cache_release_owner: a pin never outlives the connection that made
+ * it). Each pin counts its blocks against the owner's pin budget, and the
+ * pool never holds more than pin_cap_blocks pinned blocks; beyond either,
+ * -ENOSPC and nothing changes. A namespace (a salt) buys no budget: the
+ * budget follows the owner. Returns the number of tokens pinned.
  */
-int pkv_prefix_pin(struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens, uint32_t n_tokens);
-int pkv_prefix_unpin(struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens, uint32_t n_tokens);
+int pkv_prefix_pin(struct pkv_cache *c, uint32_t owner, struct pkv_key ns, const int32_t *tokens,
+		   uint32_t n_tokens);
+int pkv_prefix_unpin(struct pkv_cache *c, uint32_t owner, struct pkv_key ns, const int32_t *tokens,
+		     uint32_t n_tokens);
 /*
  * Drops every cached (unreferenced, unpinned) block from the prefix table;
  * returns how many. A cached block that is the parent of a pinned block
  * cannot be dropped without breaking the chain, and is pinned itself anyway
  * (pins cover whole root paths).
  *
- * unpin undoes one pin whose path ends at the deepest pinned block matching
- * tokens (-ENOENT when no pin ends there); it returns the tokens unpinned.
+ * unpin undoes the owner's deepest pin whose path is a prefix of the chain
+ * matching tokens (-ENOENT when it holds none); it returns the tokens unpinned.
  */
 int pkv_cache_flush(struct pkv_cache *c);
 

@@ -55,11 +55,15 @@ struct owner {
 	uint32_t nseqs, nblocks, nsteps;
 	uint32_t max_seqs, max_blocks;
 	int32_t seq_head;
+	struct pin_rec *pins;     /* pins held, released with the owner */
+	uint32_t n_pins, cap_pins;
+	uint32_t pin_blocks;      /* sum of the pins' lengths, against lim.pin_budget_blocks */
 };
 
-struct ns_pin {
-	struct pkv_key ns;
-	uint32_t blocks;     /* blocks with pin > 0 in this namespace */
+/* One pin held by an owner: the root path of blocks it pinned (they cannot be evicted meanwhile). */
+struct pin_rec {
+	uint32_t n;
+	int32_t *blk;
 };
 
 struct step_req {
@@ -105,9 +109,6 @@ struct pkv_cache {
 
 	struct owner *own;
 	uint32_t own_mask, n_own;
-
-	struct ns_pin *nsp;
-	uint32_t n_nsp, cap_nsp;
 
 	struct pkv_step *steps_open, *steps_free;
 	uint32_t n_steps_open;
@@ -164,6 +165,8 @@ struct seq *pkv_seq_get(const struct pkv_cache *c, uint32_t owner, uint32_t hand
 struct owner *pkv_owner_find(const struct pkv_cache *c, uint32_t id);
 struct owner *pkv_owner_get(struct pkv_cache *c, uint32_t id);
 void pkv_owner_maybe_drop(struct pkv_cache *c, uint32_t id);
+/* Drops every pin the owner holds. */
+void pkv_prefix_release_pins(struct pkv_cache *c, struct owner *o);
 int pkv_seq_reserve_tab(struct seq *s, uint32_t need);
 
 #endif

@@ -112,7 +112,9 @@ int pkv_cache_create(const struct pkv_geometry *g, const struct pkv_cache_limits
 	if (!c->lim.max_tokens_per_seq)
 		c->lim.max_tokens_per_seq = 1u << 20;
 	if (!c->lim.pin_budget_blocks)
-		c->lim.pin_budget_blocks = n / 2 ? n / 2 : 1;
+		c->lim.pin_budget_blocks = n / 4 ? n / 4 : 1;
+	if (!c->lim.pin_cap_blocks)
+		c->lim.pin_cap_blocks = n / 2 ? n / 2 : 1;
 	err = -EINVAL;
 	if (c->lim.max_seqs > MAX_SEQS_LIMIT || c->lim.max_tokens_per_seq > MAX_TOKENS_LIMIT)
 		goto err_free;
@@ -176,8 +178,15 @@ void pkv_cache_destroy(struct pkv_cache *c)
 		}
 	free(c->seqs);
 	free(c->seq_free);
+	/* Only used entries: a slot vacated by deletion may still hold a moved entry's pointers. */
+	for (i = 0; c->own && i <= c->own_mask; i++) {
+		if (!c->own[i].used)
+			continue;
+		for (uint32_t j = 0; j < c->own[i].n_pins; j++)
+			free(c->own[i].pins[j].blk);
+		free(c->own[i].pins);
+	}
 	free(c->own);
-	free(c->nsp);
 	free(c->blk);
 	free(c->tok);
 	free(c->free_stk);

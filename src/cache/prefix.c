@@ -2,6 +2,7 @@
 /* The prefix table: chained block keys, collision-proof lookup, publication, pinning and flush. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include "cache/cache_int.h"
 
 int32_t pkv_prefix_find(const struct pkv_cache *c, struct pkv_key key)
@@ -115,14 +116,6 @@ void pkv_prefix_publish_new(struct pkv_cache *c, struct seq *s, uint32_t from, u
 	}
 }
 
-static struct ns_pin *nsp_find(struct pkv_cache *c, struct pkv_key ns)
-{
-	for (uint32_t i = 0; i < c->n_nsp; i++)
-		if (key_eq(c->nsp[i].ns, ns))
-			return &c->nsp[i];
-	return NULL;
-}
-
 static int check_tokens(const struct pkv_cache *c, const int32_t *tokens, uint32_t n_tokens)
 {
 	if (!tokens && n_tokens)
@@ -140,10 +133,34 @@ static uint32_t max_walk(const struct pkv_cache *c, uint32_t n_tokens)
 	return n < c->g.num_blocks ? n : c->g.num_blocks;
 }
 
-int pkv_prefix_pin(struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens, uint32_t n_tokens)
+/* Pins (or, with d = -1, unpins) the root path blk[0..n). */
+static void pin_path(struct pkv_cache *c, const int32_t *blk, uint32_t n, int d)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct blk *k = &c->blk[blk[i]];
+
+		if (i)
+			c->blk[blk[i - 1]].pin_child += (uint32_t)d;
+		if (d > 0 && k->pin++ == 0) {
+			c->n_pinned++;
+			if (!k->ref)
+				c->n_cached_pinned++;
+			pkv_lru_update(c, blk[i]);
+		} else if (d < 0 && --k->pin == 0) {
+			c->n_pinned--;
+			if (!k->ref)
+				c->n_cached_pinned--;
+			pkv_lru_update(c, blk[i]);
+		}
+	}
+}
+
+int pkv_prefix_pin(struct pkv_cache *c, uint32_t owner, struct pkv_key ns, const int32_t *tokens,
+		   uint32_t n_tokens)
 {
 	uint32_t n, i, fresh = 0, have;
-	struct ns_pin *np;
+	struct owner *o;
+	int32_t *path;
 	int err;
 
 	err = check_tokens(c, tokens, n_tokens);
@@ -154,78 +171,84 @@ int pkv_prefix_pin(struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens
 		return 0;
 	for (i = 0; i < n; i++)
 		fresh += c->blk[c->scratch[i]].pin == 0;
-	np = nsp_find(c, ns);
-	have = np ? np->blocks : 0;
-	if ((uint64_t)have + fresh > c->lim.pin_budget_blocks)
+	/* The budget follows the owner (a salt buys none); the cap bounds all owners together. */
+	o = pkv_owner_find(c, owner);
+	have = o ? o->pin_blocks : 0;
+	if ((uint64_t)have + n > c->lim.pin_budget_blocks ||
+	    (uint64_t)c->n_pinned + fresh > c->lim.pin_cap_blocks)
 		return -ENOSPC;
-	if (!np && fresh) {
-		if (c->n_nsp == c->cap_nsp) {
-			uint32_t cap = c->cap_nsp ? 2 * c->cap_nsp : 8;
-			struct ns_pin *p = realloc(c->nsp, cap * sizeof(*p));
+	path = malloc(n * sizeof(*path));
+	if (!path)
+		return -ENOMEM;
+	o = pkv_owner_get(c, owner);
+	if (!o)
+		goto err_path;
+	if (o->n_pins == o->cap_pins) {
+		uint32_t cap = o->cap_pins ? 2 * o->cap_pins : 4;
+		struct pin_rec *p = realloc(o->pins, cap * sizeof(*p));
 
-			if (!p)
-				return -ENOMEM;
-			c->nsp = p;
-			c->cap_nsp = cap;
-		}
-		np = &c->nsp[c->n_nsp++];
-		np->ns = ns;
-		np->blocks = 0;
+		if (!p)
+			goto err_owner;
+		o->pins = p;
+		o->cap_pins = cap;
 	}
-	for (i = 0; i < n; i++) {
-		int32_t b = c->scratch[i];
-		struct blk *k = &c->blk[b];
-
-		if (k->pin++ == 0) {
-			np->blocks++;
-			c->n_pinned++;
-			if (!k->ref)
-				c->n_cached_pinned++;
-			pkv_lru_update(c, b);
-		}
-		if (i)
-			c->blk[c->scratch[i - 1]].pin_child++;
-	}
+	memcpy(path, c->scratch, n * sizeof(*path));
+	o->pins[o->n_pins++] = (struct pin_rec){ n, path };
+	o->pin_blocks += n;
+	pin_path(c, path, n, 1);
 	return (int)(n * c->bs);
+
+err_owner:
+	pkv_owner_maybe_drop(c, owner);
+err_path:
+	free(path);
+	return -ENOMEM;
 }
 
-int pkv_prefix_unpin(struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens, uint32_t n_tokens)
+static void pin_drop(struct pkv_cache *c, struct owner *o, uint32_t i)
 {
-	uint32_t n, i;
-	struct ns_pin *np;
-	const struct blk *last;
+	struct pin_rec *p = &o->pins[i];
+
+	pin_path(c, p->blk, p->n, -1);
+	o->pin_blocks -= p->n;
+	free(p->blk);
+	*p = o->pins[--o->n_pins];
+}
+
+int pkv_prefix_unpin(struct pkv_cache *c, uint32_t owner, struct pkv_key ns, const int32_t *tokens,
+		     uint32_t n_tokens)
+{
+	struct owner *o;
+	uint32_t n, i, best = UINT32_MAX, best_n = 0;
 	int err;
 
 	err = check_tokens(c, tokens, n_tokens);
 	if (err)
 		return err;
+	o = pkv_owner_find(c, owner);
+	if (!o || !o->n_pins)
+		return -ENOENT;
 	n = pkv_prefix_walk(c, ns, tokens, max_walk(c, n_tokens), c->scratch);
-	while (n && c->blk[c->scratch[n - 1]].pin == 0)
-		n--;
-	/* Some pin must end at the deepest pinned block, or this path was never pinned as such. */
-	if (!n)
-		return -ENOENT;
-	last = &c->blk[c->scratch[n - 1]];
-	if (last->pin <= last->pin_child)
-		return -ENOENT;
-	np = nsp_find(c, ns);
-	for (i = 0; i < n; i++) {
-		int32_t b = c->scratch[i];
-		struct blk *k = &c->blk[b];
+	/* The owner's deepest pin along this chain. */
+	for (i = 0; i < o->n_pins; i++) {
+		const struct pin_rec *p = &o->pins[i];
 
-		if (i)
-			c->blk[c->scratch[i - 1]].pin_child--;
-		if (--k->pin == 0) {
-			np->blocks--;
-			c->n_pinned--;
-			if (!k->ref)
-				c->n_cached_pinned--;
-			pkv_lru_update(c, b);
+		if (p->n <= n && p->n > best_n && !memcmp(p->blk, c->scratch, p->n * sizeof(*p->blk))) {
+			best = i;
+			best_n = p->n;
 		}
 	}
-	if (!np->blocks)
-		*np = c->nsp[--c->n_nsp];
-	return (int)(n * c->bs);
+	if (best == UINT32_MAX)
+		return -ENOENT;
+	pin_drop(c, o, best);
+	pkv_owner_maybe_drop(c, owner);
+	return (int)(best_n * c->bs);
+}
+
+void pkv_prefix_release_pins(struct pkv_cache *c, struct owner *o)
+{
+	while (o->n_pins)
+		pin_drop(c, o, o->n_pins - 1);
 }
 
 int pkv_cache_flush(struct pkv_cache *c)

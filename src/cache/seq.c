@@ -68,8 +68,9 @@ void pkv_owner_maybe_drop(struct pkv_cache *c, uint32_t id)
 	struct owner *o = pkv_owner_find(c, id);
 	uint32_t m = c->own_mask, i, j, home;
 
-	if (!o || o->nseqs || o->nsteps || o->max_seqs || o->max_blocks)
+	if (!o || o->nseqs || o->nsteps || o->max_seqs || o->max_blocks || o->n_pins)
 		return;
+	free(o->pins);
 	i = (uint32_t)(o - c->own);
 	for (j = i;;) {
 		j = (j + 1) & m;
@@ -375,6 +376,7 @@ int pkv_cache_release_owner(struct pkv_cache *c, uint32_t owner)
 		seq_release(c, &c->seqs[o->seq_head]);
 		n++;
 	}
+	pkv_prefix_release_pins(c, o);
 	o->max_seqs = o->max_blocks = 0;
 	pkv_owner_maybe_drop(c, owner);
 	return n;

@@ -24,6 +24,8 @@
 #define DEFAULT_SPIN_US 50u
 #define RING_ENTRIES 256u
 #define MAX_DONE 256u
+/* Longest futex sleep between looks at the socket for a dead daemon. */
+#define DEATH_CHECK_MS 50
 
 static_assert(PKV_POOL_SHARE_ACROSS_USERS == PKV_WIRE_POOL_SHARED, "pool flags are wire format");
 
@@ -34,7 +36,7 @@ struct done {
 };
 
 struct pkv_client {
-	int sock, memfd, sq_bell, cq_bell;
+	int sock, memfd, sq_bell;
 	uint8_t *region;
 	size_t region_size;
 	struct pkv_shm_hdr hdr;
@@ -169,7 +171,7 @@ int pkv_connect(const struct pkv_connect_opts *opts, struct pkv_client **out)
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	c->sock = c->memfd = c->sq_bell = c->cq_bell = -1;
+	c->sock = c->memfd = c->sq_bell = -1;
 	c->stage_off = -1;
 	c->timeout_ms = opts->timeout_ms ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
 	c->spin_us = opts->spin_us ? opts->spin_us : DEFAULT_SPIN_US;
@@ -180,8 +182,7 @@ int pkv_connect(const struct pkv_connect_opts *opts, struct pkv_client **out)
 	if (r)
 		goto err;
 	c->sq_bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	c->cq_bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (c->sq_bell < 0 || c->cq_bell < 0) {
+	if (c->sq_bell < 0) {
 		r = -errno;
 		goto err;
 	}
@@ -196,9 +197,9 @@ int pkv_connect(const struct pkv_connect_opts *opts, struct pkv_client **out)
 	hello.region_size = c->region_size;
 	fds[0] = c->memfd;
 	fds[1] = c->sq_bell;
-	fds[2] = c->cq_bell;
-	r = pkv_msg_send(c->sock, &hello, sizeof(hello), fds, 3);
-	if (r)
+	r = pkv_msg_send(c->sock, &hello, sizeof(hello), fds, 2);
+	/* A daemon that refused us at accept said why before hanging up: read it. */
+	if (r && r != -EPIPE && r != -ECONNRESET)
 		goto err;
 	r = recv_reply(c, NULL);
 	if (r)
@@ -223,8 +224,6 @@ void pkv_disconnect(struct pkv_client *c)
 		close(c->memfd);
 	if (c->sq_bell >= 0)
 		close(c->sq_bell);
-	if (c->cq_bell >= 0)
-		close(c->cq_bell);
 	pkv_arena_fini(&c->alloc);
 	free(c);
 }
@@ -384,31 +383,41 @@ static int take_done(struct pkv_client *c, uint64_t ud, struct pkv_cqe *out)
 	return 0;
 }
 
-/* Sleeps on the CQ doorbell (and the socket, to notice a dead daemon) for at most ms. */
+/*
+ * Sleeps on the CQ's futex word for at most ms (and at most DEATH_CHECK_MS:
+ * a futex cannot also watch the socket, so a sleep that times out looks at
+ * it, to notice a dead daemon).
+ */
 static int sleep_cq(struct pkv_client *c, int ms)
 {
-	struct pollfd p[2] = { { .fd = c->cq_bell, .events = POLLIN },
-			       { .fd = c->sock, .events = POLLIN | POLLRDHUP } };
-	uint64_t v;
+	struct pollfd p = { .fd = c->sock, .events = POLLIN | POLLRDHUP };
+	struct timespec ts;
+	uint32_t seq;
 	int64_t n;
 	int r;
 
-	n = pkv_ring_prepare_sleep(&c->cq);
+	if (ms > DEATH_CHECK_MS)
+		ms = DEATH_CHECK_MS;
+	ts.tv_sec = ms / 1000;
+	ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+	n = pkv_ring_prepare_wait(&c->cq, &seq);
 	if (n != 0) {
 		pkv_ring_clear_wakeup(&c->cq);
 		return n < 0 ? -EPROTO : 0;
 	}
-	do
-		r = poll(p, 2, ms);
-	while (r < 0 && errno == EINTR);
+	r = pkv_ring_wait(&c->cq, seq, &ts);
 	pkv_ring_clear_wakeup(&c->cq);
+	/* Woken, or the word moved before we slept: a completion is there. */
+	if (r == 0 || r == -EAGAIN || r == -EINTR)
+		return 0;
+	if (r != -ETIMEDOUT)
+		return r;
+	do
+		r = poll(&p, 1, 0);
+	while (r < 0 && errno == EINTR);
 	if (r < 0)
 		return -errno;
-	if (p[0].revents & POLLIN) {
-		if (read(c->cq_bell, &v, sizeof(v)) < 0 && errno != EAGAIN)
-			return -errno;
-	}
-	if (p[1].revents & (POLLHUP | POLLRDHUP | POLLERR | POLLIN)) {
+	if (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLIN)) {
 		/* The daemon never sends unsolicited messages: readable means closed. */
 		c->dead = -ECONNRESET;
 		return drain_cq(c); /* completions already posted still count */

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <pagedkv/types.h>
 
-#define PKV_PROTO_VERSION 1u
+#define PKV_PROTO_VERSION 2u /* 2: completion wake-ups through the ring's futex word */
 #define PKV_SHM_MAGIC 0x564b4450u /* "PDKV" little-endian */
 
 /* ---------------------------------------------------------------- control socket */
@@ -117,6 +117,14 @@ struct pkv_shm_hdr {
 #define PKV_RING_FLAGS_OFF 128u /* consumer-owned: PKV_RING_NEED_WAKEUP */
 /* consumer-owned, the word after flags: the CPU it polls from + 1 (a spin hint, see ring.h) */
 #define PKV_RING_CPU_OFF (PKV_RING_FLAGS_OFF + 4u)
+/*
+ * producer-owned, two words after flags: the consumer's wake word, a futex.
+ * The producer bumps it and FUTEX_WAKEs after publishing when the consumer
+ * set PKV_RING_NEED_WAKEUP; the consumer FUTEX_WAITs on it. Used on the CQ:
+ * a futex wake can never block the daemon, whatever the client does to its
+ * side (an eventfd's file description is shared and can be made blocking).
+ */
+#define PKV_RING_WAKE_OFF (PKV_RING_FLAGS_OFF + 8u)
 #define PKV_RING_CTL_SIZE 192u
 
 /* The consumer is (about to be) asleep: ring its doorbell after publishing. */

@@ -98,7 +98,10 @@ int pkv_region_check(const struct pkv_shm_hdr *h, uint64_t region_size, char *wh
 	if (h->ring_head_off % 4 || h->ring_tail_off % 4 || h->ring_flags_off % 4 ||
 	    h->ring_head_off > PKV_RING_CTL_SIZE - 4 || h->ring_tail_off > PKV_RING_CTL_SIZE - 4 ||
 	    h->ring_flags_off > PKV_RING_CTL_SIZE - 4 || h->ring_head_off == h->ring_tail_off ||
-	    h->ring_head_off == h->ring_flags_off || h->ring_tail_off == h->ring_flags_off) {
+	    h->ring_head_off == h->ring_flags_off || h->ring_tail_off == h->ring_flags_off ||
+	    /* the wake word, flags + 8, must be a word of its own too */
+	    h->ring_flags_off + 8 > PKV_RING_CTL_SIZE - 4 || h->ring_head_off == h->ring_flags_off + 8 ||
+	    h->ring_tail_off == h->ring_flags_off + 8) {
 		snprintf(why, why_len, "shared region: bad ring control layout");
 		return -EINVAL;
 	}

@@ -13,8 +13,14 @@
  * never make us index outside the entry array.
  */
 
+#include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include "common/barrier.h"
 #include "common/proto.h"
 
@@ -23,6 +29,7 @@ struct pkv_ring {
 	uint32_t *sh_tail;  /* shared: producer's index */
 	uint32_t *sh_flags; /* shared: consumer's PKV_RING_NEED_WAKEUP */
 	uint32_t *sh_cpu;   /* shared: consumer's CPU hint (CPU + 1, 0 unknown); NULL when it has no room */
+	uint32_t *sh_wake;  /* shared: producer's wake word (futex), flags + 8 (checked by pkv_region_check) */
 	uint8_t *sh_entries;
 	uint32_t entries, mask, esize;
 	uint32_t local;     /* our own index: tail when producing, head when consuming */
@@ -40,6 +47,7 @@ static inline void pkv_ring_bind(struct pkv_ring *r, void *ctl, void *entries, u
 	if (h->ring_flags_off + 8 <= PKV_RING_CTL_SIZE && h->ring_flags_off + 4 != h->ring_head_off &&
 	    h->ring_flags_off + 4 != h->ring_tail_off)
 		r->sh_cpu = (uint32_t *)((uint8_t *)ctl + h->ring_flags_off + 4);
+	r->sh_wake = (uint32_t *)((uint8_t *)ctl + h->ring_flags_off + 8);
 	r->sh_entries = entries;
 	r->entries = n;
 	r->mask = n - 1;
@@ -127,6 +135,43 @@ static inline int64_t pkv_ring_prepare_sleep(struct pkv_ring *r)
 static inline void pkv_ring_clear_wakeup(struct pkv_ring *r)
 {
 	pkv_store_relaxed(r->sh_flags, 0);
+}
+
+/*
+ * ---- futex wake-ups (the CQ: daemon produces, client sleeps)
+ *
+ * Non-private futexes: the word lives in a MAP_SHARED memfd mapped by two
+ * processes. FUTEX_WAKE never sleeps, so a client cannot stall the daemon
+ * through its wake-up, unlike a write(2) to an eventfd whose (shared) file
+ * description the client may make blocking and fill.
+ */
+
+/* Consumer: pkv_ring_prepare_sleep(), and *seq is the wake word to pass to pkv_ring_wait(). */
+static inline int64_t pkv_ring_prepare_wait(struct pkv_ring *r, uint32_t *seq)
+{
+	pkv_store_relaxed(r->sh_flags, PKV_RING_NEED_WAKEUP);
+	/* Full fence pairs with the producer's in pkv_ring_needs_wakeup(). The
+	 * wake word is read after it: a bump we miss here comes after the flag
+	 * was seen, so FUTEX_WAIT finds the word changed or gets the wake. */
+	pkv_smp_mb();
+	*seq = pkv_load_acquire(r->sh_wake);
+	return pkv_ring_avail(r);
+}
+
+/* Consumer: sleeps while the wake word is still seq, at most ts; 0, or -errno (-EAGAIN: it changed). */
+static inline int pkv_ring_wait(struct pkv_ring *r, uint32_t seq, const struct timespec *ts)
+{
+	if (syscall(SYS_futex, r->sh_wake, FUTEX_WAIT, seq, ts, NULL, 0) < 0)
+		return -errno;
+	return 0;
+}
+
+/* Producer, after pkv_ring_needs_wakeup() said so: bumps the wake word and wakes the sleeper. Never blocks. */
+static inline void pkv_ring_wake(struct pkv_ring *r)
+{
+	/* Seq-cst RMW: ordered after the tail published before it. */
+	__atomic_fetch_add(r->sh_wake, 1, __ATOMIC_SEQ_CST);
+	syscall(SYS_futex, r->sh_wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
 /*

@@ -24,6 +24,7 @@ void pkv_config_defaults(struct pkv_config *cfg)
 	cfg->log_level = PKV_LOG_INFO;
 	cfg->client_max_seqs = 1024;
 	cfg->client_block_share = 100;
+	cfg->max_clients_per_uid = 64;
 	cfg->spin_us = 50;
 	cfg->coalesce = 1;
 	cfg->gather_us = 20;
@@ -150,6 +151,8 @@ int pkv_config_set(struct pkv_config *cfg, const char *key, const char *value, c
 		r = parse_uint(value, 1, 1u << 20, &cfg->client_max_seqs);
 	} else if (!strcmp(k, "client_block_share")) {
 		r = parse_uint(value, 1, 100, &cfg->client_block_share);
+	} else if (!strcmp(k, "max_clients_per_uid")) {
+		r = parse_uint(value, 1, 1u << 20, &cfg->max_clients_per_uid);
 	} else if (!strcmp(k, "spin_us")) {
 		r = parse_uint(value, 0, 1000000, &cfg->spin_us);
 	} else if (!strcmp(k, "gather_us")) {

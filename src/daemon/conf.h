@@ -20,6 +20,7 @@ struct pkv_config {
 	int foreground;
 	unsigned client_max_seqs;       /* per connection */
 	unsigned client_block_share;    /* percent of a pool's blocks one connection may hold */
+	unsigned max_clients_per_uid;   /* connections one uid may hold at once */
 	unsigned spin_us;               /* busy-poll the rings this long after activity */
 	int coalesce;                   /* merge attends of the same pool and layer */
 	unsigned gather_us;             /* wait this long for a lockstep batch to fill (0: never) */

@@ -62,7 +62,7 @@ struct seq_ent {
 struct session {
 	struct session *next, *prev;
 	uint32_t id;                  /* the cache's owner id */
-	int sock, memfd, sq_bell, cq_bell;
+	int sock, memfd, sq_bell;
 	uid_t uid;
 	pid_t pid;
 	int role;                     /* 0 until hello */

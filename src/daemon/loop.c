@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 #include "common/barrier.h"
 #include "common/log.h"
+#include "common/msg.h"
 #include "daemon/daemon.h"
 
 #define HELLO_TIMEOUT_NS (5ull * 1000000000ull)
@@ -68,6 +70,31 @@ void loop_arm_session(struct pkv_daemon *d, struct session *s)
 		s->armed++;
 }
 
+/* Connections of this uid, not counting s itself nor those already hanging up. */
+static uint32_t uid_sessions(const struct pkv_daemon *d, const struct session *s)
+{
+	uint32_t n = 0;
+
+	for (const struct session *o = d->sessions; o; o = o->next)
+		n += o != s && o->uid == s->uid && !o->closing;
+	return n;
+}
+
+/* Refuses a connection over its uid's limit: the reason, then the hang-up. */
+static int over_uid_limit(struct pkv_daemon *d, struct session *s)
+{
+	char why[160];
+
+	if (uid_sessions(d, s) < d->cfg.max_clients_per_uid)
+		return 0;
+	snprintf(why, sizeof(why), "uid %u already holds %u connections (max_clients_per_uid)",
+		 (unsigned)s->uid, d->cfg.max_clients_per_uid);
+	pkv_info("pid %d: refused: %s", (int)s->pid, why);
+	/* Best effort: the socket is new and empty, the reply fits. */
+	(void)pkv_send_reply(s->sock, -EUSERS, 0, 0, why, strlen(why));
+	return 1;
+}
+
 static void do_accept(struct pkv_daemon *d)
 {
 	for (;;) {
@@ -86,7 +113,7 @@ static void do_accept(struct pkv_daemon *d)
 		}
 		d->accepted++;
 		pkv_dbg("client %u: accepted (fd %d, pid %d)", s->id, fd, (int)s->pid);
-		if (arm_poll(d, fd, POLLIN | POLLRDHUP, &s->w_ctl)) {
+		if (over_uid_limit(d, s) || arm_poll(d, fd, POLLIN | POLLRDHUP, &s->w_ctl)) {
 			pkv_store_relaxed(&s->closing, 1);
 			s->released = 1;
 			session_maybe_free(d, s);

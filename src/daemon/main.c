@@ -36,6 +36,7 @@ static void usage(FILE *f)
 "  -w, --workers N             threads a backend may use (0 = one per CPU)\n"
 "      --client-max-seqs N     sequences one connection may hold (default 1024)\n"
 "      --client-block-share P  percent of a pool's blocks one connection may hold (default 100)\n"
+"      --max-clients-per-uid N connections one user may hold at once (default 64)\n"
 "      --spin-us N             busy-poll this long after activity before sleeping (default 50)\n"
 "      --no-coalesce           run every attend as its own backend call\n"
 "      --gather-us N           wait up to N us for clients in lockstep to fill a batch (default 20)\n"
@@ -58,6 +59,7 @@ static const struct option longopts[] = {
 	{ "workers", required_argument, NULL, 'w' },
 	{ "client-max-seqs", required_argument, NULL, 1 },
 	{ "client-block-share", required_argument, NULL, 1 },
+	{ "max-clients-per-uid", required_argument, NULL, 1 },
 	{ "spin-us", required_argument, NULL, 1 },
 	{ "no-coalesce", no_argument, NULL, 2 },
 	{ "gather-us", required_argument, NULL, 1 },

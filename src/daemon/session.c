@@ -44,7 +44,7 @@ struct session *session_new(struct pkv_daemon *d, int sock)
 	s->uid = cred.uid;
 	s->pid = cred.pid;
 	s->sock = sock;
-	s->memfd = s->sq_bell = s->cq_bell = -1;
+	s->memfd = s->sq_bell = -1;
 	do
 		s->id = ++d->next_id;
 	while (s->id == 0);
@@ -82,17 +82,14 @@ void session_set_err(struct session *s, const char *fmt, ...)
 
 /* ---------------------------------------------------------------- completions */
 
+/*
+ * Wakes a client sleeping on its CQ: a futex word in the shared region, never
+ * a write(2) to a descriptor the client shares (it could make it blocking and
+ * fill the counter between any check and the write, and stall the loop).
+ */
 static void ring_cq_bell(struct session *s)
 {
-	uint64_t one = 1;
-	int fl = fcntl(s->cq_bell, F_GETFL);
-
-	/* The client shares this file description and could make it blocking;
-	 * never write to it then (the client only loses its own wake-ups). */
-	if (fl < 0 || !(fl & O_NONBLOCK))
-		return;
-	if (write(s->cq_bell, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		pkv_dbg("client %u: doorbell: %s", s->id, strerror(errno));
+	pkv_ring_wake(&s->cq);
 }
 
 /*
@@ -186,11 +183,11 @@ static int client_hello(struct pkv_daemon *d, struct session *s, const struct pk
 			int *fds, int nfds, char *why, size_t why_len)
 {
 	struct stat st;
-	int seals, fl, r;
+	int seals, r;
 	void *map;
 
-	if (nfds != 3) {
-		snprintf(why, why_len, "hello: expected 3 descriptors (memfd, two eventfds), got %d", nfds);
+	if (nfds != 2) {
+		snprintf(why, why_len, "hello: expected 2 descriptors (memfd, submission eventfd), got %d", nfds);
 		return -EINVAL;
 	}
 	if (fstat(fds[0], &st) < 0 || !S_ISREG(st.st_mode)) {
@@ -213,13 +210,8 @@ static int client_hello(struct pkv_daemon *d, struct session *s, const struct pk
 			 (long long)st.st_size, (unsigned long long)m->region_size);
 		return -EINVAL;
 	}
-	if (!is_eventfd(fds[1]) || !is_eventfd(fds[2])) {
-		snprintf(why, why_len, "hello: the doorbells must be eventfds");
-		return -EINVAL;
-	}
-	fl = fcntl(fds[2], F_GETFL);
-	if (fl < 0 || fcntl(fds[2], F_SETFL, fl | O_NONBLOCK) < 0) {
-		snprintf(why, why_len, "hello: cannot use the completion doorbell");
+	if (!is_eventfd(fds[1])) {
+		snprintf(why, why_len, "hello: the submission doorbell must be an eventfd");
 		return -EINVAL;
 	}
 	map = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
@@ -238,7 +230,6 @@ static int client_hello(struct pkv_daemon *d, struct session *s, const struct pk
 	s->region_size = st.st_size;
 	s->memfd = fds[0];
 	s->sq_bell = fds[1];
-	s->cq_bell = fds[2];
 	pkv_ring_bind(&s->sq, s->region + s->hdr.sq_ring_off, s->region + s->hdr.sq_sqes_off,
 		      s->hdr.sq_entries, s->hdr.sqe_size, &s->hdr);
 	pkv_ring_bind(&s->cq, s->region + s->hdr.cq_ring_off, s->region + s->hdr.cq_cqes_off,
@@ -329,6 +320,9 @@ void session_ctl_message(struct pkv_daemon *d, struct session *s)
 	if (n == -EAGAIN)
 		return;
 	if (n <= 0) {
+		/* A zero-byte message can still carry descriptors: they are ours to close. */
+		if (n == 0)
+			close_fds(fds, nfds);
 		if (n < 0 && n != -ECONNRESET && n != -EBADMSG)
 			pkv_dbg("client %u: recv: %s", s->id, strerror((int)-n));
 		if (n == -EBADMSG && !s->role) {
@@ -569,9 +563,16 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 				explain(d, s, "fork", r);
 				return r;
 			}
-			*p0 = seq;
 			len = pkv_seq_len(c, s->id, seq);
-			return seq_add(s, seq, len > 0 ? (uint32_t)len : (se ? se->len : 0));
+			r = seq_add(s, seq, len > 0 ? (uint32_t)len : (se ? se->len : 0));
+			if (r) {
+				/* Untracked, the child would hold blocks and a quota slot under a handle the client never learns. */
+				pkv_seq_close(c, s->id, seq);
+				session_set_err(s, "fork: %s", strerror(-r));
+				return r;
+			}
+			*p0 = seq;
+			return 0;
 		}
 		tok = copy_out(s, e->off[0], e->n);
 		if (!tok)
@@ -647,8 +648,8 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 		tok = copy_out(s, e->off[0], e->n);
 		if (!tok)
 			return -ENOMEM;
-		r = e->opcode == PKV_OP_PIN ? pkv_prefix_pin(c, s->ns, tok, e->n)
-					    : pkv_prefix_unpin(c, s->ns, tok, e->n);
+		r = e->opcode == PKV_OP_PIN ? pkv_prefix_pin(c, s->id, s->ns, tok, e->n)
+					    : pkv_prefix_unpin(c, s->id, s->ns, tok, e->n);
 		free(tok);
 		if (r < 0)
 			session_set_err(s, "%s: %s", e->opcode == PKV_OP_PIN ? "pin" : "unpin", strerror(-r));
@@ -780,9 +781,7 @@ void session_release(struct pkv_daemon *d, struct session *s)
 		close(s->memfd);
 	if (s->sq_bell >= 0)
 		close(s->sq_bell);
-	if (s->cq_bell >= 0)
-		close(s->cq_bell);
-	s->memfd = s->sq_bell = s->cq_bell = -1;
+	s->memfd = s->sq_bell = -1;
 }
 
 void session_hangup(struct pkv_daemon *d, struct session *s)

@@ -119,8 +119,10 @@ START_TEST(open_fork_step_pin_fail_cleanly)
 	/* Many sequences: the slot array grows past its first size. */
 	for (int i = 0; i < 80; i++)
 		EVERY_FAILURE(c, (void)0, pkv_seq_open(c, OWN, test_ns(1), t, 3, &extra[i], &nc));
-	/* Pin: the namespace table. */
-	EVERY_FAILURE(c, (void)0, pkv_prefix_pin(c, test_ns(1), t, 64));
+	/* Pin: the path record and the owner's pin list. */
+	EVERY_FAILURE(c, (void)0, pkv_prefix_pin(c, OWN, test_ns(1), t, 64));
+	/* A second owner: its owner entry too. */
+	EVERY_FAILURE(c, (void)0, pkv_prefix_pin(c, OWN + 7, test_ns(1), t, 64));
 	/* Owner limits: many owners grow the owner map. */
 	for (uint32_t o = 100; o < 140; o++)
 		EVERY_FAILURE(c, (void)0, pkv_cache_set_owner_limits(c, o, 5, 5));

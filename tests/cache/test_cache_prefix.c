@@ -201,14 +201,17 @@ END_TEST
 
 START_TEST(pinned_prefix_survives_eviction)
 {
-	struct pkv_cache *c = test_cache(4);
+	struct pkv_geometry g = test_geom(4);
+	struct pkv_cache_limits lim = { .pin_budget_blocks = 2, .pin_cap_blocks = 2 };
+	struct pkv_cache *c;
 	int32_t a[33], x[64] = { 0 };
 	uint32_t s, nc;
 	struct pkv_cache_stats st;
 
+	ck_assert_int_eq(pkv_cache_create(&g, &lim, &c), 0);
 	test_prompt(a, 33, 1);
 	ck_assert_int_eq(pkv_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 32, NULL)), 0);
-	ck_assert_int_eq(pkv_prefix_pin(c, test_ns(1), a, 33), 32);
+	ck_assert_int_eq(pkv_prefix_pin(c, OWN, test_ns(1), a, 33), 32);
 	pkv_cache_stats(c, &st);
 	ck_assert_uint_eq(st.pinned_blocks, 2);
 	/* Only the 2 free blocks can be had. */
@@ -231,10 +234,11 @@ END_TEST
 START_TEST(pin_budget_enospc)
 {
 	struct pkv_geometry g = test_geom(64);
-	struct pkv_cache_limits lim = { .pin_budget_blocks = 2 };
+	struct pkv_cache_limits lim = { .pin_budget_blocks = 2, .pin_cap_blocks = 5 };
 	struct pkv_cache *c;
 	int32_t a[48], b[48];
 	struct test_snap s1, s2;
+	struct pkv_cache_stats st;
 
 	ck_assert_int_eq(pkv_cache_create(&g, &lim, &c), 0);
 	test_prompt(a, 48, 1);
@@ -242,15 +246,23 @@ START_TEST(pin_budget_enospc)
 	test_prefill(c, OWN, test_ns(1), a, 48, NULL);
 	test_prefill(c, OWN, test_ns(1), b, 48, NULL);
 	test_prefill(c, OWN, test_ns(2), b, 48, NULL);
-	ck_assert_int_eq(pkv_prefix_pin(c, test_ns(1), a, 32), 32);
+	ck_assert_int_eq(pkv_prefix_pin(c, OWN, test_ns(1), a, 32), 32);
 	s1 = test_snapshot(c, OWN);
-	ck_assert_int_eq(pkv_prefix_pin(c, test_ns(1), b, 16), -ENOSPC);
-	ck_assert_int_eq(pkv_prefix_pin(c, test_ns(1), a, 48), -ENOSPC);
+	ck_assert_int_eq(pkv_prefix_pin(c, OWN, test_ns(1), b, 16), -ENOSPC);
+	ck_assert_int_eq(pkv_prefix_pin(c, OWN, test_ns(1), a, 48), -ENOSPC);
+	/* Another namespace (a cache salt) buys no budget: it follows the owner. */
+	ck_assert_int_eq(pkv_prefix_pin(c, OWN, test_ns(2), b, 16), -ENOSPC);
+	ck_assert_int_eq(pkv_prefix_pin(c, OWN, test_ns(1), a, 32), -ENOSPC);
 	s2 = test_snapshot(c, OWN);
 	test_same(&s1, &s2);
-	/* Pinning the same blocks again costs nothing; another namespace has its own budget. */
-	ck_assert_int_eq(pkv_prefix_pin(c, test_ns(1), a, 32), 32);
-	ck_assert_int_eq(pkv_prefix_pin(c, test_ns(2), b, 32), 32);
+	/* Another owner has a budget of its own... */
+	ck_assert_int_eq(pkv_prefix_pin(c, OWN + 1, test_ns(2), b, 32), 32);
+	/* ...but all owners together stay under the pool's cap (4 pinned + 2 > 5)... */
+	ck_assert_int_eq(pkv_prefix_pin(c, OWN + 2, test_ns(1), b, 32), -ENOSPC);
+	/* ...which blocks already pinned do not grow. */
+	ck_assert_int_eq(pkv_prefix_pin(c, OWN + 2, test_ns(1), a, 32), 32);
+	pkv_cache_stats(c, &st);
+	ck_assert_uint_eq(st.pinned_blocks, 4);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
 }
@@ -262,8 +274,8 @@ START_TEST(pin_nothing_cached_returns_zero)
 	int32_t a[48];
 
 	test_prompt(a, 48, 1);
-	ck_assert_int_eq(pkv_prefix_pin(c, test_ns(1), a, 48), 0);
-	ck_assert_int_eq(pkv_prefix_pin(c, test_ns(1), NULL, 48), -EINVAL);
+	ck_assert_int_eq(pkv_prefix_pin(c, OWN, test_ns(1), a, 48), 0);
+	ck_assert_int_eq(pkv_prefix_pin(c, OWN, test_ns(1), NULL, 48), -EINVAL);
 	pkv_cache_destroy(c);
 }
 END_TEST
@@ -276,9 +288,9 @@ START_TEST(unpin_makes_blocks_evictable)
 
 	test_prompt(a, 48, 1);
 	ck_assert_int_eq(pkv_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 48, NULL)), 0);
-	ck_assert_int_eq(pkv_prefix_pin(c, test_ns(1), a, 48), 48);
+	ck_assert_int_eq(pkv_prefix_pin(c, OWN, test_ns(1), a, 48), 48);
 	ck_assert_int_eq(pkv_cache_flush(c), 0);
-	ck_assert_int_eq(pkv_prefix_unpin(c, test_ns(1), a, 48), 48);
+	ck_assert_int_eq(pkv_prefix_unpin(c, OWN, test_ns(1), a, 48), 48);
 	pkv_cache_stats(c, &st);
 	ck_assert_uint_eq(st.pinned_blocks, 0);
 	ck_assert_int_eq(pkv_cache_flush(c), 3);
@@ -295,15 +307,17 @@ START_TEST(unpin_without_pin_enoent)
 
 	test_prompt(a, 48, 1);
 	test_prefill(c, OWN, test_ns(1), a, 48, NULL);
-	ck_assert_int_eq(pkv_prefix_pin(c, test_ns(1), a, 48), 48);
+	ck_assert_int_eq(pkv_prefix_pin(c, OWN, test_ns(1), a, 48), 48);
 	s1 = test_snapshot(c, OWN);
 	/* A pin ends at block 2; none ends at block 1. */
-	ck_assert_int_eq(pkv_prefix_unpin(c, test_ns(1), a, 32), -ENOENT);
-	ck_assert_int_eq(pkv_prefix_unpin(c, test_ns(2), a, 48), -ENOENT);
+	ck_assert_int_eq(pkv_prefix_unpin(c, OWN, test_ns(1), a, 32), -ENOENT);
+	ck_assert_int_eq(pkv_prefix_unpin(c, OWN, test_ns(2), a, 48), -ENOENT);
+	/* Only the owner can undo its pin. */
+	ck_assert_int_eq(pkv_prefix_unpin(c, OWN + 1, test_ns(1), a, 48), -ENOENT);
 	s2 = test_snapshot(c, OWN);
 	test_same(&s1, &s2);
-	ck_assert_int_eq(pkv_prefix_unpin(c, test_ns(1), a, 48), 48);
-	ck_assert_int_eq(pkv_prefix_unpin(c, test_ns(1), a, 48), -ENOENT);
+	ck_assert_int_eq(pkv_prefix_unpin(c, OWN, test_ns(1), a, 48), 48);
+	ck_assert_int_eq(pkv_prefix_unpin(c, OWN, test_ns(1), a, 48), -ENOENT);
 	pkv_cache_destroy(c);
 }
 END_TEST
@@ -316,14 +330,41 @@ START_TEST(nested_pins_unpin_independently)
 
 	test_prompt(a, 48, 1);
 	ck_assert_int_eq(pkv_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 48, NULL)), 0);
-	ck_assert_int_eq(pkv_prefix_pin(c, test_ns(1), a, 16), 16);
-	ck_assert_int_eq(pkv_prefix_pin(c, test_ns(1), a, 48), 48);
-	ck_assert_int_eq(pkv_prefix_unpin(c, test_ns(1), a, 16), 16);
+	ck_assert_int_eq(pkv_prefix_pin(c, OWN, test_ns(1), a, 16), 16);
+	ck_assert_int_eq(pkv_prefix_pin(c, OWN, test_ns(1), a, 48), 48);
+	ck_assert_int_eq(pkv_prefix_unpin(c, OWN, test_ns(1), a, 16), 16);
 	pkv_cache_stats(c, &st);
 	ck_assert_uint_eq(st.pinned_blocks, 3);
-	ck_assert_int_eq(pkv_prefix_unpin(c, test_ns(1), a, 48), 48);
+	ck_assert_int_eq(pkv_prefix_unpin(c, OWN, test_ns(1), a, 48), 48);
 	pkv_cache_stats(c, &st);
 	ck_assert_uint_eq(st.pinned_blocks, 0);
+	test_audit_clean(c);
+	pkv_cache_destroy(c);
+}
+END_TEST
+
+START_TEST(pins_released_with_their_owner)
+{
+	struct pkv_cache *c = test_cache(64);
+	int32_t a[48], b[48];
+	struct pkv_cache_stats st;
+
+	test_prompt(a, 48, 1);
+	test_prompt(b, 48, 2);
+	ck_assert_int_eq(pkv_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 48, NULL)), 0);
+	ck_assert_int_eq(pkv_seq_close(c, OWN, test_prefill(c, OWN, test_ns(2), b, 48, NULL)), 0);
+	ck_assert_int_eq(pkv_prefix_pin(c, OWN + 1, test_ns(1), a, 48), 48);
+	ck_assert_int_eq(pkv_prefix_pin(c, OWN + 1, test_ns(2), b, 32), 32);
+	ck_assert_int_eq(pkv_prefix_pin(c, OWN + 2, test_ns(1), a, 16), 16);
+	ck_assert_int_eq(pkv_cache_flush(c), 1);
+	/* The hang-up of OWN + 1 releases its pins; OWN + 2's pin stays. */
+	ck_assert_int_eq(pkv_cache_release_owner(c, OWN + 1), 0);
+	pkv_cache_stats(c, &st);
+	ck_assert_uint_eq(st.pinned_blocks, 1);
+	test_audit_clean(c);
+	ck_assert_int_eq(pkv_cache_flush(c), 4);
+	ck_assert_int_eq(pkv_cache_release_owner(c, OWN + 2), 0);
+	ck_assert_int_eq(pkv_cache_flush(c), 1);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
 }
@@ -379,6 +420,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, unpin_makes_blocks_evictable);
 	tcase_add_test(tc, unpin_without_pin_enoent);
 	tcase_add_test(tc, nested_pins_unpin_independently);
+	tcase_add_test(tc, pins_released_with_their_owner);
 	tcase_add_test(tc, flush_drops_cached_keeps_in_use);
 	suite_add_tcase(s, tc);
 	return s;

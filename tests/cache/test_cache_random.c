@@ -40,6 +40,7 @@ struct mseq {
 
 struct mpin {
 	int used, ns;
+	uint32_t owner;
 	uint32_t n;
 	int32_t tok[PLEN];
 };
@@ -588,6 +589,10 @@ static void op_release(void)
 	for (int i = 0; i < MAXSEQ; i++)
 		if (M.s[i].used && M.s[i].owner == o)
 			M.s[i].used = 0;
+	/* Pins go with their owner. */
+	for (int i = 0; i < NPIN; i++)
+		if (M.pin[i].used && M.pin[i].owner == o)
+			M.pin[i].used = 0;
 	M.lim_seqs[o] = M.lim_blocks[o] = 0;
 }
 
@@ -603,7 +608,7 @@ static void op_limits(void)
 static void op_pin(void)
 {
 	int i, ns = (int)rnd(NNS);
-	uint32_t n = 1 + rnd(PLEN);
+	uint32_t n = 1 + rnd(PLEN), o = rnd(NOWN);
 	struct mpin *p = NULL;
 	int r;
 
@@ -613,13 +618,14 @@ static void op_pin(void)
 	if (!p)
 		return;
 	memcpy(p->tok, M.prompt[rnd(NPROMPT)], sizeof(p->tok));
-	r = EXPECT_UNCHANGED_ON_ERROR(0, pkv_prefix_pin(M.c, M.ns[ns], p->tok, n));
+	r = EXPECT_UNCHANGED_ON_ERROR(0, pkv_prefix_pin(M.c, o, M.ns[ns], p->tok, n));
 	if (r == -ENOSPC)
 		return;
 	FAIL_IF(r < 0 || r % RBS || (uint32_t)r > n, "pin: %d", r);
 	if (r > 0) {
 		p->used = 1;
 		p->ns = ns;
+		p->owner = o;
 		p->n = (uint32_t)r;
 	}
 }
@@ -634,11 +640,11 @@ static void op_unpin(void)
 
 		for (int k = 0; k < 8; k++)
 			t[k] = (int32_t)(2000000 + rnd(1000));
-		r = EXPECT_UNCHANGED_ON_ERROR(0, pkv_prefix_unpin(M.c, M.ns[0], t, 8));
+		r = EXPECT_UNCHANGED_ON_ERROR(0, pkv_prefix_unpin(M.c, rnd(NOWN), M.ns[0], t, 8));
 		FAIL_IF(r != -ENOENT, "unpin of nothing: %d", r);
 		return;
 	}
-	r = pkv_prefix_unpin(M.c, M.ns[M.pin[i].ns], M.pin[i].tok, M.pin[i].n);
+	r = pkv_prefix_unpin(M.c, M.pin[i].owner, M.ns[M.pin[i].ns], M.pin[i].tok, M.pin[i].n);
 	FAIL_IF(r != (int)M.pin[i].n, "unpin: %d, expected %u", r, M.pin[i].n);
 	M.pin[i].used = 0;
 }
@@ -664,7 +670,7 @@ static void run_ops(uint32_t nblk, int exact, unsigned long ops)
 {
 	struct pkv_geometry g = { 2, 4, 2, 8, PKV_DTYPE_F16, RBS, nblk };
 	struct pkv_cache_limits lim = { .max_seqs = MAXSEQ, .max_tokens_per_seq = MAXT,
-					.pin_budget_blocks = 8 };
+					.pin_budget_blocks = 8, .pin_cap_blocks = 12 };
 	struct pkv_cache_stats st;
 
 	memset(&M, 0, sizeof(M));

@@ -31,7 +31,7 @@ START_TEST(test_file_keys_are_applied)
 	pkv_config_defaults(&c);
 	write_file("# comment\n\nsocket = /tmp/x.sock\nsocket_mode = 0600\nmemory_budget = 2G\n"
 		   "worker_threads=3\n  log_level =  debug  \ncoalesce = no\nbackend = /p/pkv_cpu.so\n"
-		   "client_block_share = 25\nforeground = yes\n");
+		   "client_block_share = 25\nmax_clients_per_uid = 7\nforeground = yes\n");
 	ck_assert_int_eq(pkv_config_load(&c, path, why, sizeof(why)), 0);
 	unlink(path);
 	ck_assert_str_eq(c.socket_path, "/tmp/x.sock");
@@ -43,6 +43,7 @@ START_TEST(test_file_keys_are_applied)
 	ck_assert_str_eq(c.backend_varlen, "/p/pkv_cpu.so");
 	ck_assert_str_eq(c.backend_decode, "/p/pkv_cpu.so");
 	ck_assert_uint_eq(c.client_block_share, 25);
+	ck_assert_uint_eq(c.max_clients_per_uid, 7);
 	ck_assert_int_eq(c.foreground, 1);
 }
 END_TEST

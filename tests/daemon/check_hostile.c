@@ -2,12 +2,17 @@
 /* Hostile clients: bad SQEs, bad handshakes, foreign handles, corrupted rings; the daemon stays up and unchanged. */
 #include "config.h"
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
 #include "common/msg.h"
@@ -435,6 +440,204 @@ START_TEST(test_block_share_quota_is_per_client)
 }
 END_TEST
 
+/* Descriptors open in the daemon (its /proc fd directory). */
+static int daemon_fds(void)
+{
+	char path[64];
+	struct dirent *e;
+	DIR *dir;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)D.pid);
+	dir = opendir(path);
+	ck_assert_ptr_nonnull(dir);
+	while ((e = readdir(dir)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(dir);
+	return n;
+}
+
+START_TEST(test_empty_message_with_descriptors_leaks_nothing)
+{
+	int before, after = 0;
+
+	before = daemon_fds();
+	for (int i = 0; i < 20; i++) {
+		int s = pkv_sock_connect(D.sock, 2000);
+		int fds[3];
+
+		ck_assert_int_ge(s, 0);
+		fds[0] = memfd_create("pkv-test", MFD_CLOEXEC);
+		fds[1] = eventfd(0, EFD_CLOEXEC);
+		fds[2] = eventfd(0, EFD_CLOEXEC);
+		ck_assert(fds[0] >= 0 && fds[1] >= 0 && fds[2] >= 0);
+		/* A zero-byte message: the daemon sees an "end of file" that carries descriptors. */
+		ck_assert_int_eq(pkv_msg_send(s, "", 0, fds, 3), 0);
+		for (int k = 0; k < 3; k++)
+			close(fds[k]);
+		{
+			/* Stay connected until the daemon has read it and hung up on us. */
+			struct pollfd p = { .fd = s, .events = POLLIN | POLLRDHUP };
+
+			ck_assert_int_eq(poll(&p, 1, 5000), 1);
+		}
+		close(s);
+	}
+	/* Hang-ups are handled asynchronously: wait for the count to settle back. */
+	for (int t = 0; t < 500; t++) {
+		after = daemon_fds();
+		if (after <= before)
+			break;
+		usleep(10000);
+	}
+	ck_assert_int_le(after, before);
+	{
+		struct pkv_client *c = lib_client();
+
+		ck_assert_int_eq(pkv_nop(c), 0);
+		pkv_disconnect(c);
+	}
+}
+END_TEST
+
+/* A client that asks for a wake-up on every completion and scribbles on its wake word, for ms. */
+static void hostile_waker(int ms)
+{
+	struct pkv_msg_attach m;
+	struct raw r;
+	uint64_t end, one = 1, ud = 0;
+	struct timespec ts;
+
+	if (raw_open(&r, D.sock, 1 << 20, F_SEAL_SHRINK | F_SEAL_GROW) ||
+	    raw_hello(&r, PKV_PROTO_VERSION, r.size, 1, NULL, 0))
+		_exit(2);
+	raw_attach_msg(&m, "p");
+	if (raw_attach(&r, &m, NULL, 0))
+		_exit(3);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	end = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 + (uint64_t)ms;
+	for (uint32_t i = 0;; i++) {
+		*r.cq.sh_flags = PKV_RING_NEED_WAKEUP;
+		*r.cq.sh_wake = i * 2654435761u;
+		while (pkv_ring_space(&r.sq) > 0) {
+			struct pkv_sqe e = sqe(PKV_OP_NOP);
+
+			e.user_data = ud++;
+			memcpy(pkv_ring_prod_slot(&r.sq), &e, sizeof(e));
+			pkv_ring_publish(&r.sq);
+		}
+		if (write(r.sq_bell, &one, sizeof(one)) < 0)
+			_exit(4);
+		for (int64_t a = pkv_ring_avail(&r.cq); a > 0; a--)
+			pkv_ring_consume(&r.cq);
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		if ((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 >= end)
+			break;
+	}
+	raw_close(&r);
+	_exit(0);
+}
+
+START_TEST(test_wake_ups_cannot_block_the_daemon)
+{
+	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 1 << 20, .timeout_ms = 3000 };
+	uint64_t worst = 0;
+	int st;
+	pid_t kid = fork();
+
+	ck_assert_int_ge(kid, 0);
+	if (kid == 0)
+		hostile_waker(1500);
+	/* Meanwhile, new clients connect and complete a call promptly. */
+	for (int i = 0; i < 20; i++) {
+		struct pkv_pool_params p;
+		struct pkv_client *c;
+		struct timespec a, b;
+		uint64_t us;
+
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		ck_assert_int_eq(pkv_connect(&o, &c), 0);
+		test_pool_params(&p, "p");
+		ck_assert_int_eq(pkv_pool_attach(c, &p), 0);
+		ck_assert_int_eq(pkv_nop(c), 0);
+		pkv_disconnect(c);
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		us = (uint64_t)(((int64_t)b.tv_sec - a.tv_sec) * 1000000 + ((int64_t)b.tv_nsec - a.tv_nsec) / 1000);
+		if (us > worst)
+			worst = us;
+		usleep(50000);
+	}
+	ck_assert_int_eq(waitpid(kid, &st, 0), kid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "hostile client failed: %d", st);
+	ck_assert_msg(worst < 1000000, "a connect + nop took %llu us", (unsigned long long)worst);
+}
+END_TEST
+
+START_TEST(test_sleeping_client_is_woken)
+{
+	/* No spinning: every wait goes to sleep on the futex and needs the daemon's wake. */
+	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 1 << 20, .timeout_ms = 2000,
+				      .spin_us = 1 };
+	struct pkv_pool_params p;
+	struct pkv_client *c;
+	struct timespec a, b;
+	uint64_t ms;
+
+	ck_assert_int_eq(pkv_connect(&o, &c), 0);
+	test_pool_params(&p, "p");
+	ck_assert_int_eq(pkv_pool_attach(c, &p), 0);
+
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	for (int i = 0; i < 200; i++)
+		ck_assert_int_eq(pkv_nop(c), 0);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	pkv_disconnect(c);
+	/* A lost wake-up would cost the client's 50 ms re-check each: 10 s in all. */
+	ms = (uint64_t)(((int64_t)b.tv_sec - a.tv_sec) * 1000 + ((int64_t)b.tv_nsec - a.tv_nsec) / 1000000);
+	ck_assert_msg(ms < 3000, "200 sleeping nops took %llu ms", (unsigned long long)ms);
+}
+END_TEST
+
+START_TEST(test_connections_per_uid_are_limited)
+{
+	static const char *const extra[] = { "--max-clients-per-uid", "3", NULL };
+	struct pkv_connect_opts o = { .arena_bytes = 1 << 20, .timeout_ms = 5000 };
+	struct pkv_client *c[4];
+	struct pkv_msg_reply rep;
+	struct dmn E;
+	ssize_t n;
+	int s, r = -1;
+
+	ck_assert_int_eq(dmn_start(&E, extra), 0);
+	o.socket_path = E.sock;
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(pkv_connect(&o, &c[i]), 0);
+	/* The fourth is refused, with the reason, before any hello. */
+	s = pkv_sock_connect(E.sock, 5000);
+	ck_assert_int_ge(s, 0);
+	n = pkv_msg_recv(s, &rep, sizeof(rep), NULL, 0, NULL, 5000);
+	ck_assert_int_gt(n, (ssize_t)PKV_REPLY_HDR_SIZE);
+	ck_assert_int_eq(rep.status, -EUSERS);
+	rep.text[(size_t)n - PKV_REPLY_HDR_SIZE < sizeof(rep.text) ? (size_t)n - PKV_REPLY_HDR_SIZE
+								   : sizeof(rep.text) - 1] = 0;
+	ck_assert_ptr_nonnull(strstr(rep.text, "max_clients_per_uid"));
+	close(s);
+	ck_assert_int_eq(pkv_connect(&o, &c[3]), -EUSERS);
+	/* The others are unaffected, and a slot frees when one leaves. */
+	ck_assert_int_eq(pkv_nop(c[0]), 0);
+	pkv_disconnect(c[2]);
+	for (int t = 0; t < 500 && (r = pkv_connect(&o, &c[2])) == -EUSERS; t++)
+		usleep(10000);
+	ck_assert_int_eq(r, 0);
+	for (int i = 0; i < 3; i++)
+		pkv_disconnect(c[i]);
+	ck_assert(dmn_alive(&E));
+	ck_assert_int_eq(dmn_stop(&E), 0);
+	dmn_cleanup(&E);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("daemon-hostile");
@@ -455,6 +658,10 @@ static Suite *suite(void)
 	tcase_add_test(t, test_truncating_memfd_cannot_hurt_daemon);
 	tcase_add_test(t, test_corrupted_ring_disconnects_only_that_client);
 	tcase_add_test(t, test_garbage_control_messages_refused);
+	tcase_add_test(t, test_empty_message_with_descriptors_leaks_nothing);
+	tcase_add_test(t, test_wake_ups_cannot_block_the_daemon);
+	tcase_add_test(t, test_sleeping_client_is_woken);
+	tcase_add_test(t, test_connections_per_uid_are_limited);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -306,6 +306,74 @@ START_TEST(test_socket_mode_and_group_applied)
 }
 END_TEST
 
+/* A client of a 16-block pool in the harness geometry, sharing scope narrowed by salt. */
+static struct pkv_client *pin_client(const char *salt)
+{
+	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 1 << 20, .timeout_ms = 5000 };
+	struct pkv_pool_params p;
+	struct pkv_client *c;
+
+	ck_assert_int_eq(pkv_connect(&o, &c), 0);
+	test_pool_params(&p, "pin16");
+	p.geo.num_blocks = 16;
+	p.cache_salt = salt;
+	p.cache_salt_len = strlen(salt);
+	ck_assert_int_eq(pkv_pool_attach(c, &p), 0);
+	return c;
+}
+
+/* Can c prefill n_blocks whole blocks (n_blocks * 16 + 1 tokens)? 0 or -errno. */
+static int try_prefill(struct pkv_client *c, const int32_t *toks, uint32_t n_blocks)
+{
+	uint32_t seq, nc, n = n_blocks * T_BS;
+	int r;
+
+	ck_assert_int_eq(pkv_seq_open(c, toks, n + 1, &seq, &nc), 0);
+	r = pkv_step_begin(c, &seq, &n, toks, 1);
+	if (!r)
+		ck_assert_int_eq(pkv_step_abort(c), 0);
+	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
+	return r;
+}
+
+START_TEST(test_salted_pins_cannot_take_the_pool)
+{
+	struct pkv_client *pinner[4], *victim;
+	int32_t toks[300];
+	int pinned = 0, r = -1;
+
+	for (int i = 0; i < 300; i++)
+		toks[i] = i + 1;
+	/* Four connections, each with its own salt, each pins 4 blocks of its own. */
+	for (int k = 0; k < 4; k++) {
+		char salt[16];
+		uint32_t seq, nc, n = 4 * T_BS;
+
+		snprintf(salt, sizeof(salt), "s%d", k);
+		pinner[k] = pin_client(salt);
+		ck_assert_int_eq(pkv_seq_open(pinner[k], toks, n + 1, &seq, &nc), 0);
+		ck_assert_int_eq(pkv_step_begin(pinner[k], &seq, &n, toks, 1), 0);
+		ck_assert_int_eq(pkv_step_end(pinner[k]), 0);
+		ck_assert_int_eq(pkv_seq_close(pinner[k], seq), 0);
+		r = pkv_pin(pinner[k], toks, n + 1);
+		ck_assert_msg(r == (int)n || r == -ENOSPC, "pin: %d", r);
+		pinned += r > 0 ? r / (int)T_BS : 0;
+	}
+	/* The pool-wide cap (half the pool) held: another client still gets the other half. */
+	ck_assert_int_le(pinned, 8);
+	victim = pin_client("victim");
+	ck_assert_int_eq(try_prefill(victim, toks, 8), 0);
+	/* Pins go with their connection: once the pinners hang up, the whole pool is free to use. */
+	for (int k = 0; k < 4; k++)
+		pkv_disconnect(pinner[k]);
+	for (int t = 0; t < 500 && (r = try_prefill(victim, toks, 16)) == -ENOSPC; t++)
+		usleep(10000);
+	ck_assert_int_eq(r, 0);
+	pkv_disconnect(victim);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("daemon-liveness");
@@ -320,6 +388,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_second_daemon_on_same_socket_refused);
 	tcase_add_test(t, test_churn_of_connections_loses_no_hello);
 	tcase_add_test(t, test_socket_mode_and_group_applied);
+	tcase_add_test(t, test_salted_pins_cannot_take_the_pool);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -315,7 +315,7 @@ float max_diff(const float *a, const float *b, size_t n)
 int raw_open(struct raw *r, const char *sock, uint64_t arena, int seals)
 {
 	memset(r, 0, sizeof(*r));
-	r->sock = r->memfd = r->sq_bell = r->cq_bell = -1;
+	r->sock = r->memfd = r->sq_bell = -1;
 	if (pkv_region_layout(arena, 64, 64, &r->hdr))
 		return -EINVAL;
 	r->memfd = memfd_create("raw", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -335,7 +335,6 @@ int raw_open(struct raw *r, const char *sock, uint64_t arena, int seals)
 	*r->sq.sh_flags = PKV_RING_NEED_WAKEUP;
 	r->arena = r->region + r->hdr.arena_off;
 	r->sq_bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	r->cq_bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	r->sock = pkv_sock_connect(sock, 5000);
 	return r->sock < 0 ? r->sock : 0;
 }
@@ -363,8 +362,8 @@ static int raw_reply(struct raw *r, char *why, size_t len)
 int raw_hello(struct raw *r, uint32_t version, uint64_t region_size, int pass_fds, char *why, size_t len)
 {
 	struct pkv_msg_hello h = { { PKV_MSG_HELLO, sizeof(h) }, version, PKV_ROLE_CLIENT, region_size };
-	int fds[3] = { r->memfd, r->sq_bell, r->cq_bell };
-	int e = pkv_msg_send(r->sock, &h, sizeof(h), fds, pass_fds ? 3 : 0);
+	int fds[2] = { r->memfd, r->sq_bell };
+	int e = pkv_msg_send(r->sock, &h, sizeof(h), fds, pass_fds ? 2 : 0);
 
 	return e ? e : raw_reply(r, why, len);
 }
@@ -421,8 +420,6 @@ void raw_close(struct raw *r)
 		close(r->memfd);
 	if (r->sq_bell >= 0)
 		close(r->sq_bell);
-	if (r->cq_bell >= 0)
-		close(r->cq_bell);
 	memset(r, 0, sizeof(*r));
-	r->sock = r->memfd = r->sq_bell = r->cq_bell = -1;
+	r->sock = r->memfd = r->sq_bell = -1;
 }

@@ -66,7 +66,7 @@ float max_diff(const float *a, const float *b, size_t n);
 
 /* ---- raw protocol access, for hostile-input tests */
 struct raw {
-	int sock, memfd, sq_bell, cq_bell;
+	int sock, memfd, sq_bell;
 	uint8_t *region;
 	size_t size;
 	struct pkv_shm_hdr hdr;
@@ -75,9 +75,9 @@ struct raw {
 	uint64_t ud;
 };
 
-/* Builds a region and eventfds (sealed unless seals == 0), connects, does not send hello. */
+/* Builds a region and the submission eventfd (sealed unless seals == 0), connects, does not send hello. */
 int raw_open(struct raw *r, const char *sock, uint64_t arena, int seals);
-/* Sends a hello with the given version and region size (fds: memfd, bells when pass_fds). Returns reply status. */
+/* Sends a hello with the given version and region size (fds: memfd, submission bell when pass_fds). Returns reply status. */
 int raw_hello(struct raw *r, uint32_t version, uint64_t region_size, int pass_fds, char *why, size_t len);
 int raw_attach(struct raw *r, const struct pkv_msg_attach *m, char *why, size_t len);
 void raw_attach_msg(struct pkv_msg_attach *m, const char *name);
