@@ -203,6 +203,38 @@ static int parse_tensor(struct cur *c, struct gguf_tensor *t)
 	return 0;
 }
 
+
+static int cmp_tensor_name(const void *a, const void *b)
+{
+	const struct gguf_str *x = &(*(const struct gguf_tensor *const *)a)->name;
+	const struct gguf_str *y = &(*(const struct gguf_tensor *const *)b)->name;
+	int c = memcmp(x->s, y->s, x->len < y->len ? x->len : y->len);
+
+	return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* Sorting makes the check O(n log n): a hostile file may declare a million tensors. */
+static int check_unique_names(struct gguf *g)
+{
+	const struct gguf_tensor **by_name;
+	int r = 0;
+
+	if (g->n_tensors < 2)
+		return 0;
+	by_name = malloc(g->n_tensors * sizeof(*by_name));
+	if (!by_name)
+		return fail(g, "out of memory checking %llu tensor names", (unsigned long long)g->n_tensors);
+	for (uint64_t i = 0; i < g->n_tensors; i++)
+		by_name[i] = &g->tensors[i];
+	qsort(by_name, g->n_tensors, sizeof(*by_name), cmp_tensor_name);
+	for (uint64_t i = 1; i < g->n_tensors && !r; i++)
+		if (!cmp_tensor_name(&by_name[i - 1], &by_name[i]))
+			r = fail(g, "duplicate tensor name '%.*s'",
+				 (int)(by_name[i]->name.len > 64 ? 64 : by_name[i]->name.len), by_name[i]->name.s);
+	free(by_name);
+	return r;
+}
+
 int gguf_parse(struct gguf *g, const void *buf, size_t size)
 {
 	struct cur c = { .p = buf, .end = (const uint8_t *)buf + size, .g = g };
@@ -287,13 +319,10 @@ int gguf_parse(struct gguf *g, const void *buf, size_t size)
 			goto err;
 		}
 		t->data = g->base + g->data_offset + t->offset;
-		for (uint64_t j = 0; j < i; j++)
-			if (g->tensors[j].name.len == t->name.len &&
-			    !memcmp(g->tensors[j].name.s, t->name.s, t->name.len)) {
-				r = fail(g, "duplicate tensor name '%.*s'", (int)(t->name.len > 64 ? 64 : t->name.len), t->name.s);
-				goto err;
-			}
 	}
+	r = check_unique_names(g);
+	if (r)
+		goto err;
 	return 0;
 err:
 	free(g->kv);

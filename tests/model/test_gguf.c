@@ -218,6 +218,30 @@ START_TEST(rejects_bad_value_types)
 }
 END_TEST
 
+START_TEST(rejects_duplicate_tensor_names)
+{
+	/* Many distinct names then one repeat: found wherever it lands after sorting. */
+	struct gguf_builder b;
+	uint64_t ne[1] = { 8 };
+	float data[8] = { 0 };
+	char name[32];
+	uint8_t *buf;
+	size_t n;
+	struct gguf g;
+
+	gb_init(&b, 32);
+	for (int i = 0; i < 500; i++) {
+		snprintf(name, sizeof(name), "t.%d", (i * 7919) % 500);
+		gb_tensor(&b, name, GGML_F32, ne, 1, data, sizeof(data));
+	}
+	gb_tensor(&b, "t.123", GGML_F32, ne, 1, data, sizeof(data));
+	ck_assert_int_eq(gb_finish(&b, &buf, &n), 0);
+	ck_assert_int_eq(gguf_parse(&g, buf, n), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(g.err, "duplicate tensor name 't.123'"));
+	free(buf);
+}
+END_TEST
+
 START_TEST(open_reports_missing_file)
 {
 	struct gguf g;
@@ -241,6 +265,7 @@ int main(void)
 	tcase_add_test(tc, rejects_overflowing_string_length);
 	tcase_add_test(tc, rejects_bad_tensor_info);
 	tcase_add_test(tc, rejects_bad_value_types);
+	tcase_add_test(tc, rejects_duplicate_tensor_names);
 	tcase_add_test(tc, open_reports_missing_file);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
