@@ -38,12 +38,12 @@ static int step(struct pkv_cache *c, struct pkv_step_req *r, uint32_t n, struct 
 	struct pkv_step *st;
 	struct pkv_step_meta m;
 	struct pkv_cache_stats s;
-	int err = pkv_step_begin(c, OWNER, r, n, &st, &m);
+	int err = pkv_cache_step_begin(c, OWNER, r, n, &st, &m);
 
 	if (err)
 		return err;
 	/* A real client would run attend() for every layer here, between begin and commit. */
-	err = pkv_step_commit(c, st);
+	err = pkv_cache_step_commit(c, st);
 	pkv_cache_stats(c, &s);
 	if (s.in_use_blocks > res->peak_blocks)
 		res->peak_blocks = s.in_use_blocks;
@@ -79,7 +79,7 @@ static int run(const struct opts *o, const struct pkv_geometry *g, int share, st
 		 * Sessions arrive one after another: each opens (hitting what earlier
 		 * sessions published) and prefills the rest of its prompt.
 		 */
-		err = pkv_seq_open(c, OWNER, ns, p, plen, &seq[i], &nc);
+		err = pkv_cache_seq_open(c, OWNER, ns, p, plen, &seq[i], &nc);
 		if (err)
 			goto out;
 		res->hit[i] = nc;
@@ -101,7 +101,7 @@ static int run(const struct opts *o, const struct pkv_geometry *g, int share, st
 			goto out;
 	}
 	for (uint32_t i = 0; i < n; i++)
-		res->len[i] = (uint32_t)pkv_seq_len(c, OWNER, seq[i]);
+		res->len[i] = (uint32_t)pkv_cache_seq_len(c, OWNER, seq[i]);
 	err = pkv_cache_audit(c, NULL, 0) ? -EIO : 0;
 out:
 	pkv_cache_destroy(c);

@@ -67,13 +67,13 @@ struct pkv_key pkv_namespace(uint64_t model_id, const struct pkv_geometry *g, ui
  * Handles: a sequence handle is an index plus a generation, so a closed
  * handle stays invalid (-ENOENT) even after its slot is reused.
  */
-int pkv_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
+int pkv_cache_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
 		 const int32_t *tokens, uint32_t n_tokens, uint32_t *seq, uint32_t *n_cached);
-int pkv_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t *child);
-int pkv_seq_truncate(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t n_tokens);
-int pkv_seq_close(struct pkv_cache *c, uint32_t owner, uint32_t seq);
+int pkv_cache_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t *child);
+int pkv_cache_seq_truncate(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t n_tokens);
+int pkv_cache_seq_close(struct pkv_cache *c, uint32_t owner, uint32_t seq);
 /* Committed length of a sequence, or -errno. */
-int64_t pkv_seq_len(const struct pkv_cache *c, uint32_t owner, uint32_t seq);
+int64_t pkv_cache_seq_len(const struct pkv_cache *c, uint32_t owner, uint32_t seq);
 /* Aborts the owner's steps and closes its sequences; returns how many sequences closed. */
 int pkv_cache_release_owner(struct pkv_cache *c, uint32_t owner);
 
@@ -104,7 +104,7 @@ struct pkv_step_meta {
 	uint32_t num_copies;
 };
 
-int pkv_step_begin(struct pkv_cache *c, uint32_t owner, const struct pkv_step_req *reqs,
+int pkv_cache_step_begin(struct pkv_cache *c, uint32_t owner, const struct pkv_step_req *reqs,
 		   uint32_t n_reqs, struct pkv_step **step, struct pkv_step_meta *meta);
 /*
  * Commits: lengths advance, newly full blocks are published. A full block
@@ -113,7 +113,7 @@ int pkv_step_begin(struct pkv_cache *c, uint32_t owner, const struct pkv_step_re
  * in the sequence is not itself published: a published chain is always
  * published end to end, so a hit never depends on a private block.
  */
-int pkv_step_commit(struct pkv_cache *c, struct pkv_step *step);
+int pkv_cache_step_commit(struct pkv_cache *c, struct pkv_step *step);
 /*
  * Releases the reservation; nothing else changes, with one exception: a
  * cached block that begin evicted to make room stays evicted (its slots may
@@ -121,7 +121,7 @@ int pkv_step_commit(struct pkv_cache *c, struct pkv_step *step);
  * commit returns -EINVAL for it, abort ignores it. pkv_cache_release_owner
  * aborts the owner's steps, which kills their pointers too.
  */
-void pkv_step_abort(struct pkv_cache *c, struct pkv_step *step);
+void pkv_cache_step_abort(struct pkv_cache *c, struct pkv_step *step);
 
 /*
  * Pinning: the published blocks of the chain matching tokens (whole blocks)

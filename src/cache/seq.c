@@ -215,7 +215,7 @@ static struct seq *seq_take(struct pkv_cache *c, struct owner *o, struct pkv_key
 	return s;
 }
 
-int pkv_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
+int pkv_cache_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
 		 const int32_t *tokens, uint32_t n_tokens, uint32_t *seq, uint32_t *n_cached)
 {
 	uint32_t max_blk, n, i;
@@ -257,7 +257,7 @@ int pkv_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
 	return 0;
 }
 
-int pkv_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t *child)
+int pkv_cache_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t *child)
 {
 	struct seq *p = pkv_seq_get(c, owner, seq), *s;
 	struct owner *o;
@@ -303,7 +303,7 @@ static void seq_drop_blocks(struct pkv_cache *c, struct seq *s, uint32_t keep)
 		pkv_blk_decref(c, s->tab[--s->nblk]);
 }
 
-int pkv_seq_truncate(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t n_tokens)
+int pkv_cache_seq_truncate(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t n_tokens)
 {
 	struct seq *s = pkv_seq_get(c, owner, seq);
 
@@ -338,7 +338,7 @@ static void seq_release(struct pkv_cache *c, struct seq *s)
 	c->n_open_seqs--;
 }
 
-int pkv_seq_close(struct pkv_cache *c, uint32_t owner, uint32_t seq)
+int pkv_cache_seq_close(struct pkv_cache *c, uint32_t owner, uint32_t seq)
 {
 	struct seq *s = pkv_seq_get(c, owner, seq);
 
@@ -351,7 +351,7 @@ int pkv_seq_close(struct pkv_cache *c, uint32_t owner, uint32_t seq)
 	return 0;
 }
 
-int64_t pkv_seq_len(const struct pkv_cache *c, uint32_t owner, uint32_t seq)
+int64_t pkv_cache_seq_len(const struct pkv_cache *c, uint32_t owner, uint32_t seq)
 {
 	const struct seq *s = pkv_seq_get(c, owner, seq);
 
@@ -367,7 +367,7 @@ int pkv_cache_release_owner(struct pkv_cache *c, uint32_t owner)
 	for (st = c->steps_open; st; st = nx) {
 		nx = st->next;
 		if (st->owner == owner)
-			pkv_step_abort(c, st);
+			pkv_cache_step_abort(c, st);
 	}
 	o = pkv_owner_find(c, owner);
 	if (!o)

@@ -84,7 +84,7 @@ static bool needs_cow(const struct pkv_cache *c, const struct seq *s)
 	return k->ref > 1 || k->published;
 }
 
-int pkv_step_begin(struct pkv_cache *c, uint32_t owner, const struct pkv_step_req *reqs,
+int pkv_cache_step_begin(struct pkv_cache *c, uint32_t owner, const struct pkv_step_req *reqs,
 		   uint32_t n_reqs, struct pkv_step **step, struct pkv_step_meta *meta)
 {
 	uint64_t need = 0, new_refs = 0, total_q = 0, total_k = 0, bt;
@@ -238,7 +238,7 @@ static void step_unlink(struct pkv_cache *c, struct pkv_step *st)
 	step_put(c, st);
 }
 
-int pkv_step_commit(struct pkv_cache *c, struct pkv_step *st)
+int pkv_cache_step_commit(struct pkv_cache *c, struct pkv_step *st)
 {
 	uint32_t i;
 
@@ -258,7 +258,7 @@ int pkv_step_commit(struct pkv_cache *c, struct pkv_step *st)
 	return 0;
 }
 
-void pkv_step_abort(struct pkv_cache *c, struct pkv_step *st)
+void pkv_cache_step_abort(struct pkv_cache *c, struct pkv_step *st)
 {
 	struct owner *o;
 	uint32_t i;

@@ -487,7 +487,7 @@ static int op_step_begin(struct pkv_daemon *d, struct session *s, const struct p
 		reqs[i] = (struct pkv_step_req){ seqs[i], n_new[i], tokens + pos };
 		pos += n_new[i];
 	}
-	r = pkv_step_begin(s->pool->cache, s->id, reqs, e->n, &s->step, &s->meta);
+	r = pkv_cache_step_begin(s->pool->cache, s->id, reqs, e->n, &s->step, &s->meta);
 	if (r) {
 		explain(d, s, "step", r);
 		s->step = NULL;
@@ -503,7 +503,7 @@ static int op_step_begin(struct pkv_daemon *d, struct session *s, const struct p
 		struct job *j = calloc(1, sizeof(*j));
 
 		if (!j) {
-			pkv_step_abort(s->pool->cache, s->step);
+			pkv_cache_step_abort(s->pool->cache, s->step);
 			step_clear(s);
 			r = -ENOMEM;
 			goto out;
@@ -558,16 +558,16 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 	case PKV_OP_SEQ_FORK:
 		if (e->opcode == PKV_OP_SEQ_FORK) {
 			se = seq_find(s, e->seq);
-			r = pkv_seq_fork(c, s->id, e->seq, &seq);
+			r = pkv_cache_seq_fork(c, s->id, e->seq, &seq);
 			if (r) {
 				explain(d, s, "fork", r);
 				return r;
 			}
-			len = pkv_seq_len(c, s->id, seq);
+			len = pkv_cache_seq_len(c, s->id, seq);
 			r = seq_add(s, seq, len > 0 ? (uint32_t)len : (se ? se->len : 0));
 			if (r) {
 				/* Untracked, the child would hold blocks and a quota slot under a handle the client never learns. */
-				pkv_seq_close(c, s->id, seq);
+				pkv_cache_seq_close(c, s->id, seq);
 				session_set_err(s, "fork: %s", strerror(-r));
 				return r;
 			}
@@ -577,7 +577,7 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 		tok = copy_out(s, e->off[0], e->n);
 		if (!tok)
 			return -ENOMEM;
-		r = pkv_seq_open(c, s->id, s->ns, tok, e->n, &seq, &n_cached);
+		r = pkv_cache_seq_open(c, s->id, s->ns, tok, e->n, &seq, &n_cached);
 		free(tok);
 		if (r) {
 			explain(d, s, "open", r);
@@ -585,14 +585,14 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 		}
 		r = seq_add(s, seq, n_cached);
 		if (r) {
-			pkv_seq_close(c, s->id, seq);
+			pkv_cache_seq_close(c, s->id, seq);
 			return r;
 		}
 		*p0 = seq;
 		*p1 = n_cached;
 		return 0;
 	case PKV_OP_SEQ_TRUNCATE:
-		r = pkv_seq_truncate(c, s->id, e->seq, e->n);
+		r = pkv_cache_seq_truncate(c, s->id, e->seq, e->n);
 		if (r) {
 			session_set_err(s, "truncate of sequence %u to %u: %s", e->seq, e->n, strerror(-r));
 			return r;
@@ -601,7 +601,7 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 			se->len = e->n < se->len ? e->n : se->len;
 		return 0;
 	case PKV_OP_SEQ_CLOSE:
-		r = pkv_seq_close(c, s->id, e->seq);
+		r = pkv_cache_seq_close(c, s->id, e->seq);
 		if (r) {
 			session_set_err(s, "close of sequence %u: %s", e->seq, strerror(-r));
 			return r;
@@ -620,12 +620,12 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 		}
 		if (s->step_poisoned) {
 			/* Its copy-on-write failed: publishing those blocks would share wrong KV. */
-			pkv_step_abort(c, s->step);
+			pkv_cache_step_abort(c, s->step);
 			step_clear(s);
 			session_set_err(s, "copy-on-write failed in the backend; the step was aborted");
 			return -EIO;
 		}
-		r = pkv_step_commit(c, s->step);
+		r = pkv_cache_step_commit(c, s->step);
 		if (r) {
 			session_set_err(s, "commit: %s", strerror(-r));
 			return r;
@@ -640,7 +640,7 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 			session_set_err(s, "no open step");
 			return -EINVAL;
 		}
-		pkv_step_abort(c, s->step);
+		pkv_cache_step_abort(c, s->step);
 		step_clear(s);
 		return 0;
 	case PKV_OP_PIN:
@@ -765,7 +765,7 @@ void session_release(struct pkv_daemon *d, struct session *s)
 	flush_sqes(d);
 	if (s->pool) {
 		if (s->step)
-			pkv_step_abort(s->pool->cache, s->step);
+			pkv_cache_step_abort(s->pool->cache, s->step);
 		step_clear(s);
 		pkv_cache_release_owner(s->pool->cache, s->id);
 		s->pool->n_clients--;

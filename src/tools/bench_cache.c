@@ -100,12 +100,12 @@ static double bench_step(struct pkv_cache *c, int decode)
 
 	for (int i = 0; i < n; i++) {
 		prompt(tok, PREFILL, 900000 + (uint32_t)i + (decode ? 0 : 100));
-		if (pkv_seq_open(c, 1, ns, tok, PREFILL, &seq[i], &nc))
+		if (pkv_cache_seq_open(c, 1, ns, tok, PREFILL, &seq[i], &nc))
 			return -1;
 	}
 	for (int rep = 0; rep < 8; rep++) {
 		for (int i = 0; i < n; i++)
-			pkv_seq_truncate(c, 1, seq[i], 0);
+			pkv_cache_seq_truncate(c, 1, seq[i], 0);
 		pkv_cache_flush(c);
 		t0 = now_ns();
 		if (decode) {
@@ -114,7 +114,7 @@ static double bench_step(struct pkv_cache *c, int decode)
 					tok[i] = s * 31 + i;
 					req[i] = (struct pkv_step_req){ seq[i], 1, &tok[i] };
 				}
-				if (pkv_step_begin(c, 1, req, NSEQ, &st, &m) || pkv_step_commit(c, st))
+				if (pkv_cache_step_begin(c, 1, req, NSEQ, &st, &m) || pkv_cache_step_commit(c, st))
 					return -1;
 			}
 			tokens += (uint64_t)STEPS * NSEQ;
@@ -122,7 +122,7 @@ static double bench_step(struct pkv_cache *c, int decode)
 			for (int i = 0; i < n; i++) {
 				prompt(tok, PREFILL, 800000 + (uint32_t)(rep * n + i));
 				req[0] = (struct pkv_step_req){ seq[i], PREFILL, tok };
-				if (pkv_step_begin(c, 1, req, 1, &st, &m) || pkv_step_commit(c, st))
+				if (pkv_cache_step_begin(c, 1, req, 1, &st, &m) || pkv_cache_step_commit(c, st))
 					return -1;
 			}
 			tokens += (uint64_t)n * PREFILL;
@@ -130,7 +130,7 @@ static double bench_step(struct pkv_cache *c, int decode)
 		t += now_ns() - t0;
 	}
 	for (int i = 0; i < n; i++)
-		pkv_seq_close(c, 1, seq[i]);
+		pkv_cache_seq_close(c, 1, seq[i]);
 	return t / (double)tokens;
 }
 
@@ -149,20 +149,20 @@ static double bench_lookup(struct pkv_cache *c, int hit)
 	for (int i = 0; i < ITERS; i++)
 		prompt(tok[i], PROMPT, hit ? 7 : 1000 + (uint32_t)i + (uint32_t)rand());
 	if (hit) {
-		if (pkv_seq_open(c, 2, ns, tok[0], PROMPT, &s, &nc))
+		if (pkv_cache_seq_open(c, 2, ns, tok[0], PROMPT, &s, &nc))
 			return -1;
 		r = (struct pkv_step_req){ s, PROMPT - nc, tok[0] + nc };
-		if (r.n_new && (pkv_step_begin(c, 2, &r, 1, &st, &m) || pkv_step_commit(c, st)))
+		if (r.n_new && (pkv_cache_step_begin(c, 2, &r, 1, &st, &m) || pkv_cache_step_commit(c, st)))
 			return -1;
-		pkv_seq_close(c, 2, s);
+		pkv_cache_seq_close(c, 2, s);
 	}
 	t0 = now_ns();
 	for (int i = 0; i < ITERS; i++) {
-		if (pkv_seq_open(c, 2, ns, tok[i], PROMPT, &s, &nc))
+		if (pkv_cache_seq_open(c, 2, ns, tok[i], PROMPT, &s, &nc))
 			return -1;
 		if (hit && nc != PROMPT / BLOCK * BLOCK - (PROMPT % BLOCK ? 0 : BLOCK))
 			return -1;
-		pkv_seq_close(c, 2, s);
+		pkv_cache_seq_close(c, 2, s);
 	}
 	return (double)ITERS * PROMPT / ((now_ns() - t0) / 1e9);
 }

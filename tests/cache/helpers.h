@@ -57,8 +57,8 @@ static inline void test_append(struct pkv_cache *c, uint32_t owner, uint32_t seq
 	struct pkv_step *st;
 	struct pkv_step_meta m;
 
-	ck_assert_int_eq(pkv_step_begin(c, owner, &r, 1, &st, &m), 0);
-	ck_assert_int_eq(pkv_step_commit(c, st), 0);
+	ck_assert_int_eq(pkv_cache_step_begin(c, owner, &r, 1, &st, &m), 0);
+	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
 }
 
 /* Opens a sequence on tokens and prefills what was not cached; returns the handle. */
@@ -67,7 +67,7 @@ static inline uint32_t test_prefill(struct pkv_cache *c, uint32_t owner, struct 
 {
 	uint32_t seq, nc;
 
-	ck_assert_int_eq(pkv_seq_open(c, owner, ns, tokens, n, &seq, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, owner, ns, tokens, n, &seq, &nc), 0);
 	if (n > nc)
 		test_append(c, owner, seq, tokens + nc, n - nc);
 	if (n_cached)

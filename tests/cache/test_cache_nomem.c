@@ -109,16 +109,16 @@ START_TEST(open_fork_step_pin_fail_cleanly)
 
 	test_prompt(t, 200, 1);
 	/* Open: the sequence slots and the owner map grow on first use. */
-	EVERY_FAILURE(c, (void)0, pkv_seq_open(c, OWN, test_ns(1), t, 200, &s, &nc));
+	EVERY_FAILURE(c, (void)0, pkv_cache_seq_open(c, OWN, test_ns(1), t, 200, &s, &nc));
 	/* The first step: the step object and its buffers. */
 	r = (struct pkv_step_req){ s, 200, t };
-	EVERY_FAILURE(c, (void)0, pkv_step_begin(c, OWN, &r, 1, &st, &m));
-	ck_assert_int_eq(pkv_step_commit(c, st), 0);
+	EVERY_FAILURE(c, (void)0, pkv_cache_step_begin(c, OWN, &r, 1, &st, &m));
+	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
 	/* Fork: a slot and a table for the child. */
-	EVERY_FAILURE(c, (void)0, pkv_seq_fork(c, OWN, s, &k));
+	EVERY_FAILURE(c, (void)0, pkv_cache_seq_fork(c, OWN, s, &k));
 	/* Many sequences: the slot array grows past its first size. */
 	for (int i = 0; i < 80; i++)
-		EVERY_FAILURE(c, (void)0, pkv_seq_open(c, OWN, test_ns(1), t, 3, &extra[i], &nc));
+		EVERY_FAILURE(c, (void)0, pkv_cache_seq_open(c, OWN, test_ns(1), t, 3, &extra[i], &nc));
 	/* Pin: the path record and the owner's pin list. */
 	EVERY_FAILURE(c, (void)0, pkv_prefix_pin(c, OWN, test_ns(1), t, 64));
 	/* A second owner: its owner entry too. */

@@ -16,7 +16,7 @@ START_TEST(collision_never_returns_wrong_kv)
 
 	test_prompt(a, 32, 1);
 	test_prompt(b, 32, 2);
-	ck_assert_int_eq(pkv_seq_close(c, OWN, test_prefill(c, OWN, ns, a, 32, NULL)), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, test_prefill(c, OWN, ns, a, 32, NULL)), 0);
 	blk = pkv_prefix_find(c, pkv_block_key(ns, ns, a, BS));
 	ck_assert_int_ge(blk, 0);
 	kb = pkv_block_key(ns, ns, b, BS);
@@ -25,7 +25,7 @@ START_TEST(collision_never_returns_wrong_kv)
 	pkv_prefix_insert(c, kb, blk);
 	ck_assert_int_eq(pkv_prefix_find(c, kb), blk);
 	/* The key matches but the stored tokens do not: a miss, not A's KV. */
-	ck_assert_int_eq(pkv_seq_open(c, OWN, ns, b, 32, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, ns, b, 32, &s, &nc), 0);
 	ck_assert_uint_eq(nc, 0);
 	/* And audit sees that the stored tokens do not produce the key. */
 	ck_assert_int_gt(pkv_cache_audit(c, NULL, 0), 0);
@@ -42,12 +42,12 @@ START_TEST(collision_on_parent_key_misses)
 	int32_t b1;
 
 	test_prompt(a, 48, 1);
-	ck_assert_int_eq(pkv_seq_close(c, OWN, test_prefill(c, OWN, ns, a, 48, NULL)), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, test_prefill(c, OWN, ns, a, 48, NULL)), 0);
 	/* Corrupt the recorded parent key of block 1: the chain must stop there. */
 	b1 = pkv_prefix_find(c, pkv_block_key(pkv_block_key(ns, ns, a, BS), ns, a + BS, BS));
 	ck_assert_int_ge(b1, 0);
 	c->blk[b1].parent_key.hi ^= 1;
-	ck_assert_int_eq(pkv_seq_open(c, OWN, ns, a, 48, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, ns, a, 48, &s, &nc), 0);
 	ck_assert_uint_eq(nc, 16);
 	pkv_cache_destroy(c);
 }
@@ -94,7 +94,7 @@ START_TEST(closed_blocks_are_cached_and_reused)
 	struct pkv_cache_stats st;
 
 	test_prompt(a, 40, 1);
-	ck_assert_int_eq(pkv_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 40, NULL)), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 40, NULL)), 0);
 	test_prefill(c, OWN, test_ns(1), a, 40, &nc);
 	ck_assert_uint_eq(nc, 32);
 	pkv_cache_stats(c, &st);
@@ -115,18 +115,18 @@ START_TEST(eviction_takes_least_recently_used_first)
 	test_prompt(a, 17, 1);
 	test_prompt(b, 17, 2);
 	/* a then b: each leaves one cached block. */
-	ck_assert_int_eq(pkv_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 17, NULL)), 0);
-	ck_assert_int_eq(pkv_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), b, 17, NULL)), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 17, NULL)), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), b, 17, NULL)), 0);
 	/* 3 blocks needed, 2 free: one eviction, a's block (older). */
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(9), x, 32, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(9), x, 32, &s, &nc), 0);
 	test_append(c, OWN, s, x, 32);
-	ck_assert_int_eq(pkv_seq_close(c, OWN + 1, s), -ENOENT);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN + 1, s), -ENOENT);
 	test_append(c, OWN, s, x, 1);
 	pkv_cache_stats(c, &st);
 	ck_assert_uint_eq(st.evictions, 1);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), b, 17, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), b, 17, &s, &nc), 0);
 	ck_assert_uint_eq(nc, 16);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), a, 17, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), a, 17, &s, &nc), 0);
 	ck_assert_uint_eq(nc, 0);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
@@ -141,11 +141,11 @@ START_TEST(eviction_takes_tail_before_parent)
 
 	test_prompt(a, 49, 1);
 	/* A chain of 3 cached blocks and 1 free block: 3 new blocks evict the two deepest. */
-	ck_assert_int_eq(pkv_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 48, NULL)), 0);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(2), x, 16, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 48, NULL)), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(2), x, 16, &s, &nc), 0);
 	test_append(c, OWN, s, x, 16);
 	test_append(c, OWN, s, x, 17);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), a, 49, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), a, 49, &s, &nc), 0);
 	ck_assert_uint_eq(nc, 16);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
@@ -161,8 +161,8 @@ START_TEST(eviction_reaches_a_whole_chain)
 
 	/* Only the tail is evictable at first; parents follow as their children go. */
 	test_prompt(a, 64, 1);
-	ck_assert_int_eq(pkv_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 64, NULL)), 0);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(2), x, 64, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 64, NULL)), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(2), x, 64, &s, &nc), 0);
 	test_append(c, OWN, s, x, 64);
 	pkv_cache_stats(c, &st);
 	ck_assert_uint_eq(st.evictions, 4);
@@ -183,16 +183,16 @@ START_TEST(in_use_blocks_are_never_evicted)
 
 	test_prompt(a, 64, 1);
 	a_s = test_prefill(c, OWN, test_ns(1), a, 48, NULL);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(2), x, 16, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(2), x, 16, &s, &nc), 0);
 	s1 = test_snapshot(c, OWN);
 	r = (struct pkv_step_req){ s, 16, x };
-	ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &st, &m), 0);
-	pkv_step_abort(c, st);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), 0);
+	pkv_cache_step_abort(c, st);
 	r.n_new = 17;
-	ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &st, &m), -ENOSPC);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), -ENOSPC);
 	s2 = test_snapshot(c, OWN);
 	test_same(&s1, &s2);
-	ck_assert_int_eq(pkv_seq_len(c, OWN, a_s), 48);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, a_s), 48);
 	pkv_cache_destroy(c);
 }
 END_TEST
@@ -210,21 +210,21 @@ START_TEST(pinned_prefix_survives_eviction)
 
 	ck_assert_int_eq(pkv_cache_create(&g, &lim, &c), 0);
 	test_prompt(a, 33, 1);
-	ck_assert_int_eq(pkv_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 32, NULL)), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 32, NULL)), 0);
 	ck_assert_int_eq(pkv_prefix_pin(c, OWN, test_ns(1), a, 33), 32);
 	pkv_cache_stats(c, &st);
 	ck_assert_uint_eq(st.pinned_blocks, 2);
 	/* Only the 2 free blocks can be had. */
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(2), x, 64, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(2), x, 64, &s, &nc), 0);
 	{
 		struct pkv_step_req r = { s, 33, x };
 		struct pkv_step *stp;
 		struct pkv_step_meta m;
 
-		ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &stp, &m), -ENOSPC);
+		ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &stp, &m), -ENOSPC);
 	}
 	test_append(c, OWN, s, x, 32);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), a, 33, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), a, 33, &s, &nc), 0);
 	ck_assert_uint_eq(nc, 32);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
@@ -287,7 +287,7 @@ START_TEST(unpin_makes_blocks_evictable)
 	struct pkv_cache_stats st;
 
 	test_prompt(a, 48, 1);
-	ck_assert_int_eq(pkv_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 48, NULL)), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 48, NULL)), 0);
 	ck_assert_int_eq(pkv_prefix_pin(c, OWN, test_ns(1), a, 48), 48);
 	ck_assert_int_eq(pkv_cache_flush(c), 0);
 	ck_assert_int_eq(pkv_prefix_unpin(c, OWN, test_ns(1), a, 48), 48);
@@ -329,7 +329,7 @@ START_TEST(nested_pins_unpin_independently)
 	struct pkv_cache_stats st;
 
 	test_prompt(a, 48, 1);
-	ck_assert_int_eq(pkv_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 48, NULL)), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 48, NULL)), 0);
 	ck_assert_int_eq(pkv_prefix_pin(c, OWN, test_ns(1), a, 16), 16);
 	ck_assert_int_eq(pkv_prefix_pin(c, OWN, test_ns(1), a, 48), 48);
 	ck_assert_int_eq(pkv_prefix_unpin(c, OWN, test_ns(1), a, 16), 16);
@@ -351,8 +351,8 @@ START_TEST(pins_released_with_their_owner)
 
 	test_prompt(a, 48, 1);
 	test_prompt(b, 48, 2);
-	ck_assert_int_eq(pkv_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 48, NULL)), 0);
-	ck_assert_int_eq(pkv_seq_close(c, OWN, test_prefill(c, OWN, test_ns(2), b, 48, NULL)), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 48, NULL)), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, test_prefill(c, OWN, test_ns(2), b, 48, NULL)), 0);
 	ck_assert_int_eq(pkv_prefix_pin(c, OWN + 1, test_ns(1), a, 48), 48);
 	ck_assert_int_eq(pkv_prefix_pin(c, OWN + 1, test_ns(2), b, 32), 32);
 	ck_assert_int_eq(pkv_prefix_pin(c, OWN + 2, test_ns(1), a, 16), 16);
@@ -379,7 +379,7 @@ START_TEST(flush_drops_cached_keeps_in_use)
 
 	test_prompt(a, 48, 1);
 	test_prompt(b, 48, 2);
-	ck_assert_int_eq(pkv_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 48, NULL)), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, test_prefill(c, OWN, test_ns(1), a, 48, NULL)), 0);
 	test_prefill(c, OWN, test_ns(1), b, 48, NULL);
 	ck_assert_int_eq(pkv_cache_flush(c), 3);
 	pkv_cache_stats(c, &st);

@@ -181,7 +181,7 @@ static void verify(void)
 		if (!q->used)
 			continue;
 		open++;
-		FAIL_IF(pkv_seq_len(M.c, q->owner, q->h) != q->len, "seq %d", i);
+		FAIL_IF(pkv_cache_seq_len(M.c, q->owner, q->h) != q->len, "seq %d", i);
 		s = cseq(q);
 		for (uint32_t p = 0; p < q->len; p++) {
 			int32_t b = s->tab[p / RBS];
@@ -278,7 +278,7 @@ static void op_open(void)
 		n = MAXT + 1;   /* too long */
 		expect_err = -EINVAL;
 	}
-	r = EXPECT_UNCHANGED_ON_ERROR(owner, pkv_seq_open(M.c, owner, M.ns[ns], t, n, &h, &nc));
+	r = EXPECT_UNCHANGED_ON_ERROR(owner, pkv_cache_seq_open(M.c, owner, M.ns[ns], t, n, &h, &nc));
 	if (expect_err) {
 		FAIL_IF(r != expect_err, "open too long: %d", r);
 		return;
@@ -391,9 +391,9 @@ static void finish_step(struct mstep *ms, int commit)
 		q->npend -= used;
 	}
 	if (commit)
-		FAIL_IF(pkv_step_commit(M.c, ms->st) != 0, "");
+		FAIL_IF(pkv_cache_step_commit(M.c, ms->st) != 0, "");
 	else
-		pkv_step_abort(M.c, ms->st);
+		pkv_cache_step_abort(M.c, ms->st);
 	ms->st = NULL;
 }
 
@@ -451,7 +451,7 @@ static void op_step(void)
 			inject = -1;
 	}
 	pkv_cache_stats(M.c, &cs);
-	r = EXPECT_UNCHANGED_ON_ERROR(owner, pkv_step_begin(M.c, owner, req, nr, &st, &m));
+	r = EXPECT_UNCHANGED_ON_ERROR(owner, pkv_cache_step_begin(M.c, owner, req, nr, &st, &m));
 	if (inject == 0 || inject == 2) {
 		FAIL_IF(r != -EINVAL, "injected %d: %d", inject, r);
 		return;
@@ -512,7 +512,7 @@ static void op_fork(void)
 
 	if (p < 0)
 		return;
-	r = EXPECT_UNCHANGED_ON_ERROR(M.s[p].owner, pkv_seq_fork(M.c, M.s[p].owner, M.s[p].h, &h));
+	r = EXPECT_UNCHANGED_ON_ERROR(M.s[p].owner, pkv_cache_seq_fork(M.c, M.s[p].owner, M.s[p].h, &h));
 	if (M.s[p].in_step) {
 		FAIL_IF(r != -EBUSY, "fork in step: %d", r);
 		return;
@@ -537,7 +537,7 @@ static void op_truncate(void)
 	if (p < 0)
 		return;
 	n = rnd(M.s[p].len + 2);   /* sometimes one past the end */
-	r = EXPECT_UNCHANGED_ON_ERROR(M.s[p].owner, pkv_seq_truncate(M.c, M.s[p].owner, M.s[p].h, n));
+	r = EXPECT_UNCHANGED_ON_ERROR(M.s[p].owner, pkv_cache_seq_truncate(M.c, M.s[p].owner, M.s[p].h, n));
 	if (M.s[p].in_step) {
 		FAIL_IF(r != -EBUSY, "truncate in step: %d", r);
 		return;
@@ -560,15 +560,15 @@ static void op_close(void)
 	if (p < 0)
 		return;
 	wrong = (M.s[p].owner + 1 + rnd(NOWN - 1)) % NOWN;
-	r = EXPECT_UNCHANGED_ON_ERROR(wrong, pkv_seq_close(M.c, wrong, M.s[p].h));
+	r = EXPECT_UNCHANGED_ON_ERROR(wrong, pkv_cache_seq_close(M.c, wrong, M.s[p].h));
 	FAIL_IF(r != -ENOENT, "close by another owner: %d", r);
-	r = EXPECT_UNCHANGED_ON_ERROR(M.s[p].owner, pkv_seq_close(M.c, M.s[p].owner, M.s[p].h));
+	r = EXPECT_UNCHANGED_ON_ERROR(M.s[p].owner, pkv_cache_seq_close(M.c, M.s[p].owner, M.s[p].h));
 	if (M.s[p].in_step) {
 		FAIL_IF(r != -EBUSY, "close in step: %d", r);
 		return;
 	}
 	FAIL_IF(r != 0, "close: %d", r);
-	FAIL_IF(pkv_seq_close(M.c, M.s[p].owner, M.s[p].h) != -ENOENT, "closed twice");
+	FAIL_IF(pkv_cache_seq_close(M.c, M.s[p].owner, M.s[p].h) != -ENOENT, "closed twice");
 	M.s[p].used = 0;
 }
 

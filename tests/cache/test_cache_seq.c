@@ -119,9 +119,9 @@ START_TEST(open_miss_caches_nothing)
 	uint32_t s, nc = 99;
 
 	test_prompt(t, 100, 1);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 100, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 100, &s, &nc), 0);
 	ck_assert_uint_eq(nc, 0);
-	ck_assert_int_eq(pkv_seq_len(c, OWN, s), 0);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s), 0);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
 }
@@ -136,9 +136,9 @@ START_TEST(open_hit_whole_blocks)
 	test_prompt(t, 100, 1);
 	test_prefill(c, OWN, test_ns(1), t, 100, NULL);
 	/* 100 tokens = 6 full blocks + 4: only whole blocks are published. */
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 100, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 100, &s, &nc), 0);
 	ck_assert_uint_eq(nc, 96);
-	ck_assert_int_eq(pkv_seq_len(c, OWN, s), 96);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s), 96);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
 }
@@ -153,11 +153,11 @@ START_TEST(open_hit_leaves_last_token)
 	test_prompt(t, 64, 2);
 	test_prefill(c, OWN, test_ns(1), t, 64, NULL);
 	/* All 4 blocks are cached, but the last token must be computed: 3 blocks. */
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 64, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 64, &s, &nc), 0);
 	ck_assert_uint_eq(nc, 48);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 65, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 65, &s, &nc), 0);
 	ck_assert_uint_eq(nc, 64);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 1, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 1, &s, &nc), 0);
 	ck_assert_uint_eq(nc, 0);
 	pkv_cache_destroy(c);
 }
@@ -173,7 +173,7 @@ START_TEST(open_stops_at_first_difference)
 	memcpy(u, t, sizeof(u));
 	u[40] ^= 1;   /* block 2 differs */
 	test_prefill(c, OWN, test_ns(1), t, 80, NULL);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), u, 80, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), u, 80, &s, &nc), 0);
 	ck_assert_uint_eq(nc, 32);
 	pkv_cache_destroy(c);
 }
@@ -187,7 +187,7 @@ START_TEST(open_other_namespace_misses)
 
 	test_prompt(t, 80, 3);
 	test_prefill(c, OWN, test_ns(1), t, 80, NULL);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(2), t, 80, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(2), t, 80, &s, &nc), 0);
 	ck_assert_uint_eq(nc, 0);
 	pkv_cache_destroy(c);
 }
@@ -204,11 +204,11 @@ START_TEST(open_too_many_tokens_einval)
 
 	ck_assert_int_eq(pkv_cache_create(&g, &lim, &c), 0);
 	a = test_snapshot(c, OWN);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 51, &s, &nc), -EINVAL);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), NULL, 5, &s, &nc), -EINVAL);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 51, &s, &nc), -EINVAL);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), NULL, 5, &s, &nc), -EINVAL);
 	b = test_snapshot(c, OWN);
 	test_same(&a, &b);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 50, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 50, &s, &nc), 0);
 	pkv_cache_destroy(c);
 }
 END_TEST
@@ -224,9 +224,9 @@ START_TEST(open_max_seqs_enospc)
 
 	ck_assert_int_eq(pkv_cache_create(&g, &lim, &c), 0);
 	for (int i = 0; i < 3; i++)
-		ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 4, &s, &nc), 0);
+		ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 4, &s, &nc), 0);
 	a = test_snapshot(c, OWN);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 4, &s, &nc), -ENOSPC);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 4, &s, &nc), -ENOSPC);
 	b = test_snapshot(c, OWN);
 	test_same(&a, &b);
 	pkv_cache_destroy(c);
@@ -240,13 +240,13 @@ START_TEST(open_empty_then_fork_and_fill)
 	uint32_t s, k, nc = 5;
 
 	test_prompt(t, 20, 1);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), NULL, 0, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), NULL, 0, &s, &nc), 0);
 	ck_assert_uint_eq(nc, 0);
-	ck_assert_int_eq(pkv_seq_fork(c, OWN, s, &k), 0);
+	ck_assert_int_eq(pkv_cache_seq_fork(c, OWN, s, &k), 0);
 	test_append(c, OWN, s, t, 20);
 	test_append(c, OWN, k, t, 3);
-	ck_assert_int_eq(pkv_seq_len(c, OWN, s), 20);
-	ck_assert_int_eq(pkv_seq_len(c, OWN, k), 3);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s), 20);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, k), 3);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
 }
@@ -258,13 +258,13 @@ START_TEST(closed_handle_is_never_valid_again)
 	int32_t t[4] = { 1, 2, 3, 4 };
 	uint32_t s, s2, nc;
 
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 4, &s, &nc), 0);
-	ck_assert_int_eq(pkv_seq_close(c, OWN, s), 0);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 4, &s2, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 4, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, s), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 4, &s2, &nc), 0);
 	ck_assert_uint_ne(s, s2);
-	ck_assert_int_eq(pkv_seq_close(c, OWN, s), -ENOENT);
-	ck_assert_int_eq(pkv_seq_len(c, OWN, s), -ENOENT);
-	ck_assert_int_eq(pkv_seq_len(c, OWN, s2), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, s), -ENOENT);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s), -ENOENT);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s2), 0);
 	pkv_cache_destroy(c);
 }
 END_TEST
@@ -280,7 +280,7 @@ START_TEST(close_returns_blocks)
 	s = test_prefill(c, OWN, test_ns(1), t, 40, NULL);
 	pkv_cache_stats(c, &st);
 	ck_assert_uint_eq(st.in_use_blocks, 3);
-	ck_assert_int_eq(pkv_seq_close(c, OWN, s), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, s), 0);
 	pkv_cache_stats(c, &st);
 	/* The 2 full blocks stay cached for reuse; the partial one is free. */
 	ck_assert_uint_eq(st.in_use_blocks, 0);
@@ -304,10 +304,10 @@ START_TEST(fork_shares_every_block)
 	test_prompt(t, 40, 5);
 	s = test_prefill(c, OWN, test_ns(1), t, 40, NULL);
 	pkv_cache_stats(c, &a);
-	ck_assert_int_eq(pkv_seq_fork(c, OWN, s, &k), 0);
+	ck_assert_int_eq(pkv_cache_seq_fork(c, OWN, s, &k), 0);
 	pkv_cache_stats(c, &b);
 	ck_assert_uint_eq(a.in_use_blocks, b.in_use_blocks);
-	ck_assert_int_eq(pkv_seq_len(c, OWN, k), 40);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, k), 40);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
 }
@@ -324,16 +324,16 @@ START_TEST(fork_append_copies_shared_partial_block)
 
 	test_prompt(t, 40, 5);
 	s = test_prefill(c, OWN, test_ns(1), t, 40, NULL);
-	ck_assert_int_eq(pkv_seq_fork(c, OWN, s, &k), 0);
+	ck_assert_int_eq(pkv_cache_seq_fork(c, OWN, s, &k), 0);
 	r = (struct pkv_step_req){ k, 1, &x };
-	ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &st, &m), 0);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), 0);
 	ck_assert_uint_eq(m.num_copies, 1);
 	/* The copy's source is the shared block, its target the child's new last block. */
 	ck_assert_int_eq(m.copies[0].dst, m.block_tables[2]);
 	ck_assert_int_ne(m.copies[0].src, m.copies[0].dst);
 	ck_assert_int_eq(m.slot_mapping[0], (int64_t)m.copies[0].dst * BS + 8);
 	test_audit_clean(c);
-	ck_assert_int_eq(pkv_step_commit(c, st), 0);
+	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
 }
@@ -350,13 +350,13 @@ START_TEST(fork_other_writer_then_writes_in_place)
 
 	test_prompt(t, 40, 5);
 	s = test_prefill(c, OWN, test_ns(1), t, 40, NULL);
-	ck_assert_int_eq(pkv_seq_fork(c, OWN, s, &k), 0);
+	ck_assert_int_eq(pkv_cache_seq_fork(c, OWN, s, &k), 0);
 	test_append(c, OWN, k, &x, 1);
 	/* The parent is again the only holder of its partial block: no copy. */
 	r = (struct pkv_step_req){ s, 1, &x };
-	ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &st, &m), 0);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), 0);
 	ck_assert_uint_eq(m.num_copies, 0);
-	ck_assert_int_eq(pkv_step_commit(c, st), 0);
+	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
 }
@@ -373,12 +373,12 @@ START_TEST(fork_at_block_boundary_needs_no_copy)
 
 	test_prompt(t, 32, 5);
 	s = test_prefill(c, OWN, test_ns(1), t, 32, NULL);
-	ck_assert_int_eq(pkv_seq_fork(c, OWN, s, &k), 0);
+	ck_assert_int_eq(pkv_cache_seq_fork(c, OWN, s, &k), 0);
 	r = (struct pkv_step_req){ k, 1, &x };
-	ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &st, &m), 0);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), 0);
 	ck_assert_uint_eq(m.num_copies, 0);
 	ck_assert_uint_eq(m.max_blocks_per_seq, 3);
-	pkv_step_abort(c, st);
+	pkv_cache_step_abort(c, st);
 	pkv_cache_destroy(c);
 }
 END_TEST
@@ -392,14 +392,14 @@ START_TEST(fork_busy_seq_ebusy)
 	struct pkv_step *st;
 	struct pkv_step_meta m;
 
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 4, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 4, &s, &nc), 0);
 	r = (struct pkv_step_req){ s, 4, t };
-	ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &st, &m), 0);
-	ck_assert_int_eq(pkv_seq_fork(c, OWN, s, &k), -EBUSY);
-	ck_assert_int_eq(pkv_seq_truncate(c, OWN, s, 0), -EBUSY);
-	ck_assert_int_eq(pkv_seq_close(c, OWN, s), -EBUSY);
-	pkv_step_abort(c, st);
-	ck_assert_int_eq(pkv_seq_close(c, OWN, s), 0);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), 0);
+	ck_assert_int_eq(pkv_cache_seq_fork(c, OWN, s, &k), -EBUSY);
+	ck_assert_int_eq(pkv_cache_seq_truncate(c, OWN, s, 0), -EBUSY);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, s), -EBUSY);
+	pkv_cache_step_abort(c, st);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, s), 0);
 	pkv_cache_destroy(c);
 }
 END_TEST
@@ -418,17 +418,17 @@ START_TEST(truncate_into_published_block_then_append_copies)
 
 	test_prompt(t, 48, 9);
 	s = test_prefill(c, OWN, test_ns(1), t, 48, NULL);
-	ck_assert_int_eq(pkv_seq_truncate(c, OWN, s, 20), 0);
-	ck_assert_int_eq(pkv_seq_len(c, OWN, s), 20);
+	ck_assert_int_eq(pkv_cache_seq_truncate(c, OWN, s, 20), 0);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s), 20);
 	pkv_cache_stats(c, &a);
 	ck_assert_uint_eq(a.in_use_blocks, 2);
 	ck_assert_uint_eq(a.cached_blocks, 1);
 	/* Block 1 is published and only ours, yet immutable: the append must copy it. */
 	r = (struct pkv_step_req){ s, 1, &x };
-	ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &st, &m), 0);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), 0);
 	ck_assert_uint_eq(m.num_copies, 1);
 	ck_assert_int_eq(m.cache_seqlens[0], 20);
-	ck_assert_int_eq(pkv_step_commit(c, st), 0);
+	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
 }
@@ -445,11 +445,11 @@ START_TEST(truncate_private_block_appends_in_place)
 
 	test_prompt(t, 30, 9);
 	s = test_prefill(c, OWN, test_ns(1), t, 30, NULL);
-	ck_assert_int_eq(pkv_seq_truncate(c, OWN, s, 20), 0);
+	ck_assert_int_eq(pkv_cache_seq_truncate(c, OWN, s, 20), 0);
 	r = (struct pkv_step_req){ s, 1, &x };
-	ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &st, &m), 0);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), 0);
 	ck_assert_uint_eq(m.num_copies, 0);
-	ck_assert_int_eq(pkv_step_commit(c, st), 0);
+	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
 	pkv_cache_destroy(c);
 }
 END_TEST
@@ -464,10 +464,10 @@ START_TEST(truncate_beyond_length_einval)
 	test_prompt(t, 30, 9);
 	s = test_prefill(c, OWN, test_ns(1), t, 30, NULL);
 	a = test_snapshot(c, OWN);
-	ck_assert_int_eq(pkv_seq_truncate(c, OWN, s, 31), -EINVAL);
+	ck_assert_int_eq(pkv_cache_seq_truncate(c, OWN, s, 31), -EINVAL);
 	b = test_snapshot(c, OWN);
 	test_same(&a, &b);
-	ck_assert_int_eq(pkv_seq_len(c, OWN, s), 30);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s), 30);
 	pkv_cache_destroy(c);
 }
 END_TEST
@@ -481,7 +481,7 @@ START_TEST(truncate_to_zero_frees_everything)
 
 	test_prompt(t, 30, 9);
 	s = test_prefill(c, OWN, test_ns(1), t, 30, NULL);
-	ck_assert_int_eq(pkv_seq_truncate(c, OWN, s, 0), 0);
+	ck_assert_int_eq(pkv_cache_seq_truncate(c, OWN, s, 0), 0);
 	pkv_cache_owner_usage(c, OWN, &u);
 	ck_assert_uint_eq(u.blocks, 0);
 	test_append(c, OWN, s, t, 30);
@@ -504,10 +504,10 @@ START_TEST(step_prefill_metadata)
 	test_prompt(t, 40, 1);
 	test_prompt(u, 5, 2);
 	s1 = test_prefill(c, OWN, test_ns(1), t, 20, NULL);   /* 20 cached */
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), u, 5, &s2, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), u, 5, &s2, &nc), 0);
 	r[0] = (struct pkv_step_req){ s1, 20, t + 20 };
 	r[1] = (struct pkv_step_req){ s2, 5, u };
-	ck_assert_int_eq(pkv_step_begin(c, OWN, r, 2, &st, &m), 0);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, r, 2, &st, &m), 0);
 	ck_assert_uint_eq(m.num_seqs, 2);
 	ck_assert_uint_eq(m.total_q, 25);
 	ck_assert_int_eq(m.cu_seq_lens_q[0], 0);
@@ -531,9 +531,9 @@ START_TEST(step_prefill_metadata)
 		ck_assert_int_eq(m.slot_mapping[20 + i], (int64_t)m.block_tables[3] * BS + i);
 	ck_assert_int_eq(m.block_tables[4], -1);
 	ck_assert_int_eq(m.block_tables[5], -1);
-	ck_assert_int_eq(pkv_step_commit(c, st), 0);
-	ck_assert_int_eq(pkv_seq_len(c, OWN, s1), 40);
-	ck_assert_int_eq(pkv_seq_len(c, OWN, s2), 5);
+	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s1), 40);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s2), 5);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
 }
@@ -553,14 +553,14 @@ START_TEST(step_decode_only_when_one_token_each)
 	s2 = test_prefill(c, OWN, test_ns(2), t, 3, NULL);
 	r[0] = (struct pkv_step_req){ s1, 1, t };
 	r[1] = (struct pkv_step_req){ s2, 1, t };
-	ck_assert_int_eq(pkv_step_begin(c, OWN, r, 2, &st, &m), 0);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, r, 2, &st, &m), 0);
 	ck_assert_int_eq(m.decode_only, 1);
 	ck_assert_int_eq(m.cache_seqlens[0], 17);
 	ck_assert_int_eq(m.cache_seqlens[1], 3);
 	ck_assert_uint_eq(m.max_length_q, 1);
 	ck_assert_uint_eq(m.max_length_k, 18);
 	ck_assert_int_eq(m.block_tables[1 * 2 + 1], -1);   /* s2 has one block of two */
-	ck_assert_int_eq(pkv_step_commit(c, st), 0);
+	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
 	pkv_cache_destroy(c);
 }
 END_TEST
@@ -575,10 +575,10 @@ START_TEST(step_seq_named_twice_einval)
 	struct pkv_step_meta m;
 	struct test_snap a, b;
 
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 8, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 8, &s, &nc), 0);
 	r[0] = r[1] = (struct pkv_step_req){ s, 4, t };
 	a = test_snapshot(c, OWN);
-	ck_assert_int_eq(pkv_step_begin(c, OWN, r, 2, &st, &m), -EINVAL);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, r, 2, &st, &m), -EINVAL);
 	b = test_snapshot(c, OWN);
 	test_same(&a, &b);
 	pkv_cache_destroy(c);
@@ -595,12 +595,12 @@ START_TEST(step_unknown_seq_enoent)
 	struct pkv_step_meta m;
 	struct test_snap a, b;
 
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 8, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 8, &s, &nc), 0);
 	r[0] = (struct pkv_step_req){ s, 4, t };
 	r[1] = (struct pkv_step_req){ s + 1, 4, t };
 	a = test_snapshot(c, OWN);
-	ck_assert_int_eq(pkv_step_begin(c, OWN, r, 2, &st, &m), -ENOENT);
-	ck_assert_int_eq(pkv_step_begin(c, OWN + 1, r, 1, &st, &m), -ENOENT);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, r, 2, &st, &m), -ENOENT);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN + 1, r, 1, &st, &m), -ENOENT);
 	b = test_snapshot(c, OWN);
 	test_same(&a, &b);
 	pkv_cache_destroy(c);
@@ -617,15 +617,15 @@ START_TEST(step_bad_request_einval)
 	struct pkv_step_meta m;
 	struct test_snap a, b;
 
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 8, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 8, &s, &nc), 0);
 	a = test_snapshot(c, OWN);
 	r = (struct pkv_step_req){ s, 0, t };
-	ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &st, &m), -EINVAL);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), -EINVAL);
 	r = (struct pkv_step_req){ s, 3, NULL };
-	ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &st, &m), -EINVAL);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), -EINVAL);
 	r = (struct pkv_step_req){ s, 3, t };
-	ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 0, &st, &m), -EINVAL);
-	ck_assert_int_eq(pkv_step_begin(c, OWN, NULL, 1, &st, &m), -EINVAL);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 0, &st, &m), -EINVAL);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, NULL, 1, &st, &m), -EINVAL);
 	b = test_snapshot(c, OWN);
 	test_same(&a, &b);
 	pkv_cache_destroy(c);
@@ -648,12 +648,12 @@ START_TEST(step_too_many_tokens_einval)
 	s = test_prefill(c, OWN, test_ns(1), t, 30, NULL);
 	a = test_snapshot(c, OWN);
 	r = (struct pkv_step_req){ s, 11, t };
-	ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &st, &m), -EINVAL);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), -EINVAL);
 	b = test_snapshot(c, OWN);
 	test_same(&a, &b);
 	r.n_new = 10;
-	ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &st, &m), 0);
-	pkv_step_abort(c, st);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), 0);
+	pkv_cache_step_abort(c, st);
 	pkv_cache_destroy(c);
 }
 END_TEST
@@ -668,14 +668,14 @@ START_TEST(step_seq_in_open_step_ebusy)
 	struct pkv_step_meta m;
 	struct test_snap a, b;
 
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 8, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 8, &s, &nc), 0);
 	r = (struct pkv_step_req){ s, 8, t };
-	ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &st, &m), 0);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), 0);
 	a = test_snapshot(c, OWN);
-	ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &st2, &m), -EBUSY);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st2, &m), -EBUSY);
 	b = test_snapshot(c, OWN);
 	test_same(&a, &b);
-	ck_assert_int_eq(pkv_step_commit(c, st), 0);
+	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
 	pkv_cache_destroy(c);
 }
 END_TEST
@@ -690,19 +690,19 @@ START_TEST(step_out_of_blocks_reserves_nothing)
 	struct pkv_step_meta m;
 	struct test_snap a, b;
 
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 128, &s1, &nc), 0);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(2), t, 128, &s2, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 128, &s1, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(2), t, 128, &s2, &nc), 0);
 	/* 5 + 4 blocks > 8: the first request alone would fit, but it must not be kept. */
 	r[0] = (struct pkv_step_req){ s1, 80, t };
 	r[1] = (struct pkv_step_req){ s2, 64, t };
 	a = test_snapshot(c, OWN);
-	ck_assert_int_eq(pkv_step_begin(c, OWN, r, 2, &st, &m), -ENOSPC);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, r, 2, &st, &m), -ENOSPC);
 	b = test_snapshot(c, OWN);
 	test_same(&a, &b);
 	ck_assert_uint_eq(b.st.free_blocks, 8);
 	r[1].n_new = 48;
-	ck_assert_int_eq(pkv_step_begin(c, OWN, r, 2, &st, &m), 0);
-	ck_assert_int_eq(pkv_step_commit(c, st), 0);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, r, 2, &st, &m), 0);
+	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
 }
@@ -720,18 +720,18 @@ START_TEST(step_abort_changes_nothing)
 
 	test_prompt(t, 40, 4);
 	s = test_prefill(c, OWN, test_ns(1), t, 40, NULL);
-	ck_assert_int_eq(pkv_seq_fork(c, OWN, s, &k), 0);
+	ck_assert_int_eq(pkv_cache_seq_fork(c, OWN, s, &k), 0);
 	a = test_snapshot(c, OWN);
 	r[0] = (struct pkv_step_req){ s, 20, x };   /* copy-on-write and a new block */
 	r[1] = (struct pkv_step_req){ k, 1, x };    /* copy-on-write */
-	ck_assert_int_eq(pkv_step_begin(c, OWN, r, 2, &st, &m), 0);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, r, 2, &st, &m), 0);
 	ck_assert_uint_eq(m.num_copies, 2);
 	test_audit_clean(c);
-	pkv_step_abort(c, st);
+	pkv_cache_step_abort(c, st);
 	b = test_snapshot(c, OWN);
 	test_same(&a, &b);
-	ck_assert_int_eq(pkv_seq_len(c, OWN, s), 40);
-	ck_assert_int_eq(pkv_seq_len(c, OWN, k), 40);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s), 40);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, k), 40);
 	pkv_cache_destroy(c);
 }
 END_TEST
@@ -745,12 +745,12 @@ START_TEST(step_commit_twice_einval)
 	struct pkv_step *st;
 	struct pkv_step_meta m;
 
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 8, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 8, &s, &nc), 0);
 	r = (struct pkv_step_req){ s, 8, t };
-	ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &st, &m), 0);
-	ck_assert_int_eq(pkv_step_commit(c, st), 0);
-	ck_assert_int_eq(pkv_step_commit(c, st), -EINVAL);
-	ck_assert_int_eq(pkv_seq_len(c, OWN, s), 8);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), 0);
+	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
+	ck_assert_int_eq(pkv_cache_step_commit(c, st), -EINVAL);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s), 8);
 	pkv_cache_destroy(c);
 }
 END_TEST
@@ -764,10 +764,10 @@ START_TEST(step_commit_publishes_full_blocks)
 	test_prompt(t, 50, 6);
 	s = test_prefill(c, OWN, test_ns(1), t, 10, NULL);
 	/* Nothing full yet: another open hits nothing. */
-	ck_assert_int_eq(pkv_seq_open(c, OWN + 1, test_ns(1), t, 50, &(uint32_t){ 0 }, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN + 1, test_ns(1), t, 50, &(uint32_t){ 0 }, &nc), 0);
 	ck_assert_uint_eq(nc, 0);
 	test_append(c, OWN, s, t + 10, 30);   /* now 40: blocks 0 and 1 full */
-	ck_assert_int_eq(pkv_seq_open(c, OWN + 1, test_ns(1), t, 50, &(uint32_t){ 0 }, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN + 1, test_ns(1), t, 50, &(uint32_t){ 0 }, &nc), 0);
 	ck_assert_uint_eq(nc, 32);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
@@ -786,15 +786,15 @@ START_TEST(step_duplicate_key_stays_private)
 
 	/* Two sequences prefill the same prompt in one step: one publishes, the other keeps its copy. */
 	test_prompt(t, 33, 8);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 33, &s1, &nc), 0);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 33, &s2, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 33, &s1, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 33, &s2, &nc), 0);
 	r[0] = (struct pkv_step_req){ s1, 33, t };
 	r[1] = (struct pkv_step_req){ s2, 33, t };
-	ck_assert_int_eq(pkv_step_begin(c, OWN, r, 2, &st, &m), 0);
-	ck_assert_int_eq(pkv_step_commit(c, st), 0);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, r, 2, &st, &m), 0);
+	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
 	test_audit_clean(c);
-	ck_assert_int_eq(pkv_seq_close(c, OWN, s1), 0);
-	ck_assert_int_eq(pkv_seq_close(c, OWN, s2), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, s1), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, s2), 0);
 	pkv_cache_stats(c, &a);
 	ck_assert_uint_eq(a.cached_blocks, 2);
 	ck_assert_uint_eq(a.free_blocks, 62);
@@ -818,11 +818,11 @@ START_TEST(other_owner_gets_enoent)
 	s = test_prefill(c, OWN, test_ns(1), t, 20, NULL);
 	a = test_snapshot(c, OWN);
 	r = (struct pkv_step_req){ s, 1, t };
-	ck_assert_int_eq(pkv_step_begin(c, OWN + 1, &r, 1, &st, &m), -ENOENT);
-	ck_assert_int_eq(pkv_seq_fork(c, OWN + 1, s, &k), -ENOENT);
-	ck_assert_int_eq(pkv_seq_truncate(c, OWN + 1, s, 0), -ENOENT);
-	ck_assert_int_eq(pkv_seq_close(c, OWN + 1, s), -ENOENT);
-	ck_assert_int_eq(pkv_seq_len(c, OWN + 1, s), -ENOENT);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN + 1, &r, 1, &st, &m), -ENOENT);
+	ck_assert_int_eq(pkv_cache_seq_fork(c, OWN + 1, s, &k), -ENOENT);
+	ck_assert_int_eq(pkv_cache_seq_truncate(c, OWN + 1, s, 0), -ENOENT);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN + 1, s), -ENOENT);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN + 1, s), -ENOENT);
 	b = test_snapshot(c, OWN);
 	test_same(&a, &b);
 	pkv_cache_destroy(c);
@@ -845,7 +845,7 @@ START_TEST(release_owner_drops_everything)
 	s2 = test_prefill(c, OWN, test_ns(1), t, 20, NULL);
 	s3 = test_prefill(c, OWN + 1, test_ns(1), t, 40, NULL);
 	r = (struct pkv_step_req){ s2, 5, t };
-	ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &st, &m), 0);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), 0);
 	ck_assert_int_eq(pkv_cache_set_owner_limits(c, OWN, 10, 10), 0);
 	ck_assert_int_eq(pkv_cache_release_owner(c, OWN), 2);
 	pkv_cache_stats(c, &a);
@@ -853,8 +853,8 @@ START_TEST(release_owner_drops_everything)
 	ck_assert_uint_eq(a.open_steps, 0);
 	pkv_cache_owner_usage(c, OWN, &u);
 	ck_assert_uint_eq(u.seqs + u.blocks + u.steps + u.max_seqs + u.max_blocks, 0);
-	ck_assert_int_eq(pkv_seq_len(c, OWN, s1), -ENOENT);
-	ck_assert_int_eq(pkv_seq_len(c, OWN + 1, s3), 40);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s1), -ENOENT);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN + 1, s3), 40);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
 }
@@ -868,15 +868,15 @@ START_TEST(owner_seq_limit_enospc)
 	struct test_snap a, b;
 
 	ck_assert_int_eq(pkv_cache_set_owner_limits(c, OWN, 2, 0), 0);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 4, &s, &nc), 0);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 4, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 4, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 4, &s, &nc), 0);
 	a = test_snapshot(c, OWN);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 4, &k, &nc), -ENOSPC);
-	ck_assert_int_eq(pkv_seq_fork(c, OWN, s, &k), -ENOSPC);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 4, &k, &nc), -ENOSPC);
+	ck_assert_int_eq(pkv_cache_seq_fork(c, OWN, s, &k), -ENOSPC);
 	b = test_snapshot(c, OWN);
 	test_same(&a, &b);
 	/* Another owner is not affected. */
-	ck_assert_int_eq(pkv_seq_open(c, OWN + 1, test_ns(1), t, 4, &k, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN + 1, test_ns(1), t, 4, &k, &nc), 0);
 	pkv_cache_destroy(c);
 }
 END_TEST
@@ -896,14 +896,14 @@ START_TEST(owner_block_limit_enospc)
 	s = test_prefill(c, OWN, test_ns(1), t, 40, NULL);   /* 3 blocks */
 	a = test_snapshot(c, OWN);
 	r = (struct pkv_step_req){ s, 10, t };               /* would need a 4th */
-	ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &st, &m), -ENOSPC);
-	ck_assert_int_eq(pkv_seq_fork(c, OWN, s, &k), -ENOSPC);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 64, &k, &nc), -ENOSPC);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), -ENOSPC);
+	ck_assert_int_eq(pkv_cache_seq_fork(c, OWN, s, &k), -ENOSPC);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 64, &k, &nc), -ENOSPC);
 	b = test_snapshot(c, OWN);
 	test_same(&a, &b);
 	r.n_new = 8;                                          /* fits in block 3 */
-	ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &st, &m), 0);
-	ck_assert_int_eq(pkv_step_commit(c, st), 0);
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), 0);
+	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
 	test_prefill(c, OWN + 1, test_ns(1), t, 64, NULL);
 	pkv_cache_destroy(c);
 }
@@ -918,12 +918,12 @@ START_TEST(owner_usage_counts_references)
 
 	test_prompt(t, 40, 1);
 	s = test_prefill(c, OWN, test_ns(1), t, 40, NULL);
-	ck_assert_int_eq(pkv_seq_fork(c, OWN, s, &k), 0);
+	ck_assert_int_eq(pkv_cache_seq_fork(c, OWN, s, &k), 0);
 	pkv_cache_owner_usage(c, OWN, &u);
 	ck_assert_uint_eq(u.seqs, 2);
 	ck_assert_uint_eq(u.blocks, 6);
-	ck_assert_int_eq(pkv_seq_close(c, OWN, s), 0);
-	ck_assert_int_eq(pkv_seq_close(c, OWN, k), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, s), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, k), 0);
 	pkv_cache_owner_usage(c, OWN, &u);
 	ck_assert_uint_eq(u.seqs + u.blocks, 0);
 	pkv_cache_destroy(c);
@@ -966,20 +966,20 @@ START_TEST(steps_overlap_and_end_in_any_order)
 
 	test_prompt(t, 40, 1);
 	for (int i = 0; i < 3; i++) {
-		ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 40, &s[i], &nc), 0);
+		ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 40, &s[i], &nc), 0);
 		r = (struct pkv_step_req){ s[i], 20, t };
-		ck_assert_int_eq(pkv_step_begin(c, OWN, &r, 1, &st[i], &m), 0);
+		ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st[i], &m), 0);
 	}
 	pkv_cache_stats(c, &a);
 	ck_assert_uint_eq(a.open_steps, 3);
 	test_audit_clean(c);
-	ck_assert_int_eq(pkv_step_commit(c, st[1]), 0);
-	pkv_step_abort(c, st[0]);
+	ck_assert_int_eq(pkv_cache_step_commit(c, st[1]), 0);
+	pkv_cache_step_abort(c, st[0]);
 	test_audit_clean(c);
-	ck_assert_int_eq(pkv_step_commit(c, st[2]), 0);
-	ck_assert_int_eq(pkv_seq_len(c, OWN, s[0]), 0);
-	ck_assert_int_eq(pkv_seq_len(c, OWN, s[1]), 20);
-	ck_assert_int_eq(pkv_seq_len(c, OWN, s[2]), 20);
+	ck_assert_int_eq(pkv_cache_step_commit(c, st[2]), 0);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s[0]), 0);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s[1]), 20);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s[2]), 20);
 	pkv_cache_stats(c, &a);
 	ck_assert_uint_eq(a.open_steps, 0);
 	test_audit_clean(c);
@@ -1000,7 +1000,7 @@ START_TEST(many_owners_come_and_go)
 		s[o] = test_prefill(c, 1000 + o * 7919, test_ns(1), t, 20, NULL);
 	test_audit_clean(c);
 	for (uint32_t o = 0; o < 200; o += 2)
-		ck_assert_int_eq(pkv_seq_close(c, 1000 + o * 7919, s[o]), 0);
+		ck_assert_int_eq(pkv_cache_seq_close(c, 1000 + o * 7919, s[o]), 0);
 	for (uint32_t o = 1; o < 200; o += 4)
 		ck_assert_int_eq(pkv_cache_release_owner(c, 1000 + o * 7919), 1);
 	test_audit_clean(c);
@@ -1008,7 +1008,7 @@ START_TEST(many_owners_come_and_go)
 		pkv_cache_owner_usage(c, 1000 + o * 7919, &u);
 		ck_assert_uint_eq(u.seqs, o % 4 == 3);
 		if (o % 4 == 3)
-			ck_assert_int_eq(pkv_seq_len(c, 1000 + o * 7919, s[o]), 20);
+			ck_assert_int_eq(pkv_cache_seq_len(c, 1000 + o * 7919, s[o]), 20);
 	}
 	pkv_cache_destroy(c);
 }
@@ -1020,9 +1020,9 @@ START_TEST(fork_needs_a_child_pointer)
 	int32_t t[4] = { 1, 2, 3, 4 };
 	uint32_t s, nc;
 
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 4, &s, &nc), 0);
-	ck_assert_int_eq(pkv_seq_fork(c, OWN, s, NULL), -EINVAL);
-	ck_assert_int_eq(pkv_seq_open(c, OWN, test_ns(1), t, 4, NULL, &nc), -EINVAL);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 4, &s, &nc), 0);
+	ck_assert_int_eq(pkv_cache_seq_fork(c, OWN, s, NULL), -EINVAL);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 4, NULL, &nc), -EINVAL);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
 }
