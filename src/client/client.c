@@ -198,7 +198,7 @@ int pkv_connect(const struct pkv_connect_opts *opts, struct pkv_client **out)
 	fds[0] = c->memfd;
 	fds[1] = c->sq_bell;
 	r = pkv_msg_send(c->sock, &hello, sizeof(hello), fds, 2);
-	/* A daemon that refused us at accept said why before hanging up: read it. */
+	/* A daemon that refuses us says why before hanging up: read it even if the send failed. */
 	if (r && r != -EPIPE && r != -ECONNRESET)
 		goto err;
 	r = recv_reply(c, NULL);

@@ -224,6 +224,7 @@ int ctl_run(struct pkv_daemon *d, uint32_t cmd, uint32_t format, char **out);
 
 int loop_run(struct pkv_daemon *d);
 void loop_arm_session(struct pkv_daemon *d, struct session *s);
+int loop_over_uid_limit(const struct pkv_daemon *d, const struct session *s, char *why, size_t why_len);
 
 uint64_t pkv_now_ns(void);
 

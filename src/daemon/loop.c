@@ -80,18 +80,18 @@ static uint32_t uid_sessions(const struct pkv_daemon *d, const struct session *s
 	return n;
 }
 
-/* Refuses a connection over its uid's limit: the reason, then the hang-up. */
-static int over_uid_limit(struct pkv_daemon *d, struct session *s)
+/*
+ * Whether s's uid already holds its share of connections; says why. Checked
+ * at the hello, once the hello is read: closing a socket whose receive queue
+ * still holds a message makes the peer's recv fail with ECONNRESET before it
+ * can read our reason.
+ */
+int loop_over_uid_limit(const struct pkv_daemon *d, const struct session *s, char *why, size_t why_len)
 {
-	char why[160];
-
 	if (uid_sessions(d, s) < d->cfg.max_clients_per_uid)
 		return 0;
-	snprintf(why, sizeof(why), "uid %u already holds %u connections (max_clients_per_uid)",
+	snprintf(why, why_len, "uid %u already holds %u connections (max_clients_per_uid)",
 		 (unsigned)s->uid, d->cfg.max_clients_per_uid);
-	pkv_info("pid %d: refused: %s", (int)s->pid, why);
-	/* Best effort: the socket is new and empty, the reply fits. */
-	(void)pkv_send_reply(s->sock, -EUSERS, 0, 0, why, strlen(why));
 	return 1;
 }
 
@@ -113,7 +113,7 @@ static void do_accept(struct pkv_daemon *d)
 		}
 		d->accepted++;
 		pkv_dbg("client %u: accepted (fd %d, pid %d)", s->id, fd, (int)s->pid);
-		if (over_uid_limit(d, s) || arm_poll(d, fd, POLLIN | POLLRDHUP, &s->w_ctl)) {
+		if (arm_poll(d, fd, POLLIN | POLLRDHUP, &s->w_ctl)) {
 			pkv_store_relaxed(&s->closing, 1);
 			s->released = 1;
 			session_maybe_free(d, s);

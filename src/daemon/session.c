@@ -348,6 +348,13 @@ void session_ctl_message(struct pkv_daemon *d, struct session *s)
 	}
 	switch (type) {
 	case PKV_MSG_HELLO:
+		if (loop_over_uid_limit(d, s, why, sizeof(why))) {
+			close_fds(fds, nfds);
+			pkv_info("client %u (pid %d): refused: %s", s->id, (int)s->pid, why);
+			reply(d, s, -EUSERS, 0, why);
+			session_hangup(d, s);
+			return;
+		}
 		if (u.hello.role == PKV_ROLE_CLIENT) {
 			r = client_hello(d, s, &u.hello, fds, nfds, why, sizeof(why));
 			if (r) {

@@ -604,6 +604,7 @@ START_TEST(test_connections_per_uid_are_limited)
 	static const char *const extra[] = { "--max-clients-per-uid", "3", NULL };
 	struct pkv_connect_opts o = { .arena_bytes = 1 << 20, .timeout_ms = 5000 };
 	struct pkv_client *c[4];
+	struct pkv_msg_hello hello = { 0 };
 	struct pkv_msg_reply rep;
 	struct dmn E;
 	ssize_t n;
@@ -613,9 +614,14 @@ START_TEST(test_connections_per_uid_are_limited)
 	o.socket_path = E.sock;
 	for (int i = 0; i < 3; i++)
 		ck_assert_int_eq(pkv_connect(&o, &c[i]), 0);
-	/* The fourth is refused, with the reason, before any hello. */
+	/* The fourth is refused at its hello, with the reason. */
 	s = pkv_sock_connect(E.sock, 5000);
 	ck_assert_int_ge(s, 0);
+	hello.hdr.type = PKV_MSG_HELLO;
+	hello.hdr.size = sizeof(hello);
+	hello.version = PKV_PROTO_VERSION;
+	hello.role = PKV_ROLE_CTL;
+	ck_assert_int_eq(pkv_msg_send(s, &hello, sizeof(hello), NULL, 0), 0);
 	n = pkv_msg_recv(s, &rep, sizeof(rep), NULL, 0, NULL, 5000);
 	ck_assert_int_gt(n, (ssize_t)PKV_REPLY_HDR_SIZE);
 	ck_assert_int_eq(rep.status, -EUSERS);
