@@ -20,7 +20,7 @@
 /* ---------------------------------------------------------------- control socket */
 
 enum pkv_msg_type {
-	PKV_MSG_HELLO = 1,  /* C->D first message; a client passes 3 fds: memfd, sq doorbell, cq doorbell */
+	PKV_MSG_HELLO = 1,  /* C->D first message; a client passes 2 fds: memfd, SQ doorbell (eventfd) */
 	PKV_MSG_ATTACH = 2, /* C->D attach to (or create) a pool */
 	PKV_MSG_CTL = 3,    /* C->D an administrative command (pagedkvctl) */
 	PKV_MSG_REPLY = 4,  /* D->C answer to any of the above */
@@ -127,7 +127,7 @@ struct pkv_shm_hdr {
 #define PKV_RING_WAKE_OFF (PKV_RING_FLAGS_OFF + 8u)
 #define PKV_RING_CTL_SIZE 192u
 
-/* The consumer is (about to be) asleep: ring its doorbell after publishing. */
+/* The consumer is (about to be) asleep: wake it after publishing (SQ eventfd, CQ futex). */
 #define PKV_RING_NEED_WAKEUP 1u
 
 #define PKV_RING_MAX_ENTRIES 4096u

@@ -83,7 +83,7 @@ static inline void pkv_ring_publish(struct pkv_ring *r)
 	pkv_store_release(r->sh_tail, r->local);
 }
 
-/* After publishing: does the consumer sleep, so that we must ring its doorbell? */
+/* After publishing: does the consumer sleep, so that we must wake it? */
 static inline int pkv_ring_needs_wakeup(const struct pkv_ring *r)
 {
 	/* Full fence pairs with the one in pkv_ring_prepare_sleep(): either the
