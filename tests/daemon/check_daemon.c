@@ -31,19 +31,7 @@ static void teardown(void)
 
 static struct pkv_client *connect_attach(const char *pool)
 {
-	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 4 << 20, .timeout_ms = 5000 };
-	struct pkv_pool_params p;
-	struct pkv_client *c = NULL;
-	int r = pkv_connect(&o, &c);
-
-	if (r)
-		return NULL;
-	test_pool_params(&p, pool);
-	if (pkv_pool_attach(c, &p)) {
-		pkv_disconnect(c);
-		return NULL;
-	}
-	return c;
+	return test_client(D.sock, pool, 4 << 20, 5000);
 }
 
 static void make_prompt(int32_t *t, uint32_t n, int32_t seed)

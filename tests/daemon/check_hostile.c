@@ -174,13 +174,9 @@ END_TEST
 
 static struct pkv_client *lib_client(void)
 {
-	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 1 << 20, .timeout_ms = 5000 };
-	struct pkv_pool_params p;
-	struct pkv_client *c;
+	struct pkv_client *c = test_client(D.sock, "p", 1 << 20, 5000);
 
-	ck_assert_int_eq(pkv_connect(&o, &c), 0);
-	test_pool_params(&p, "p");
-	ck_assert_int_eq(pkv_pool_attach(c, &p), 0);
+	ck_assert_ptr_nonnull(c);
 	return c;
 }
 

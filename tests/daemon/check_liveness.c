@@ -40,18 +40,7 @@ static uint64_t now_ms(void)
 
 static struct pkv_client *client(uint32_t timeout_ms)
 {
-	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 1 << 20, .timeout_ms = timeout_ms };
-	struct pkv_pool_params p;
-	struct pkv_client *c;
-
-	if (pkv_connect(&o, &c))
-		return NULL;
-	test_pool_params(&p, "p");
-	if (pkv_pool_attach(c, &p)) {
-		pkv_disconnect(c);
-		return NULL;
-	}
-	return c;
+	return test_client(D.sock, "p", 1 << 20, timeout_ms);
 }
 
 /* Operations done by the busy client, shared with the parent so kills land at random points of the work. */

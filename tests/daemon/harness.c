@@ -208,6 +208,22 @@ void test_pool_params(struct pkv_pool_params *p, const char *name)
 	p->window_left = -1;
 }
 
+struct pkv_client *test_client(const char *sock, const char *pool, size_t arena_bytes, uint32_t timeout_ms)
+{
+	struct pkv_connect_opts o = { .socket_path = sock, .arena_bytes = arena_bytes, .timeout_ms = timeout_ms };
+	struct pkv_pool_params p;
+	struct pkv_client *c;
+
+	if (pkv_connect(&o, &c))
+		return NULL;
+	test_pool_params(&p, pool);
+	if (pkv_pool_attach(c, &p)) {
+		pkv_disconnect(c);
+		return NULL;
+	}
+	return c;
+}
+
 float act_q(int32_t tok, uint32_t pos, uint32_t layer, uint32_t h, uint32_t x)
 {
 	return sinf(0.37f * tok + 0.11f * pos + 1.3f * layer + 0.7f * h + 0.05f * x);

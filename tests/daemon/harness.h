@@ -44,6 +44,8 @@ int audit_until_clean(const char *sock, int timeout_ms, char *out, size_t len);
 struct pkv_client;
 struct pkv_pool_params;
 void test_pool_params(struct pkv_pool_params *p, const char *name);
+/* Connects to sock and attaches pool `pool` with test_pool_params(); NULL on any failure. */
+struct pkv_client *test_client(const char *sock, const char *pool, size_t arena_bytes, uint32_t timeout_ms);
 
 /* Synthetic activations: a function of (token, position, layer, head, x) only. */
 float act_q(int32_t tok, uint32_t pos, uint32_t layer, uint32_t h, uint32_t x);
