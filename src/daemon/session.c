@@ -87,7 +87,7 @@ void session_set_err(struct session *s, const char *fmt, ...)
  * a write(2) to a descriptor the client shares (it could make it blocking and
  * fill the counter between any check and the write, and stall the loop).
  */
-static void ring_cq_bell(struct session *s)
+static void wake_cq(struct session *s)
 {
 	pkv_ring_wake(&s->cq);
 }
@@ -119,7 +119,7 @@ int session_post(struct session *s, uint64_t ud, int32_t res, uint64_t p0, uint6
 	wake = pkv_ring_needs_wakeup(&s->cq);
 	pthread_spin_unlock(&s->cq_lock);
 	if (wake)
-		ring_cq_bell(s);
+		wake_cq(s);
 	return 0;
 }
 
