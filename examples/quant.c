@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Portable weight-format code: half/bfloat conversion, (de)quantization and the scalar row dots. */
+/* Portable weight-format code: (de)quantization and the scalar row dots. */
 #include "quant.h"
 #include "gguf.h"
 
@@ -7,71 +7,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-float pkv_f16_to_f32(uint16_t h)
-{
-	uint32_t s = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
-	float f;
-	if (e == 0) {
-		/* subnormal or zero: value = m * 2^-24 */
-		f = (float)m * 0x1p-24f;
-		memcpy(&u, &f, 4);
-		u |= s;
-	} else if (e == 31) {
-		u = s | 0x7f800000u | (m << 13);
-	} else {
-		u = s | ((e + 112) << 23) | (m << 13);
-	}
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-uint16_t pkv_f32_to_f16(float f)
-{
-	uint32_t u, s, e, m;
-	memcpy(&u, &f, 4);
-	s = (u >> 16) & 0x8000;
-	e = (u >> 23) & 0xff;
-	m = u & 0x7fffff;
-	if (e == 0xff)
-		return (uint16_t)(s | 0x7c00 | (m ? 0x200 : 0));
-	int ne = (int)e - 127 + 15;
-	if (ne >= 31)
-		return (uint16_t)(s | 0x7c00);
-	if (ne <= 0) {
-		if (ne < -10)
-			return (uint16_t)s;
-		m |= 0x800000;
-		uint32_t shift = (uint32_t)(14 - ne);
-		uint32_t hm = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-		if (rem > half || (rem == half && (hm & 1)))
-			hm++;
-		return (uint16_t)(s | hm);
-	}
-	uint32_t hm = m >> 13, rem = m & 0x1fff;
-	uint32_t r = s | ((uint32_t)ne << 10) | hm;
-	if (rem > 0x1000 || (rem == 0x1000 && (hm & 1)))
-		r++; /* a carry into the exponent is the correct rounding */
-	return (uint16_t)r;
-}
-
-float pkv_bf16_to_f32(uint16_t h)
-{
-	uint32_t u = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-uint16_t pkv_f32_to_bf16(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	if ((u & 0x7fffffff) > 0x7f800000)
-		return (uint16_t)((u >> 16) | 0x40);
-	u += 0x7fff + ((u >> 16) & 1);
-	return (uint16_t)(u >> 16);
-}
 
 size_t pkv_row_bytes(uint32_t type, size_t n)
 {

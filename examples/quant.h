@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <pagedkv/dtype.h>
 
 #define QK 32 /* elements per quantized block */
 
@@ -21,11 +22,6 @@ struct blk_q8_0 { uint16_t d; int8_t qs[QK]; };
  * products per AVX-512 instruction, as many as VNNI's u8 x s8 at 256 bits, so it costs little.
  */
 struct blk_a8 { float d, s; int16_t qs[QK]; };
-
-float pkv_f16_to_f32(uint16_t h);
-uint16_t pkv_f32_to_f16(float f);
-float pkv_bf16_to_f32(uint16_t h);
-uint16_t pkv_f32_to_bf16(float f);
 
 /* Dequantizes one row of n elements of the given GGML type. */
 void pkv_dequant_row(uint32_t type, const void *row, float *out, size_t n);

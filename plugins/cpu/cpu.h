@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <pagedkv/backend.h>
+#include <pagedkv/dtype.h>
 
 /* Keys per tile: scores for a tile are exponentiated together, 2 vectors of 16 per row. */
 #define CPU_TK 32
@@ -82,10 +83,6 @@ extern const struct cpu_isa pkv_cpu_isa_avx512bf16;
 extern const struct cpu_isa pkv_cpu_isa_amx;
 
 /* Exact scalar conversions (round-to-nearest-even, subnormals kept): convert.c. */
-float pkv_cpu_f16_to_f32(uint16_t h);
-float pkv_cpu_bf16_to_f32(uint16_t h);
-uint16_t pkv_cpu_f32_to_f16(float f);
-uint16_t pkv_cpu_f32_to_bf16(float f);
 /* Converts n elements from one dtype to another (same dtype: copy). */
 void pkv_cpu_convert(void *dst, uint32_t dst_dtype, const void *src, uint32_t src_dtype, size_t n);
 /* Loads one element as f32. */
@@ -94,8 +91,8 @@ static inline float pkv_cpu_load(const void *p, uint32_t dtype, size_t i)
 	if (dtype == PKV_DTYPE_F32)
 		return ((const float *)p)[i];
 	if (dtype == PKV_DTYPE_F16)
-		return pkv_cpu_f16_to_f32(((const uint16_t *)p)[i]);
-	return pkv_cpu_bf16_to_f32(((const uint16_t *)p)[i]);
+		return pkv_f16_to_f32(((const uint16_t *)p)[i]);
+	return pkv_bf16_to_f32(((const uint16_t *)p)[i]);
 }
 
 /* Writes an f32 row of n elements as dtype. */

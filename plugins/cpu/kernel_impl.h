@@ -197,7 +197,7 @@ static inline v16sf cvt16(const void *p, uint32_t dtype)
 		int i;
 
 		for (i = 0; i < 16; i++)
-			v[i] = pkv_cpu_f16_to_f32(((const uint16_t *)p)[i]);
+			v[i] = pkv_f16_to_f32(((const uint16_t *)p)[i]);
 		return v;
 	}
 #endif
