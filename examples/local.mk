@@ -1,4 +1,4 @@
 # SPDX-License-Identifier: MIT
 # Examples: the prefix-sharing demo over the cache manager, and the real model client.
 include $(srcdir)/examples/prefix-demo.mk
-include $(srcdir)/examples/model.mk
+include $(srcdir)/examples/llama/local.mk

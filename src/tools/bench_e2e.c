@@ -10,8 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../../examples/engine.h"
-#include "../../examples/session.h"
+#include "../../examples/llama/engine.h"
+#include "../../examples/llama/session.h"
 
 struct opts {
 	struct session_opts so;

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../examples/gguf.h"
-#include "../../examples/gguf_write.h"
+#include "../../examples/llama/gguf.h"
+#include "gguf_write.h"
 
 static inline int fixture_gguf(uint32_t alignment, uint8_t **img, size_t *len)
 {

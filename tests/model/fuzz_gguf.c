@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../examples/gguf.h"
-#include "../../examples/tokenizer.h"
+#include "../../examples/llama/gguf.h"
+#include "../../examples/llama/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

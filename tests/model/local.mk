@@ -2,8 +2,13 @@
 # tests/model: GGUF reader (unit + fuzz), kernels, tokenizers, reference model outputs, equality with pagedkv.
 noinst_HEADERS += tests/model/modeldir.h
 
+# Test fixtures: a GGUF writer and a random-weight model built with it.
+check_LTLIBRARIES += tests/model/libmodelfixtures.la
+tests_model_libmodelfixtures_la_SOURCES = tests/model/gguf_write.c tests/model/randmodel.c
+noinst_HEADERS += tests/model/gguf_write.h tests/model/randmodel.h
+
 MODEL_TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-MODEL_TEST_LIBS = examples/libpkvmodel.la $(CHECK_LIBS)
+MODEL_TEST_LIBS = tests/model/libmodelfixtures.la examples/llama/libpkvmodel.la $(CHECK_LIBS)
 
 check_PROGRAMS += tests/model/test_stories
 TESTS += tests/model/test_stories
@@ -19,11 +24,11 @@ tests_model_test_gguf_SOURCES = tests/model/test_gguf.c
 tests_model_test_gguf_CFLAGS = $(MODEL_TEST_CFLAGS)
 tests_model_test_gguf_LDADD = $(MODEL_TEST_LIBS)
 
-# Fuzz target + standalone driver; `clang -fsanitize=fuzzer tests/model/fuzz_gguf.c examples/*.c` also works.
+# Fuzz target + standalone driver; `clang -fsanitize=fuzzer tests/model/fuzz_gguf.c examples/llama/*.c` also works.
 check_PROGRAMS += tests/model/fuzz_gguf
 TESTS += tests/model/fuzz_gguf
 tests_model_fuzz_gguf_SOURCES = tests/model/fuzz_gguf.c tests/model/fuzz_driver.c
-tests_model_fuzz_gguf_LDADD = examples/libpkvmodel.la
+tests_model_fuzz_gguf_LDADD = tests/model/libmodelfixtures.la examples/llama/libpkvmodel.la
 
 check_PROGRAMS += tests/model/test_quant
 TESTS += tests/model/test_quant

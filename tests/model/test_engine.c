@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../examples/engine.h"
-#include "../../examples/randmodel.h"
+#include "../../examples/llama/engine.h"
+#include "randmodel.h"
 #include "daemon.h"
 
 #define NC 4

@@ -9,8 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../../examples/llama.h"
-#include "../../examples/randmodel.h"
+#include "../../examples/llama/llama.h"
+#include "randmodel.h"
 #include "daemon.h"
 
 #define BS 4 /* small blocks so short sequences produce prefix hits */

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../examples/gguf.h"
-#include "../../examples/matmul.h"
-#include "../../examples/quant.h"
+#include "../../examples/llama/gguf.h"
+#include "../../examples/llama/matmul.h"
+#include "../../examples/llama/quant.h"
 
 static float frand(unsigned *s)
 {

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "../../examples/sampler.h"
+#include "../../examples/llama/sampler.h"
 
 static const float logits[6] = { 1.0f, 3.0f, 2.5f, -1.0f, 0.0f, 2.9f };
 

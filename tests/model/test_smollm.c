@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../examples/engine.h"
-#include "../../examples/session.h"
+#include "../../examples/llama/engine.h"
+#include "../../examples/llama/session.h"
 #include "modeldir.h"
 
 #define SMOL "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../examples/llama.h"
-#include "../../examples/sampler.h"
-#include "../../examples/tokenizer.h"
+#include "../../examples/llama/llama.h"
+#include "../../examples/llama/sampler.h"
+#include "../../examples/llama/tokenizer.h"
 #include "daemon.h"
 #include "modeldir.h"
 

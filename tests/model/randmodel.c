@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Random-weight llama GGUF writer: any geometry, any weight type, for tests that need no trained model. */
 #include "randmodel.h"
-#include "gguf.h"
+#include "../../examples/llama/gguf.h"
 #include "gguf_write.h"
-#include "quant.h"
+#include "../../examples/llama/quant.h"
 
 #include <errno.h>
 #include <math.h>

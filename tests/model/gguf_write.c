@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* GGUF v3 writer: metadata and tensor-info sections are built apart, then joined behind the header. */
 #include "gguf_write.h"
-#include "gguf.h"
+#include "../../examples/llama/gguf.h"
 
 #include <errno.h>
 #include <stdlib.h>
