@@ -12,6 +12,7 @@
 #include "common/proto.h"
 #include "common/ring.h"
 #include "daemon/conf.h"
+#include "daemon/tenant.h"
 #include "loader/loader.h"
 
 struct pkv_daemon;
@@ -31,15 +32,27 @@ struct pool {
 	struct pkv_cache *cache;      /* touched by the loop thread only */
 	struct pkv_dispatch disp;     /* touched by the worker thread only (after creation) */
 	uint32_t n_clients;
+	/*
+	 * Scope and lifetime: a pool's name is private to owner_uid unless the
+	 * pool is shared across users; a pool without clients is freed after
+	 * pool_idle_grace_s, or at once when an attach needs its budget.
+	 */
+	uid_t owner_uid;
+	uint32_t n_uids;              /* uids with a connection attached (tenant_attach) */
+	uint64_t idle_since_ns;       /* when n_clients dropped to 0 */
 	uint32_t last_batch_items;    /* worker only: size of the last merged attend batch */
 	/* counters for status/metrics: steps and step_errors by the loop; attends, batches and
 	 * batch_seqs by the worker (atomic adds, read by the loop for status) */
 	uint64_t attends, batches, batch_seqs, steps, step_errors;
 };
 
-/* Creates or finds a pool for an attach; -errno with the reason. */
-int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, struct pool **out,
+/* Creates or finds uid's pool (or the shared one) for an attach; -errno with the reason. */
+int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid, struct pool **out,
 		char *why, size_t why_len);
+/* A client left the pool (n_clients already decremented): starts its grace period. */
+void pool_left(struct pkv_daemon *d, struct pool *p);
+/* Frees the pools idle for longer than the grace period (loop timer). */
+void pool_reap(struct pkv_daemon *d, uint64_t now_ns);
 void pool_destroy(struct pkv_daemon *d, struct pool *p);
 /* Bytes of KV cache a geometry needs, or 0 on overflow. */
 uint64_t pool_bytes(const struct pkv_geometry *g);
@@ -101,6 +114,11 @@ struct session {
 	struct seq_ent *seqs;
 	uint32_t n_seqs, cap_seqs;
 	uint64_t ops, errors;
+	/* per-uid accounting (tenant.c): what this connection adds to its uid's counters */
+	struct tenant *tenant;        /* set at hello */
+	struct tenant_pool *tp;       /* set at attach */
+	uint32_t charged_seqs, charged_blocks, pins;
+	uint64_t charged_region;
 };
 
 /* ---------------------------------------------------------------- worker */
@@ -191,6 +209,7 @@ struct pkv_daemon {
 	uint32_t n_sessions;
 	struct pool *pools;
 	uint64_t budget_used;
+	struct tenant *tenants;       /* per-uid records (loop thread only) */
 	struct pkv_host *host;
 	struct pkv_plugin plug_varlen, plug_decode;
 	int same_plugin;

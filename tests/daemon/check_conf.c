@@ -42,7 +42,7 @@ START_TEST(test_file_keys_are_applied)
 	ck_assert_int_eq(c.coalesce, 0);
 	ck_assert_str_eq(c.backend_varlen, "/p/pkv_cpu.so");
 	ck_assert_str_eq(c.backend_decode, "/p/pkv_cpu.so");
-	ck_assert_uint_eq(c.client_block_share, 25);
+	ck_assert_uint_eq(c.uid_block_share, 25);
 	ck_assert_uint_eq(c.max_clients_per_uid, 7);
 	ck_assert_int_eq(c.foreground, 1);
 }
