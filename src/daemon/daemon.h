@@ -41,6 +41,7 @@ struct pool {
 	uint32_t n_uids;              /* uids with a connection attached (tenant_attach) */
 	uint64_t idle_since_ns;       /* when n_clients dropped to 0 */
 	uint32_t last_batch_items;    /* worker only: size of the last merged attend batch */
+	double ns_per_unit;           /* worker only: measured backend time per unit of attend_cost() */
 	/* counters for status/metrics: steps and step_errors by the loop; attends, batches and
 	 * batch_seqs by the worker (atomic adds, read by the loop for status) */
 	uint64_t attends, batches, batch_seqs, steps, step_errors;
@@ -155,10 +156,21 @@ struct job {
 	const struct pkv_block_copy *copies;
 	uint32_t n_copies;
 	int32_t res;                  /* JOB_POLL: < 0 when the loop must disconnect the session */
+	double est_ns;                /* JOB_ATTEND: estimated backend time of the batch */
 	/* JOB_POLL, worker only until handed back */
 	uint64_t last_ns;             /* last SQE taken */
 	uint64_t ops, errors;
 	int in_batch, give_back;
+	/*
+	 * A long attend run in slices (worker only): its rows [big_row, total_q)
+	 * are still to do; each slice is a varlen sub-batch of whole query rows,
+	 * run between other clients' batches.
+	 */
+	int big_on;
+	struct attend_item big;
+	uint32_t big_row;
+	uint64_t big_served_ns;       /* when it last ran a slice (round robin) */
+	int32_t *big_arrays;          /* cu_q, cu_k, cache_seqlens of the current slice */
 };
 
 struct worker {
@@ -182,7 +194,10 @@ struct worker {
 	/* scratch for merged batches (worker thread only) */
 	uint8_t *scratch;
 	size_t scratch_len;
-	uint64_t batches, merged_items;
+	uint64_t batches, merged_items, slices;
+	uint64_t slice_ns;            /* attend_slice_us */
+	uint32_t rr;                  /* first ring collect() looks at (rotates) */
+	uid_t last_big_uid;           /* uid of the last slice run (round robin per uid) */
 };
 
 int worker_start(struct pkv_daemon *d);
