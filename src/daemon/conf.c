@@ -34,7 +34,7 @@ void pkv_config_defaults(struct pkv_config *cfg)
 	cfg->uid_max_pools = 8;
 	cfg->uid_budget_share = 50;
 	cfg->pool_idle_grace_s = 60;
-	cfg->attend_slice_us = 2000;
+	cfg->attend_slice_us = 500;
 }
 
 int pkv_parse_size(const char *s, uint64_t *out)

@@ -198,6 +198,7 @@ struct worker {
 	uint64_t slice_ns;            /* attend_slice_us */
 	uint32_t rr;                  /* first ring collect() looks at (rotates) */
 	uid_t last_big_uid;           /* uid of the last slice run (round robin per uid) */
+	uint64_t last_short_ns;       /* when the last batch of short attends ran */
 };
 
 int worker_start(struct pkv_daemon *d);

@@ -46,7 +46,7 @@ static void usage(FILE *f)
 "      --uid-max-pools N       pools one uid may own at once (default 8)\n"
 "      --uid-budget-share P    percent of the memory budget one uid's pools may take (default 50)\n"
 "      --pool-idle-grace-s N   free a pool N s after its last client left (default 60)\n"
-"      --attend-slice-us N     split attends longer than this so others get a turn (default 2000)\n"
+"      --attend-slice-us N     split attends longer than this so others get a turn (default 500)\n"
 "  -l, --log-level LEVEL       error, warn, info (default) or debug\n"
 "  -f, --foreground            stay in the foreground, log to stderr\n"
 "  -h, --help                  this text\n"

@@ -422,7 +422,8 @@ static int collect(struct pkv_daemon *d, struct job *b)
 			continue;
 		}
 		est = w->slice_ns ? attend_cost(o->s->pool, &o->s->meta) * ns_per_unit(o->s->pool) : 0;
-		if (est > (double)w->slice_ns) {
+		/* A decode step (one row per sequence) is what the slices protect: never sliced itself. */
+		if (est > (double)w->slice_ns && !o->s->meta.decode_only) {
 			if (!take(o, &e, &it))
 				start_big(o, &it, e.layer);
 			n++;
@@ -482,6 +483,7 @@ static void run_batch(struct pkv_daemon *d, struct job *b)
 	for (uint32_t i = 0; i < b->n_items; i++)
 		units += attend_cost(b->pool, b->items[i].meta);
 	b->pool->last_batch_items = b->n_items;
+	w->last_short_ns = pkv_now_ns();
 	pthread_mutex_lock(&d->backend_mu);
 	t0 = pkv_now_ns();
 	res = run_attend(w, b);
@@ -499,6 +501,14 @@ static void run_batch(struct pkv_daemon *d, struct job *b)
 	__atomic_fetch_add(&b->pool->batches, 1, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&b->pool->batch_seqs, seqs, __ATOMIC_RELAXED);
 }
+
+/*
+ * A long attend alone on the worker (no short batch for ALONE_NS) runs
+ * ALONE_SLICES slices per call: a client that shows up waits that long
+ * once, then the slices shrink back.
+ */
+#define ALONE_NS 50000000ull
+#define ALONE_SLICES 8
 
 /* Ends a sliced attend with its result. */
 static void end_big(struct job *o, int32_t res)
@@ -534,7 +544,10 @@ static void run_slice(struct pkv_daemon *d, struct job *o)
 	const struct pkv_geometry *g = &p->geo;
 	size_t act = pkv_dtype_size(p->act_dtype);
 	size_t qrow = (size_t)g->num_heads * g->head_dim * act, kvrow = (size_t)g->num_kv_heads * g->head_dim * act;
-	double width = (double)g->num_heads * g->head_dim, budget = (double)w->slice_ns / ns_per_unit(p), units = 0;
+	double width = (double)g->num_heads * g->head_dim, units = 0;
+	/* Nobody else ran an attend lately: longer slices, less per-call cost for a lone prefill. */
+	double budget = (double)w->slice_ns * (pkv_now_ns() - w->last_short_ns > ALONE_NS ? ALONE_SLICES : 1) /
+			ns_per_unit(p);
 	int32_t *cq = o->big_arrays, *ck = cq + m->num_seqs + 1, *cs = ck + m->num_seqs + 1;
 	uint32_t r0 = o->big_row, r1 = r0, n = 0, s, first = 0, mq = 0, mk = 0;
 	struct pkv_attn_batch b;
@@ -630,6 +643,45 @@ static struct job *pick_big(struct worker *w)
 	return best;
 }
 
+/*
+ * While long attends wait for their next slice: a client whose attend just
+ * completed submits its next layer within microseconds, so keep serving the
+ * short attends that arrive within the gather window (up to one slice of
+ * them) before the next slice. A decode step then waits for one slice in
+ * all, not one per layer.
+ */
+#define FOLLOW_US 250
+
+static void follow_short(struct pkv_daemon *d)
+{
+	struct worker *w = &d->worker;
+	uint64_t start = pkv_now_ns(), window = FOLLOW_US * 1000;
+
+	for (;;) {
+		uint64_t end = pkv_now_ns() + window;
+		unsigned spins = 0;
+		struct job b;
+
+		memset(&b, 0, sizeof(b));
+		b.kind = JOB_ATTEND;
+		while (!b.n_items && pkv_now_ns() < end) {
+			absorb(d);
+			if (collect(d, &b))
+				continue;
+			for (int i = 0; i < 16; i++)
+				pkv_cpu_relax();
+			/* The client must run to submit: on a busy machine it may be waiting for our CPU. */
+			if ((++spins & 7) == 7)
+				sched_yield();
+		}
+		if (!b.n_items)
+			return;
+		run_batch(d, &b);
+		if (pkv_now_ns() - start > w->slice_ns)
+			return;
+	}
+}
+
 /* Hands back the rings marked for the loop. */
 static void give_back(struct pkv_daemon *d)
 {
@@ -666,6 +718,8 @@ static int poll_rings(struct pkv_daemon *d)
 		struct job *o = pick_big(&d->worker);
 
 		if (o) {
+			if (b.n_items)
+				follow_short(d);
 			run_slice(d, o);
 			n++;
 		}
