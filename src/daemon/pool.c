@@ -75,22 +75,30 @@ static void unlink_pool(struct pkv_daemon *d, struct pool *p)
 		}
 }
 
+/* Frees the pool idle for longest (of owner `uid` only, when `mine`); returns 0 when there is none. */
+static int free_oldest_idle(struct pkv_daemon *d, int mine, uid_t uid)
+{
+	struct pool *oldest = NULL;
+
+	for (struct pool *p = d->pools; p; p = p->next)
+		if (!p->n_clients && (!mine || p->owner_uid == uid) &&
+		    (!oldest || p->idle_since_ns < oldest->idle_since_ns))
+			oldest = p;
+	if (!oldest)
+		return 0;
+	pkv_info("pool '%s' (uid %u) freed: idle, and an attach needs its budget", oldest->name,
+		 (unsigned)oldest->owner_uid);
+	unlink_pool(d, oldest);
+	pool_destroy(d, oldest);
+	return 1;
+}
+
 /* Frees idle pools, longest idle first, until `bytes` fit the budget; returns whether they do. */
 static int reclaim(struct pkv_daemon *d, uint64_t bytes)
 {
-	while (bytes > d->cfg.memory_budget - d->budget_used) {
-		struct pool *oldest = NULL;
-
-		for (struct pool *p = d->pools; p; p = p->next)
-			if (!p->n_clients && (!oldest || p->idle_since_ns < oldest->idle_since_ns))
-				oldest = p;
-		if (!oldest)
+	while (bytes > d->cfg.memory_budget - d->budget_used)
+		if (!free_oldest_idle(d, 0, 0))
 			return 0;
-		pkv_info("pool '%s' (uid %u) freed: idle, and an attach needs its budget", oldest->name,
-			 (unsigned)oldest->owner_uid);
-		unlink_pool(d, oldest);
-		pool_destroy(d, oldest);
-	}
 	return 1;
 }
 
@@ -128,7 +136,9 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid,
 	}
 	/* Larger than the whole budget first: no quota could ever let it in. */
 	if (bytes <= d->cfg.memory_budget) {
-		r = tenant_pool_check(d, uid, bytes, why, why_len);
+		/* Over its own share: the uid's idle pools make room first. */
+		while ((r = tenant_pool_check(d, uid, bytes, why, why_len)) && free_oldest_idle(d, 1, uid))
+			;
 		if (r)
 			return r;
 	}

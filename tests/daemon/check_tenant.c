@@ -397,6 +397,8 @@ START_TEST(test_idle_pools_give_their_budget_back)
 	ck_assert_int_eq(run_as(UID_A, third_pool_over_share, NULL), 0);
 	/* A's two pools stay, idle, and take half of the budget: B still gets its two. */
 	ck_assert_int_eq(run_as(UID_A, two_pools, NULL), 0);
+	/* A third pool of A's, with its two idle: its own oldest idle pool makes room. */
+	ck_assert_int_eq(run_as(UID_A, attach_ok, &(struct holder_arg){ "s3", 0, 0 }), 0);
 	ck_assert_int_eq(run_as(UID_B, attach_ok, &b1), 0);
 	ck_assert_int_eq(run_as(UID_B, attach_ok, &b2), 0);
 	/* The budget is full of idle pools: a new attach frees the oldest ones. */
