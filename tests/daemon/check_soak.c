@@ -115,12 +115,12 @@ static int honest_prefill(uint32_t seed)
 static int hostile_flood(uint32_t seed)
 {
 	struct pkv_client *c = test_client(D.sock, (seed & 1) ? "m" : "flood", 1 << 20, 10000);
-	int32_t toks[64];
+	int32_t toks[300];
 	uint32_t s, nc, child, n;
 
 	if (!c)
 		return 0;
-	for (int i = 0; i < 64; i++)
+	for (int i = 0; i < 300; i++)
 		toks[i] = i;
 	for (int i = 0; i < 4096; i++) {
 		if (pkv_seq_open(c, toks, 1 + rnd(&seed) % 64, &s, &nc))
@@ -301,7 +301,12 @@ START_TEST(test_soak_many_uids_honest_hostile_and_killed)
 	for (int i = 0; i < 100 && daemon_fds() > fds1; i++)
 		sleep_ms(50);
 	ck_assert_int_le(daemon_fds(), fds1);
+#if !defined(__SANITIZE_ADDRESS__)
 	ck_assert_int_le(daemon_rss_kb(), rss1 + RSS_SLACK_KB);
+#else
+	/* The quarantine keeps freed memory resident under ASan; its leak check at exit stands in. */
+	(void)rss1;
+#endif
 	ck_assert_int_eq(dmn_stop(&D), 0);
 	dmn_cleanup(&D);
 }
