@@ -23,11 +23,18 @@ void pkv_config_defaults(struct pkv_config *cfg)
 	cfg->worker_threads = 0; /* 0: one per online CPU */
 	cfg->log_level = PKV_LOG_INFO;
 	cfg->client_max_seqs = 1024;
-	cfg->client_block_share = 100;
 	cfg->max_clients_per_uid = 64;
 	cfg->spin_us = 50;
 	cfg->coalesce = 1;
 	cfg->gather_us = 20;
+	cfg->uid_max_seqs = 4096;
+	cfg->uid_block_share = 50;
+	cfg->uid_max_pins = 256;
+	cfg->uid_max_region = 16ull << 30;
+	cfg->uid_max_pools = 8;
+	cfg->uid_budget_share = 50;
+	cfg->pool_idle_grace_s = 60;
+	cfg->attend_slice_us = 500;
 }
 
 int pkv_parse_size(const char *s, uint64_t *out)
@@ -149,8 +156,6 @@ int pkv_config_set(struct pkv_config *cfg, const char *key, const char *value, c
 		r = parse_bool(value, &cfg->foreground);
 	} else if (!strcmp(k, "client_max_seqs")) {
 		r = parse_uint(value, 1, 1u << 20, &cfg->client_max_seqs);
-	} else if (!strcmp(k, "client_block_share")) {
-		r = parse_uint(value, 1, 100, &cfg->client_block_share);
 	} else if (!strcmp(k, "max_clients_per_uid")) {
 		r = parse_uint(value, 1, 1u << 20, &cfg->max_clients_per_uid);
 	} else if (!strcmp(k, "spin_us")) {
@@ -159,6 +164,25 @@ int pkv_config_set(struct pkv_config *cfg, const char *key, const char *value, c
 		r = parse_uint(value, 0, 10000, &cfg->gather_us);
 	} else if (!strcmp(k, "coalesce")) {
 		r = parse_bool(value, &cfg->coalesce);
+	} else if (!strcmp(k, "uid_max_seqs")) {
+		r = parse_uint(value, 1, 1u << 20, &cfg->uid_max_seqs);
+	} else if (!strcmp(k, "uid_block_share") || !strcmp(k, "client_block_share")) {
+		/* client_block_share: the old per-connection name, now counted per uid */
+		r = parse_uint(value, 1, 100, &cfg->uid_block_share);
+	} else if (!strcmp(k, "uid_max_pins")) {
+		r = parse_uint(value, 0, 1u << 20, &cfg->uid_max_pins);
+	} else if (!strcmp(k, "uid_max_region")) {
+		r = pkv_parse_size(value, &cfg->uid_max_region);
+		if (!r && cfg->uid_max_region < 4096)
+			r = -EINVAL;
+	} else if (!strcmp(k, "uid_max_pools")) {
+		r = parse_uint(value, 1, 1u << 16, &cfg->uid_max_pools);
+	} else if (!strcmp(k, "uid_budget_share")) {
+		r = parse_uint(value, 1, 100, &cfg->uid_budget_share);
+	} else if (!strcmp(k, "pool_idle_grace_s")) {
+		r = parse_uint(value, 0, 7u * 24 * 3600, &cfg->pool_idle_grace_s);
+	} else if (!strcmp(k, "attend_slice_us")) {
+		r = parse_uint(value, 0, 10000000, &cfg->attend_slice_us);
 	} else {
 		snprintf(why, why_len, "unknown key '%s'", key);
 		return -EINVAL;

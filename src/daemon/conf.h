@@ -19,11 +19,19 @@ struct pkv_config {
 	int log_level;
 	int foreground;
 	unsigned client_max_seqs;       /* per connection */
-	unsigned client_block_share;    /* percent of a pool's blocks one connection may hold */
 	unsigned max_clients_per_uid;   /* connections one uid may hold at once */
 	unsigned spin_us;               /* busy-poll the rings this long after activity */
 	int coalesce;                   /* merge attends of the same pool and layer */
 	unsigned gather_us;             /* wait this long for a lockstep batch to fill (0: never) */
+	/* per-uid limits, pool scope and lifetime, fair scheduling (tenant.c, pool.c, worker.c) */
+	unsigned uid_max_seqs;          /* open sequences of one uid, all connections and pools */
+	unsigned uid_block_share;       /* percent of a shared pool's blocks one uid may hold */
+	unsigned uid_max_pins;          /* prefix pins one uid may hold */
+	uint64_t uid_max_region;        /* bytes of shared regions (rings + arenas) of one uid */
+	unsigned uid_max_pools;         /* pools one uid may own (create) at once */
+	unsigned uid_budget_share;      /* percent of memory_budget one uid's pools may take */
+	unsigned pool_idle_grace_s;     /* free a pool this long after its last client left */
+	unsigned attend_slice_us;       /* longest backend call before others get a turn */
 };
 
 void pkv_config_defaults(struct pkv_config *cfg);

@@ -12,6 +12,7 @@
 #include "common/proto.h"
 #include "common/ring.h"
 #include "daemon/conf.h"
+#include "daemon/tenant.h"
 #include "loader/loader.h"
 
 struct pkv_daemon;
@@ -31,15 +32,28 @@ struct pool {
 	struct pkv_cache *cache;      /* touched by the loop thread only */
 	struct pkv_dispatch disp;     /* touched by the worker thread only (after creation) */
 	uint32_t n_clients;
+	/*
+	 * Scope and lifetime: a pool's name is private to owner_uid unless the
+	 * pool is shared across users; a pool without clients is freed after
+	 * pool_idle_grace_s, or at once when an attach needs its budget.
+	 */
+	uid_t owner_uid;
+	uint32_t n_uids;              /* uids with a connection attached (tenant_attach) */
+	uint64_t idle_since_ns;       /* when n_clients dropped to 0 */
 	uint32_t last_batch_items;    /* worker only: size of the last merged attend batch */
+	double ns_per_unit;           /* worker only: measured backend time per unit of attend_cost() */
 	/* counters for status/metrics: steps and step_errors by the loop; attends, batches and
 	 * batch_seqs by the worker (atomic adds, read by the loop for status) */
 	uint64_t attends, batches, batch_seqs, steps, step_errors;
 };
 
-/* Creates or finds a pool for an attach; -errno with the reason. */
-int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, struct pool **out,
+/* Creates or finds uid's pool (or the shared one) for an attach; -errno with the reason. */
+int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid, struct pool **out,
 		char *why, size_t why_len);
+/* A client left the pool (n_clients already decremented): starts its grace period. */
+void pool_left(struct pkv_daemon *d, struct pool *p);
+/* Frees the pools idle for longer than the grace period (loop timer). */
+void pool_reap(struct pkv_daemon *d, uint64_t now_ns);
 void pool_destroy(struct pkv_daemon *d, struct pool *p);
 /* Bytes of KV cache a geometry needs, or 0 on overflow. */
 uint64_t pool_bytes(const struct pkv_geometry *g);
@@ -101,6 +115,11 @@ struct session {
 	struct seq_ent *seqs;
 	uint32_t n_seqs, cap_seqs;
 	uint64_t ops, errors;
+	/* per-uid accounting (tenant.c): what this connection adds to its uid's counters */
+	struct tenant *tenant;        /* set at hello */
+	struct tenant_pool *tp;       /* set at attach */
+	uint32_t charged_seqs, charged_blocks, pins;
+	uint64_t charged_region;
 };
 
 /* ---------------------------------------------------------------- worker */
@@ -137,10 +156,21 @@ struct job {
 	const struct pkv_block_copy *copies;
 	uint32_t n_copies;
 	int32_t res;                  /* JOB_POLL: < 0 when the loop must disconnect the session */
+	double est_ns;                /* JOB_ATTEND: estimated backend time of the batch */
 	/* JOB_POLL, worker only until handed back */
 	uint64_t last_ns;             /* last SQE taken */
 	uint64_t ops, errors;
 	int in_batch, give_back;
+	/*
+	 * A long attend run in slices (worker only): its rows [big_row, total_q)
+	 * are still to do; each slice is a varlen sub-batch of whole query rows,
+	 * run between other clients' batches.
+	 */
+	int big_on;
+	struct attend_item big;
+	uint32_t big_row;
+	uint64_t big_served_ns;       /* when it last ran a slice (round robin) */
+	int32_t *big_arrays;          /* cu_q, cu_k, cache_seqlens of the current slice */
 };
 
 struct worker {
@@ -164,7 +194,11 @@ struct worker {
 	/* scratch for merged batches (worker thread only) */
 	uint8_t *scratch;
 	size_t scratch_len;
-	uint64_t batches, merged_items;
+	uint64_t batches, merged_items, slices;
+	uint64_t slice_ns;            /* attend_slice_us */
+	uint32_t rr;                  /* first ring collect() looks at (rotates) */
+	uid_t last_big_uid;           /* uid of the last slice run (round robin per uid) */
+	uint64_t last_short_ns;       /* when the last batch of short attends ran */
 };
 
 int worker_start(struct pkv_daemon *d);
@@ -191,6 +225,7 @@ struct pkv_daemon {
 	uint32_t n_sessions;
 	struct pool *pools;
 	uint64_t budget_used;
+	struct tenant *tenants;       /* per-uid records (loop thread only) */
 	struct pkv_host *host;
 	struct pkv_plugin plug_varlen, plug_decode;
 	int same_plugin;

@@ -201,6 +201,7 @@ static void on_timer(struct pkv_daemon *d)
 			pkv_info("client %u (pid %d): no hello within 5 s; closing", s->id, (int)s->pid);
 			session_hangup(d, s);
 		}
+	pool_reap(d, now);
 	arm_timer(d);
 }
 

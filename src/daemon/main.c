@@ -35,11 +35,18 @@ static void usage(FILE *f)
 "  -m, --memory-budget SIZE    KV memory for all pools, e.g. 512M, 4G (default 1G)\n"
 "  -w, --workers N             threads a backend may use (0 = one per CPU)\n"
 "      --client-max-seqs N     sequences one connection may hold (default 1024)\n"
-"      --client-block-share P  percent of a pool's blocks one connection may hold (default 100)\n"
 "      --max-clients-per-uid N connections one user may hold at once (default 64)\n"
 "      --spin-us N             busy-poll this long after activity before sleeping (default 50)\n"
 "      --no-coalesce           run every attend as its own backend call\n"
 "      --gather-us N           wait up to N us for clients in lockstep to fill a batch (default 20)\n"
+"      --uid-max-seqs N        sequences one uid may hold, all connections (default 4096)\n"
+"      --uid-block-share P     percent of a shared pool's blocks one uid may hold (default 50)\n"
+"      --uid-max-pins N        prefix pins one uid may hold (default 256)\n"
+"      --uid-max-region SIZE   shared-region bytes of one uid's connections (default 16G)\n"
+"      --uid-max-pools N       pools one uid may own at once (default 8)\n"
+"      --uid-budget-share P    percent of the memory budget one uid's pools may take (default 50)\n"
+"      --pool-idle-grace-s N   free a pool N s after its last client left (default 60)\n"
+"      --attend-slice-us N     split attends longer than this so others get a turn (default 500)\n"
 "  -l, --log-level LEVEL       error, warn, info (default) or debug\n"
 "  -f, --foreground            stay in the foreground, log to stderr\n"
 "  -h, --help                  this text\n"
@@ -59,6 +66,14 @@ static const struct option longopts[] = {
 	{ "workers", required_argument, NULL, 'w' },
 	{ "client-max-seqs", required_argument, NULL, 1 },
 	{ "client-block-share", required_argument, NULL, 1 },
+	{ "uid-max-seqs", required_argument, NULL, 1 },
+	{ "uid-block-share", required_argument, NULL, 1 },
+	{ "uid-max-pins", required_argument, NULL, 1 },
+	{ "uid-max-region", required_argument, NULL, 1 },
+	{ "uid-max-pools", required_argument, NULL, 1 },
+	{ "uid-budget-share", required_argument, NULL, 1 },
+	{ "pool-idle-grace-s", required_argument, NULL, 1 },
+	{ "attend-slice-us", required_argument, NULL, 1 },
 	{ "max-clients-per-uid", required_argument, NULL, 1 },
 	{ "spin-us", required_argument, NULL, 1 },
 	{ "no-coalesce", no_argument, NULL, 2 },
@@ -328,6 +343,7 @@ int main(int argc, char **argv)
 		d->pools = p->next;
 		pool_destroy(d, p);
 	}
+	tenant_free_all(d);
 out_plugins:
 	if (!d->same_plugin && d->plug_decode.be)
 		pkv_plugin_unload(&d->plug_decode);

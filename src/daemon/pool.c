@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Pools: found by name, created on first attach within the memory budget, matched exactly after. */
+/* Pools: found by name within the attaching uid's scope, created within the budget, freed when idle. */
 #include "config.h"
 #include <errno.h>
 #include <stdio.h>
@@ -56,7 +56,53 @@ static int mismatch(const struct pool *p, const struct pkv_msg_attach *m, char *
 	return 0;
 }
 
-int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, struct pool **out,
+/* A private pool's name belongs to its owner; a shared pool's name to every uid. */
+static int in_scope(const struct pool *p, const char *name, uint32_t flags, uid_t uid)
+{
+	if (strcmp(p->name, name))
+		return 0;
+	if ((p->flags & PKV_WIRE_POOL_SHARED) != (flags & PKV_WIRE_POOL_SHARED))
+		return 0;
+	return (flags & PKV_WIRE_POOL_SHARED) || p->owner_uid == uid;
+}
+
+static void unlink_pool(struct pkv_daemon *d, struct pool *p)
+{
+	for (struct pool **pp = &d->pools; *pp; pp = &(*pp)->next)
+		if (*pp == p) {
+			*pp = p->next;
+			return;
+		}
+}
+
+/* Frees the pool idle for longest (of owner `uid` only, when `mine`); returns 0 when there is none. */
+static int free_oldest_idle(struct pkv_daemon *d, int mine, uid_t uid)
+{
+	struct pool *oldest = NULL;
+
+	for (struct pool *p = d->pools; p; p = p->next)
+		if (!p->n_clients && (!mine || p->owner_uid == uid) &&
+		    (!oldest || p->idle_since_ns < oldest->idle_since_ns))
+			oldest = p;
+	if (!oldest)
+		return 0;
+	pkv_info("pool '%s' (uid %u) freed: idle, and an attach needs its budget", oldest->name,
+		 (unsigned)oldest->owner_uid);
+	unlink_pool(d, oldest);
+	pool_destroy(d, oldest);
+	return 1;
+}
+
+/* Frees idle pools, longest idle first, until `bytes` fit the budget; returns whether they do. */
+static int reclaim(struct pkv_daemon *d, uint64_t bytes)
+{
+	while (bytes > d->cfg.memory_budget - d->budget_used)
+		if (!free_oldest_idle(d, 0, 0))
+			return 0;
+	return 1;
+}
+
+int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid, struct pool **out,
 		char *why, size_t why_len)
 {
 	struct pkv_pool_desc desc;
@@ -65,18 +111,38 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, struct poo
 	int r;
 
 	for (p = d->pools; p; p = p->next)
-		if (!strcmp(p->name, m->name)) {
+		if (in_scope(p, m->name, m->flags, uid)) {
 			r = mismatch(p, m, why, why_len);
-			if (r)
+			if (!r) {
+				*out = p;
+				return 0;
+			}
+			/* Nobody uses it: the name goes to the new geometry (its cached prefixes go too). */
+			if (p->n_clients)
 				return r;
-			*out = p;
-			return 0;
+			pkv_info("pool '%s' (uid %u) freed: idle, and reattached with another geometry",
+				 p->name, (unsigned)p->owner_uid);
+			unlink_pool(d, p);
+			pool_destroy(d, p);
+			break;
 		}
 	r = pkv_geometry_check(&m->geo, why, why_len);
 	if (r)
 		return r;
 	bytes = pool_bytes(&m->geo);
-	if (!bytes || bytes > d->cfg.memory_budget - d->budget_used) {
+	if (!bytes) {
+		snprintf(why, why_len, "pool '%s': its size overflows", m->name);
+		return -EINVAL;
+	}
+	/* Larger than the whole budget first: no quota could ever let it in. */
+	if (bytes <= d->cfg.memory_budget) {
+		/* Over its own share: the uid's idle pools make room first. */
+		while ((r = tenant_pool_check(d, uid, bytes, why, why_len)) && free_oldest_idle(d, 1, uid))
+			;
+		if (r)
+			return r;
+	}
+	if (bytes > d->cfg.memory_budget || !reclaim(d, bytes)) {
 		snprintf(why, why_len, "pool '%s' needs %llu bytes of KV cache; %llu of the %llu-byte budget are left",
 			 m->name, (unsigned long long)bytes,
 			 (unsigned long long)(d->cfg.memory_budget - d->budget_used),
@@ -95,6 +161,7 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, struct poo
 	p->softcap = m->softcap;
 	p->window_left = m->window_left;
 	p->bytes = bytes;
+	p->owner_uid = uid;
 	r = pkv_cache_create(&p->geo, NULL, &p->cache);
 	if (r) {
 		snprintf(why, why_len, "pool '%s': cache manager refused the geometry (%s)", m->name,
@@ -113,11 +180,12 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, struct poo
 	if (r)
 		goto err_cache;
 	d->budget_used += bytes;
+	tenant_pool_created(d, uid, bytes);
 	p->next = d->pools;
 	d->pools = p;
-	pkv_info("pool '%s' created: %u layers, %u/%u heads, head_dim %u, %u blocks of %u (%llu MiB)",
-		 p->name, p->geo.num_layers, p->geo.num_heads, p->geo.num_kv_heads, p->geo.head_dim,
-		 p->geo.num_blocks, p->geo.block_size, (unsigned long long)(bytes >> 20));
+	pkv_info("pool '%s' created for uid %u%s: %u layers, %u/%u heads, head_dim %u, %u blocks of %u (%llu MiB)",
+		 p->name, (unsigned)uid, (p->flags & PKV_WIRE_POOL_SHARED) ? " (shared)" : "",
+		 p->geo.num_layers, p->geo.num_heads, p->geo.num_kv_heads, p->geo.head_dim, p->geo.num_blocks, p->geo.block_size, (unsigned long long)(bytes >> 20));
 	*out = p;
 	return 0;
 err_cache:
@@ -127,10 +195,50 @@ err_free:
 	return r;
 }
 
+void pool_left(struct pkv_daemon *d, struct pool *p)
+{
+	if (p->n_clients)
+		return;
+	p->idle_since_ns = pkv_now_ns();
+	if (!d->cfg.pool_idle_grace_s) {
+		pkv_info("pool '%s' (uid %u) freed: no clients", p->name, (unsigned)p->owner_uid);
+		unlink_pool(d, p);
+		pool_destroy(d, p);
+	}
+}
+
+void pool_reap(struct pkv_daemon *d, uint64_t now_ns)
+{
+	uint64_t grace = (uint64_t)d->cfg.pool_idle_grace_s * 1000000000ull;
+	struct pool **pp = &d->pools;
+
+	while (*pp) {
+		struct pool *p = *pp;
+
+		if (!p->n_clients && now_ns - p->idle_since_ns >= grace) {
+			pkv_info("pool '%s' (uid %u) freed: no clients for %u s", p->name,
+				 (unsigned)p->owner_uid, d->cfg.pool_idle_grace_s);
+			*pp = p->next;
+			pool_destroy(d, p);
+		} else {
+			pp = &p->next;
+		}
+	}
+}
+
+/*
+ * Callers unlinked p; no session points at it (n_clients is 0, so every
+ * session that attached was released, and release waits for the worker's
+ * jobs of that session: no job names the pool).
+ */
 void pool_destroy(struct pkv_daemon *d, struct pool *p)
 {
+	/* The plugin's context may be inside an attend of another pool on the worker. */
+	pthread_mutex_lock(&d->backend_mu);
 	pkv_dispatch_close(&p->disp);
+	pthread_mutex_unlock(&d->backend_mu);
 	pkv_cache_destroy(p->cache);
 	d->budget_used -= p->bytes;
+	tenant_pool_destroyed(d, p->owner_uid, p->bytes);
 	free(p);
 }

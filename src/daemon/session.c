@@ -259,21 +259,30 @@ static void handle_attach(struct pkv_daemon *d, struct session *s, const struct 
 		return;
 	}
 	why[0] = 0;
-	r = pool_attach(d, m, &p, why, sizeof(why));
+	r = pool_attach(d, m, s->uid, &p, why, sizeof(why));
 	if (r) {
 		pkv_info("client %u (pid %d): attach '%s' refused: %s", s->id, (int)s->pid, m->name, why);
 		reply(d, s, r, 0, why);
 		return;
 	}
-	r = pkv_cache_set_owner_limits(p->cache, s->id, d->cfg.client_max_seqs,
-				       d->cfg.client_block_share >= 100 ? 0 :
-				       (uint32_t)((uint64_t)p->geo.num_blocks * d->cfg.client_block_share / 100));
+	/* The limits that hold are set before every call that may grow (tenant_limit). */
+	r = pkv_cache_set_owner_limits(p->cache, s->id, d->cfg.client_max_seqs, 0);
 	if (r) {
 		reply(d, s, r, 0, "cannot set this client's quotas");
+		pool_left(d, p);
 		return;
 	}
 	s->pool = p;
 	p->n_clients++;
+	r = tenant_attach(d, s);
+	if (r) {
+		pkv_cache_release_owner(p->cache, s->id);
+		s->pool = NULL;
+		p->n_clients--;
+		pool_left(d, p);
+		reply(d, s, r, 0, "cannot account this client's uid");
+		return;
+	}
 	/* Sharing scope comes from the kernel's view of the peer, never from the message. */
 	s->ns = pkv_namespace(m->model_id, &m->geo,
 			      (p->flags & PKV_WIRE_POOL_SHARED) ? PKV_NS_SHARED : (uint32_t)s->uid,
@@ -355,6 +364,15 @@ void session_ctl_message(struct pkv_daemon *d, struct session *s)
 			session_hangup(d, s);
 			return;
 		}
+		r = tenant_hello(d, s, u.hello.role == PKV_ROLE_CLIENT ? u.hello.region_size : 0,
+				 why, sizeof(why));
+		if (r) {
+			close_fds(fds, nfds);
+			pkv_info("client %u (pid %d): refused: %s", s->id, (int)s->pid, why);
+			reply(d, s, r, 0, why);
+			session_hangup(d, s);
+			return;
+		}
 		if (u.hello.role == PKV_ROLE_CLIENT) {
 			r = client_hello(d, s, &u.hello, fds, nfds, why, sizeof(why));
 			if (r) {
@@ -411,7 +429,7 @@ static void step_clear(struct session *s)
 	s->n_step_reqs = 0;
 }
 
-/* Says why the cache refused: a quota of this client, or the pool itself. */
+/* Says why the cache refused: a limit of this connection or its uid, or the pool itself. */
 static void explain(struct pkv_daemon *d, struct session *s, const char *what, int r)
 {
 	struct pkv_owner_usage u;
@@ -419,18 +437,21 @@ static void explain(struct pkv_daemon *d, struct session *s, const char *what, i
 	if (r == -ENOSPC) {
 		pkv_cache_owner_usage(s->pool->cache, s->id, &u);
 		if (u.max_seqs && u.seqs >= u.max_seqs) {
-			session_set_err(s, "%s: this client holds %u sequences, its quota", what, u.seqs);
+			session_set_err(s, "%s: this connection is at its quota of %u sequences "
+					"(client_max_seqs %u; uid_max_seqs %u, %u held by the uid)", what, u.seqs,
+					d->cfg.client_max_seqs, d->cfg.uid_max_seqs, s->tenant ? s->tenant->seqs : 0);
 			return;
 		}
 		if (u.max_blocks) {
-			session_set_err(s, "%s: out of blocks, or over this client's quota of %u blocks (%u held)",
-					what, u.max_blocks, u.blocks);
+			session_set_err(s, "%s: out of blocks, or over the block quota of uid %u in pool '%s' "
+					"(%llu of %llu blocks held, uid_block_share %u%%)", what, (unsigned)s->uid,
+					s->pool->name, (unsigned long long)(s->tp ? s->tp->blocks : 0),
+					(unsigned long long)tenant_block_limit(d, s->pool), d->cfg.uid_block_share);
 			return;
 		}
 		session_set_err(s, "%s: the pool is out of blocks", what);
 		return;
 	}
-	(void)d;
 	session_set_err(s, "%s: %s", what, strerror(-r));
 }
 
@@ -658,6 +679,15 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 		r = e->opcode == PKV_OP_PIN ? pkv_prefix_pin(c, s->id, s->ns, tok, e->n)
 					    : pkv_prefix_unpin(c, s->id, s->ns, tok, e->n);
 		free(tok);
+		/* Each success adds or drops one pin record of this owner (uid_max_pins). */
+		if (r >= 0 && s->tenant) {
+			int up = e->opcode == PKV_OP_PIN;
+
+			if (up || s->pins) {
+				s->pins += up ? 1 : -1;
+				s->tenant->pins += up ? 1 : -1;
+			}
+		}
 		if (r < 0)
 			session_set_err(s, "%s: %s", e->opcode == PKV_OP_PIN ? "pin" : "unpin", strerror(-r));
 		return r;
@@ -734,8 +764,10 @@ int session_process(struct pkv_daemon *d, struct session *s)
 		r = pkv_sqe_check(&e, &lim, why, sizeof(why));
 		if (r)
 			session_set_err(s, "%s", why);
-		else
+		else if (!(r = tenant_limit(d, s, e.opcode))) {
 			r = exec_sqe(d, s, &e, &p0, &p1);
+			tenant_sync(d, s);
+		}
 		if (r == 1)
 			continue;
 		if (r < 0)
@@ -775,9 +807,13 @@ void session_release(struct pkv_daemon *d, struct session *s)
 			pkv_cache_step_abort(s->pool->cache, s->step);
 		step_clear(s);
 		pkv_cache_release_owner(s->pool->cache, s->id);
+		tenant_sync(d, s);
+		tenant_leave(d, s);
 		s->pool->n_clients--;
+		pool_left(d, s->pool);
 		s->pool = NULL;
 	}
+	tenant_leave(d, s);
 	free(s->seqs);
 	s->seqs = NULL;
 	s->n_seqs = 0;

@@ -15,8 +15,48 @@ void job_free(struct job *j)
 {
 	if (j) {
 		free(j->items);
+		free(j->big_arrays);
 		free(j);
 	}
+}
+
+/*
+ * Backend time per unit before a pool has measured its own: about what one
+ * CPU thread of the f32 reference costs, on the slow side, so that a first
+ * long attend is cut too finely rather than too coarsely.
+ */
+#define NS_PER_UNIT_GUESS 1.0
+/* Calls smaller than this are mostly fixed cost: they do not teach the rate. */
+#define UNITS_TO_MEASURE 16384.0
+
+/* Query-key pairs times the head width: what an attend's time grows with. */
+static double attend_cost(const struct pool *p, const struct pkv_step_meta *m)
+{
+	double u = 0;
+
+	for (uint32_t s = 0; s < m->num_seqs; s++) {
+		double sq = m->cu_seq_lens_q[s + 1] - m->cu_seq_lens_q[s];
+		double sk = m->cu_seq_lens_k[s + 1] - m->cu_seq_lens_k[s];
+
+		u += sq * (sk - sq) + sq * (sq + 1) / 2;
+	}
+	return u * p->geo.num_heads * p->geo.head_dim;
+}
+
+static double ns_per_unit(const struct pool *p)
+{
+	return p->ns_per_unit > 0 ? p->ns_per_unit : NS_PER_UNIT_GUESS;
+}
+
+/* Learns the pool's rate from a call of `units` that took ns (an exponential average). */
+static void measured(struct pool *p, double units, uint64_t ns)
+{
+	double r;
+
+	if (units < UNITS_TO_MEASURE)
+		return;
+	r = (double)ns / units;
+	p->ns_per_unit = p->ns_per_unit > 0 ? 0.75 * p->ns_per_unit + 0.25 * r : r;
 }
 
 /* Bump allocator over the worker's scratch buffer, grown between batches only. */
@@ -295,8 +335,8 @@ static void post(struct job *o, uint64_t ud, int32_t res)
 	}
 }
 
-/* Consumes the attend at the head of o's ring (copied in e): into the batch, or completed with its error. */
-static void take(struct worker *w, struct job *b, struct job *o, const struct pkv_sqe *e)
+/* Consumes the attend at the head of o's ring (copied in e); 0 with the item, or completed with its error. */
+static int take(struct job *o, const struct pkv_sqe *e, struct attend_item *it)
 {
 	struct session *s = o->s;
 	struct sqe_limits lim;
@@ -316,31 +356,41 @@ static void take(struct worker *w, struct job *b, struct job *o, const struct pk
 	if (r) {
 		session_set_err(s, "%s", why);
 		post(o, e->user_data, r);
+		return r;
+	}
+	*it = (struct attend_item){
+		.s = s, .owner = o, .user_data = e->user_data, .meta = &s->meta,
+		.q = s->arena + e->off[0], .k = s->arena + e->off[1],
+		.v = s->arena + e->off[2], .o = s->arena + e->off[3],
+	};
+	return 0;
+}
+
+/* Starts a long attend: it runs in slices (run_slice), one between any two batches. */
+static void start_big(struct job *o, const struct attend_item *it, uint32_t layer)
+{
+	uint32_t n = it->meta->num_seqs + 1;
+
+	free(o->big_arrays);
+	o->big_arrays = malloc((size_t)n * 3 * sizeof(int32_t));
+	if (!o->big_arrays) {
+		post(o, it->user_data, -ENOMEM);
 		return;
 	}
-	{
-		struct attend_item it = {
-			.s = s, .owner = o, .user_data = e->user_data, .meta = &s->meta,
-			.q = s->arena + e->off[0], .k = s->arena + e->off[1],
-			.v = s->arena + e->off[2], .o = s->arena + e->off[3],
-		};
-
-		if (batch_add(w, b, &it)) {
-			post(o, e->user_data, -ENOMEM);
-			return;
-		}
-	}
-	if (b->n_items == 1) {
-		b->pool = s->pool;
-		b->layer = e->layer;
-	}
+	o->big = *it;
+	o->big_row = 0;
+	o->big_on = 1;
+	o->big_served_ns = 0;
+	o->layer = layer;
 	o->in_batch = 1;
 }
 
 /*
- * One sweep over the owned rings: takes the head attend of every ring whose
- * head matches the first one's pool and layer (coalescing; only the first
- * with coalescing off). Returns how many SQEs it took.
+ * One sweep over the owned rings, starting at a rotating index: takes the
+ * head attend of every ring whose head matches the first one's pool and
+ * layer (coalescing; only the first with coalescing off), while the batch's
+ * estimated time stays within the slice. An attend longer than a slice by
+ * itself starts a sliced run instead. Returns how many SQEs it took.
  */
 static int collect(struct pkv_daemon *d, struct job *b)
 {
@@ -348,10 +398,14 @@ static int collect(struct pkv_daemon *d, struct job *b)
 	uint64_t now = pkv_now_ns(), idle = (uint64_t)w->spin_us * 1000;
 	int n = 0;
 
-	for (uint32_t i = 0; i < w->n_owned; i++) {
-		struct job *o = w->owned[i];
+	if (w->n_owned)
+		w->rr = (w->rr + 1) % w->n_owned;
+	for (uint32_t k = 0; k < w->n_owned; k++) {
+		struct job *o = w->owned[(w->rr + k) % w->n_owned];
+		struct attend_item it;
 		struct pkv_sqe e;
 		enum head h;
+		double est;
 
 		if (o->in_batch || o->give_back)
 			continue;
@@ -367,10 +421,30 @@ static int collect(struct pkv_daemon *d, struct job *b)
 			o->give_back = 1;
 			continue;
 		}
-		if (b->n_items && (!w->coalesce || o->s->pool != b->pool || e.layer != b->layer))
+		est = w->slice_ns ? attend_cost(o->s->pool, &o->s->meta) * ns_per_unit(o->s->pool) : 0;
+		/* A decode step (one row per sequence) is what the slices protect: never sliced itself. */
+		if (est > (double)w->slice_ns && !o->s->meta.decode_only) {
+			if (!take(o, &e, &it))
+				start_big(o, &it, e.layer);
+			n++;
 			continue;
-		take(w, b, o, &e);
+		}
+		if (b->n_items && (!w->coalesce || o->s->pool != b->pool || e.layer != b->layer ||
+				   (w->slice_ns && b->est_ns + est > (double)w->slice_ns)))
+			continue;
 		n++;
+		if (take(o, &e, &it))
+			continue;
+		if (batch_add(w, b, &it)) {
+			post(o, it.user_data, -ENOMEM);
+			continue;
+		}
+		if (b->n_items == 1) {
+			b->pool = o->s->pool;
+			b->layer = e.layer;
+		}
+		b->est_ns += est;
+		o->in_batch = 1;
 	}
 	return n;
 }
@@ -403,9 +477,17 @@ static void run_batch(struct pkv_daemon *d, struct job *b)
 	uint64_t seqs = 0;
 	int32_t res;
 
+	uint64_t t0;
+	double units = 0;
+
+	for (uint32_t i = 0; i < b->n_items; i++)
+		units += attend_cost(b->pool, b->items[i].meta);
 	b->pool->last_batch_items = b->n_items;
+	w->last_short_ns = pkv_now_ns();
 	pthread_mutex_lock(&d->backend_mu);
+	t0 = pkv_now_ns();
 	res = run_attend(w, b);
+	measured(b->pool, units, pkv_now_ns() - t0);
 	pthread_mutex_unlock(&d->backend_mu);
 	w->batches++;
 	w->merged_items += b->n_items;
@@ -418,6 +500,186 @@ static void run_batch(struct pkv_daemon *d, struct job *b)
 	__atomic_fetch_add(&b->pool->attends, b->n_items, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&b->pool->batches, 1, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&b->pool->batch_seqs, seqs, __ATOMIC_RELAXED);
+}
+
+/*
+ * A long attend alone on the worker (no short batch for ALONE_NS) runs
+ * ALONE_SLICES slices per call: a client that shows up waits that long
+ * once, then the slices shrink back.
+ */
+#define ALONE_NS 50000000ull
+#define ALONE_SLICES 8
+
+/* Ends a sliced attend with its result. */
+static void end_big(struct job *o, int32_t res)
+{
+	struct pool *p = o->s->pool;
+
+	o->big_on = 0;
+	o->in_batch = 0;
+	free(o->big_arrays);
+	o->big_arrays = NULL;
+	post(o, o->big.user_data, res);
+	__atomic_fetch_add(&p->attends, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&p->batches, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&p->batch_seqs, o->big.meta->num_seqs, __ATOMIC_RELAXED);
+}
+
+/*
+ * Runs the next slice of o's long attend: the query rows from big_row on,
+ * as many as fit the slice by the pool's measured rate (one at least). A
+ * slice is a correct varlen batch of its own: a sequence's rows [a, b) are
+ * its queries a..b-1 with the keys up to (cached + b) visible and
+ * cache_seqlens = cached + a, so bottom-right causal alignment gives each
+ * row exactly the keys it has in the whole batch; the slice writes the K/V
+ * of its rows before reading them, and the keys of rows before a were
+ * written by the earlier slices (they run in order, within one layer).
+ */
+static void run_slice(struct pkv_daemon *d, struct job *o)
+{
+	struct worker *w = &d->worker;
+	const struct attend_item *it = &o->big;
+	const struct pkv_step_meta *m = it->meta;
+	struct pool *p = o->s->pool;
+	const struct pkv_geometry *g = &p->geo;
+	size_t act = pkv_dtype_size(p->act_dtype);
+	size_t qrow = (size_t)g->num_heads * g->head_dim * act, kvrow = (size_t)g->num_kv_heads * g->head_dim * act;
+	double width = (double)g->num_heads * g->head_dim, units = 0;
+	/* Nobody else ran an attend lately: longer slices, less per-call cost for a lone prefill. */
+	double budget = (double)w->slice_ns * (pkv_now_ns() - w->last_short_ns > ALONE_NS ? ALONE_SLICES : 1) /
+			ns_per_unit(p);
+	int32_t *cq = o->big_arrays, *ck = cq + m->num_seqs + 1, *cs = ck + m->num_seqs + 1;
+	uint32_t r0 = o->big_row, r1 = r0, n = 0, s, first = 0, mq = 0, mk = 0;
+	struct pkv_attn_batch b;
+	uint64_t t0;
+	int32_t res;
+
+	if (pkv_load_relaxed(&o->s->closing)) {
+		end_big(o, -ECANCELED);
+		return;
+	}
+	for (s = 0; s < m->num_seqs && (uint32_t)m->cu_seq_lens_q[s + 1] <= r0; s++)
+		;
+	cq[0] = ck[0] = 0;
+	for (; s < m->num_seqs && r1 < m->total_q; s++) {
+		uint32_t qa = (uint32_t)m->cu_seq_lens_q[s], qb = (uint32_t)m->cu_seq_lens_q[s + 1];
+		uint32_t base = (uint32_t)(m->cu_seq_lens_k[s + 1] - m->cu_seq_lens_k[s]) - (qb - qa);
+		uint32_t lo = r1 - qa, hi = lo;
+
+		while (qa + hi < qb) {
+			double row = (double)(base + hi + 1) * width;
+
+			if (units > 0 && units + row > budget)
+				break;
+			units += row;
+			hi++;
+		}
+		if (hi == lo)
+			break;
+		if (!n)
+			first = s;
+		cq[n + 1] = cq[n] + (int32_t)(hi - lo);
+		ck[n + 1] = ck[n] + (int32_t)(base + hi);
+		cs[n] = (int32_t)(base + lo);
+		mq = hi - lo > mq ? hi - lo : mq;
+		mk = base + hi > mk ? base + hi : mk;
+		n++;
+		r1 = qa + hi;
+		if (qa + hi < qb)
+			break; /* the slice is full inside this sequence */
+	}
+	fill_common(&b, p, o->layer);
+	b.num_seqs = n;
+	b.total_q = r1 - r0;
+	b.q = (const uint8_t *)it->q + (size_t)r0 * qrow;
+	b.k_new = (const uint8_t *)it->k + (size_t)r0 * kvrow;
+	b.v_new = (const uint8_t *)it->v + (size_t)r0 * kvrow;
+	b.o = (uint8_t *)it->o + (size_t)r0 * qrow;
+	b.cu_seq_lens_q = cq;
+	b.cu_seq_lens_k = ck;
+	b.max_length_q = mq;
+	b.max_length_k = mk;
+	b.block_tables = m->block_tables + (size_t)first * m->max_blocks_per_seq;
+	b.max_blocks_per_seq = m->max_blocks_per_seq;
+	b.cache_seqlens = cs;
+	b.slot_mapping = m->slot_mapping + r0;
+	pthread_mutex_lock(&d->backend_mu);
+	t0 = pkv_now_ns();
+	res = pkv_dispatch_attend(&p->disp, &b);
+	o->big_served_ns = pkv_now_ns();
+	measured(p, units, o->big_served_ns - t0);
+	pthread_mutex_unlock(&d->backend_mu);
+	w->slices++;
+	w->last_big_uid = o->s->uid;
+	o->big_row = r1;
+	if (res < 0 || r1 >= m->total_q)
+		end_big(o, res);
+}
+
+/*
+ * The sliced attend to run next: round robin over uids (the next uid after
+ * the last one served, so a uid's many connections get one uid's turn), and
+ * within a uid the connection served longest ago.
+ */
+static struct job *pick_big(struct worker *w)
+{
+	struct job *best = NULL;
+	int best_after = 0;
+
+	for (uint32_t i = 0; i < w->n_owned; i++) {
+		struct job *o = w->owned[i];
+		int after;
+
+		if (!o->big_on)
+			continue;
+		after = o->s->uid > w->last_big_uid;
+		if (!best || (after && !best_after) ||
+		    (after == best_after && (o->s->uid < best->s->uid ||
+					     (o->s->uid == best->s->uid && o->big_served_ns < best->big_served_ns)))) {
+			best = o;
+			best_after = after;
+		}
+	}
+	return best;
+}
+
+/*
+ * While long attends wait for their next slice: a client whose attend just
+ * completed submits its next layer within microseconds, so keep serving the
+ * short attends that arrive within the gather window (up to one slice of
+ * them) before the next slice. A decode step then waits for one slice in
+ * all, not one per layer.
+ */
+#define FOLLOW_US 250
+
+static void follow_short(struct pkv_daemon *d)
+{
+	struct worker *w = &d->worker;
+	uint64_t start = pkv_now_ns(), window = FOLLOW_US * 1000;
+
+	for (;;) {
+		uint64_t end = pkv_now_ns() + window;
+		unsigned spins = 0;
+		struct job b;
+
+		memset(&b, 0, sizeof(b));
+		b.kind = JOB_ATTEND;
+		while (!b.n_items && pkv_now_ns() < end) {
+			absorb(d);
+			if (collect(d, &b))
+				continue;
+			for (int i = 0; i < 16; i++)
+				pkv_cpu_relax();
+			/* The client must run to submit: on a busy machine it may be waiting for our CPU. */
+			if ((++spins & 7) == 7)
+				sched_yield();
+		}
+		if (!b.n_items)
+			return;
+		run_batch(d, &b);
+		if (pkv_now_ns() - start > w->slice_ns)
+			return;
+	}
 }
 
 /* Hands back the rings marked for the loop. */
@@ -450,6 +712,17 @@ static int poll_rings(struct pkv_daemon *d)
 	if (b.n_items) {
 		gather(d, &b);
 		run_batch(d, &b);
+	}
+	/* One slice of a long attend between any two batches: others wait one slice at most. */
+	{
+		struct job *o = pick_big(&d->worker);
+
+		if (o) {
+			if (b.n_items)
+				follow_short(d);
+			run_slice(d, o);
+			n++;
+		}
 	}
 	give_back(d);
 	return n;
@@ -565,6 +838,7 @@ int worker_start(struct pkv_daemon *d)
 	w->spin_us = d->cfg.spin_us;
 	w->coalesce = d->cfg.coalesce;
 	w->gather_us = d->cfg.gather_us;
+	w->slice_ns = (uint64_t)d->cfg.attend_slice_us * 1000;
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_cond_init(&w->cv, NULL);
 	r = pthread_create(&w->thread, NULL, worker_main, d);

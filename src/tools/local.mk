@@ -8,4 +8,5 @@ include $(srcdir)/src/tools/bench-cache.mk
 include $(srcdir)/src/tools/bench-attn.mk
 include $(srcdir)/src/tools/bench-ipc.mk
 include $(srcdir)/src/tools/bench-e2e.mk
+include $(srcdir)/src/tools/bench-isolation.mk
 include $(srcdir)/src/tools/ctl.mk

@@ -42,7 +42,7 @@ START_TEST(test_file_keys_are_applied)
 	ck_assert_int_eq(c.coalesce, 0);
 	ck_assert_str_eq(c.backend_varlen, "/p/pkv_cpu.so");
 	ck_assert_str_eq(c.backend_decode, "/p/pkv_cpu.so");
-	ck_assert_uint_eq(c.client_block_share, 25);
+	ck_assert_uint_eq(c.uid_block_share, 25);
 	ck_assert_uint_eq(c.max_clients_per_uid, 7);
 	ck_assert_int_eq(c.foreground, 1);
 }
@@ -91,6 +91,31 @@ START_TEST(test_values_are_range_checked)
 }
 END_TEST
 
+START_TEST(test_per_uid_keys)
+{
+	struct pkv_config c;
+	char why[256];
+
+	pkv_config_defaults(&c);
+	/* Safe defaults: a uid gets half of a shared pool and of the budget, idle pools die. */
+	ck_assert_uint_eq(c.uid_block_share, 50);
+	ck_assert_uint_eq(c.uid_budget_share, 50);
+	ck_assert_uint_gt(c.pool_idle_grace_s, 0);
+	ck_assert_uint_gt(c.attend_slice_us, 0);
+	ck_assert_int_eq(pkv_config_set(&c, "uid-max-region", "3M", why, sizeof(why)), 0);
+	ck_assert_uint_eq(c.uid_max_region, 3ull << 20);
+	ck_assert_int_eq(pkv_config_set(&c, "pool_idle_grace_s", "0", why, sizeof(why)), 0);
+	ck_assert_uint_eq(c.pool_idle_grace_s, 0);
+	ck_assert_int_eq(pkv_config_set(&c, "attend-slice-us", "0", why, sizeof(why)), 0);
+	ck_assert_uint_eq(c.attend_slice_us, 0);
+	ck_assert_int_lt(pkv_config_set(&c, "uid-budget-share", "0", why, sizeof(why)), 0);
+	ck_assert_int_lt(pkv_config_set(&c, "uid-max-seqs", "0", why, sizeof(why)), 0);
+	ck_assert_int_lt(pkv_config_set(&c, "uid-max-pools", "0", why, sizeof(why)), 0);
+	ck_assert_int_lt(pkv_config_set(&c, "uid-max-region", "1K", why, sizeof(why)), 0);
+	ck_assert_ptr_nonnull(strstr(why, "uid-max-region"));
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("daemon-conf");
@@ -101,6 +126,7 @@ int main(void)
 	tcase_add_test(t, test_file_keys_are_applied);
 	tcase_add_test(t, test_bad_line_names_file_and_line);
 	tcase_add_test(t, test_values_are_range_checked);
+	tcase_add_test(t, test_per_uid_keys);
 	suite_add_tcase(s, t);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

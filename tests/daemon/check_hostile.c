@@ -407,35 +407,6 @@ START_TEST(test_garbage_control_messages_refused)
 }
 END_TEST
 
-START_TEST(test_block_share_quota_is_per_client)
-{
-	struct pkv_client *a = lib_client(), *b = lib_client();
-	int32_t toks[400];
-	uint32_t s, nc, n;
-	int r = 0;
-
-	for (int i = 0; i < 400; i++)
-		toks[i] = i;
-	/* 25% of 64 blocks = 16 blocks of 16 tokens: 256 tokens fit, 272 do not. */
-	ck_assert_int_eq(pkv_seq_open(a, toks, 1, &s, &nc), 0);
-	n = 256;
-	ck_assert_int_eq(pkv_step_begin(a, &s, &n, toks, 1), 0);
-	ck_assert_int_eq(pkv_step_abort(a), 0);
-	n = 272;
-	r = pkv_step_begin(a, &s, &n, toks, 1);
-	ck_assert_int_eq(r, -ENOSPC);
-	ck_assert_ptr_nonnull(strstr(pkv_last_error(a), "quota"));
-	/* b is not affected by a's refusal. */
-	ck_assert_int_eq(pkv_seq_open(b, toks, 1, &s, &nc), 0);
-	n = 256;
-	ck_assert_int_eq(pkv_step_begin(b, &s, &n, toks, 1), 0);
-	ck_assert_int_eq(pkv_step_end(b), 0);
-	pkv_disconnect(a);
-	pkv_disconnect(b);
-	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
-}
-END_TEST
-
 /* Descriptors open in the daemon (its /proc fd directory). */
 static int daemon_fds(void)
 {
@@ -651,7 +622,6 @@ static Suite *suite(void)
 	tcase_add_test(t, test_bad_attends_in_a_step);
 	tcase_add_test(t, test_foreign_and_duplicate_sequences_refused);
 	tcase_add_test(t, test_quota_is_per_client);
-	tcase_add_test(t, test_block_share_quota_is_per_client);
 	tcase_add_test(t, test_wrong_protocol_version_refused);
 	tcase_add_test(t, test_unsealed_memfd_refused);
 	tcase_add_test(t, test_wrong_sized_memfd_refused);

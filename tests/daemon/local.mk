@@ -62,3 +62,16 @@ TESTS += tests/daemon/check_ring
 tests_daemon_check_ring_SOURCES = tests/daemon/check_ring.c
 tests_daemon_check_ring_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_daemon_check_ring_LDADD = src/common/libpkvcommon.la $(CHECK_LIBS) $(PTHREAD_LIBS)
+
+check_PROGRAMS += tests/daemon/check_tenant
+TESTS += tests/daemon/check_tenant
+tests_daemon_check_tenant_SOURCES = tests/daemon/check_tenant.c
+tests_daemon_check_tenant_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_tenant_LDADD = $(DAEMON_TEST_LIBS)
+
+# Soak: PKV_SOAK_S=600 for a long run (default about a minute).
+check_PROGRAMS += tests/daemon/check_soak
+TESTS += tests/daemon/check_soak
+tests_daemon_check_soak_SOURCES = tests/daemon/check_soak.c
+tests_daemon_check_soak_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_soak_LDADD = $(DAEMON_TEST_LIBS)
