@@ -82,6 +82,12 @@ struct pkv_step {
 	int32_t *cu_q, *cu_k, *cache_seqlens, *bt;
 	int64_t *slots;
 	struct pkv_block_copy *copies;
+	uint32_t n_copies;
+	/*
+	 * Layers whose attend wrote the step's new K/V (pkv_cache_step_layer_done):
+	 * commit needs every one. Sized for the pool's num_layers at allocation.
+	 */
+	uint64_t layers[];
 };
 
 struct pkv_cache {
@@ -158,6 +164,7 @@ void pkv_prefix_insert(struct pkv_cache *c, struct pkv_key key, int32_t b);
 void pkv_prefix_remove(struct pkv_cache *c, struct pkv_key key);
 uint32_t pkv_prefix_walk(const struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens,
 			 uint32_t max_blocks, int32_t *out);
+uint32_t pkv_prefix_max_walk(const struct pkv_cache *c, uint32_t n_tokens);
 void pkv_prefix_publish_new(struct pkv_cache *c, struct seq *s, uint32_t from_blk, uint32_t to_blk);
 
 /* seq.c */

@@ -108,6 +108,7 @@ void pkv_cache_owner_usage(const struct pkv_cache *c, uint32_t owner, struct pkv
 		return;
 	u->seqs = o->nseqs;
 	u->blocks = o->nblocks;
+	u->pin_blocks = o->pin_blocks;
 	u->steps = o->nsteps;
 	u->max_seqs = o->max_seqs;
 	u->max_blocks = o->max_blocks;
@@ -119,7 +120,9 @@ static bool owner_over(const struct owner *o, uint32_t more_seqs, uint64_t more_
 		return false;
 	if (more_seqs && o->max_seqs && (uint64_t)o->nseqs + more_seqs > o->max_seqs)
 		return true;
-	if (more_blocks && o->max_blocks && o->nblocks + more_blocks > o->max_blocks)
+	/* Pinned blocks count too: pins and references share one block limit. */
+	if (more_blocks && o->max_blocks &&
+	    (uint64_t)o->nblocks + o->pin_blocks + more_blocks > o->max_blocks)
 		return true;
 	return false;
 }
@@ -149,18 +152,20 @@ static uint32_t seq_handle(const struct pkv_cache *c, const struct seq *s)
 
 int pkv_seq_reserve_tab(struct seq *s, uint32_t need)
 {
-	uint32_t cap = s->cap ? s->cap : 4;
+	uint64_t cap = s->cap ? s->cap : 4;
 	int32_t *t;
 
 	if (need <= s->cap)
 		return 0;
 	while (cap < need)
-		cap *= 2;
-	t = realloc(s->tab, cap * sizeof(*t));
+		cap *= 2;   /* need < 2^32: no wrap in 64 bits */
+	if (cap > UINT32_MAX || cap > SIZE_MAX / sizeof(*t))
+		return -ENOMEM;
+	t = realloc(s->tab, (size_t)cap * sizeof(*t));
 	if (!t)
 		return -ENOMEM;
 	s->tab = t;
-	s->cap = cap;
+	s->cap = (uint32_t)cap;
 	return 0;
 }
 
@@ -231,12 +236,13 @@ int pkv_cache_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
 	err = seq_slot_ready(c);
 	if (err)
 		return err;
+	/* The last prompt token is always computed, so the client gets its logits. */
+	max_blk = n_tokens ? pkv_prefix_max_walk(c, n_tokens - 1) : 0;
 	s = &c->seqs[c->seq_free[c->n_seq_free - 1]];
-	err = pkv_seq_reserve_tab(s, (n_tokens + c->bs - 1) / c->bs);
+	/* Only what can match: the first step reserves the rest (and charges it). */
+	err = pkv_seq_reserve_tab(s, max_blk);
 	if (err)
 		return err;
-	/* The last prompt token is always computed, so the client gets its logits. */
-	max_blk = n_tokens ? (n_tokens - 1) / c->bs : 0;
 	n = pkv_prefix_walk(c, ns, tokens, max_blk, s->tab);
 	if (owner_over(o, 0, n))
 		return -ENOSPC;
@@ -278,7 +284,8 @@ int pkv_cache_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32
 		return err;
 	p = pkv_seq_get(c, owner, seq);   /* the slot array may have moved */
 	s = &c->seqs[c->seq_free[c->n_seq_free - 1]];
-	err = pkv_seq_reserve_tab(s, p->cap);
+	/* The child's table holds the parent's entries, not its capacity (which a long past may have grown). */
+	err = pkv_seq_reserve_tab(s, p->nblk);
 	if (err)
 		return err;
 	s = seq_take(c, o, p->ns);

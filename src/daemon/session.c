@@ -430,6 +430,11 @@ static void explain(struct pkv_daemon *d, struct session *s, const char *what, i
 		session_set_err(s, "%s: the pool is out of blocks", what);
 		return;
 	}
+	if (r == -E2BIG) {
+		session_set_err(s, "%s: its block table (sequences x the longest one's blocks) exceeds %u entries",
+				what, PKV_MAX_STEP_TABLE);
+		return;
+	}
 	(void)d;
 	session_set_err(s, "%s: %s", what, strerror(-r));
 }
@@ -547,6 +552,27 @@ static void hand_to_worker(struct pkv_daemon *d, struct session *s)
 	worker_push(d, j);
 }
 
+/* Tokens of an open or pin worth reading: one past the longest match, so an open still computes its last token. */
+static uint32_t walk_tokens(uint32_t n)
+{
+	return n <= PKV_MAX_OPEN_WALK_TOKENS ? n : PKV_MAX_OPEN_WALK_TOKENS + 1;
+}
+
+/* Loop-thread work of one SQE, in tokens read or hashed, for the per-sweep budget. */
+static uint64_t sqe_work(const struct session *s, const struct pkv_sqe *e)
+{
+	switch (e->opcode) {
+	case PKV_OP_SEQ_OPEN:
+	case PKV_OP_PIN:
+	case PKV_OP_UNPIN:
+		return walk_tokens(e->n);
+	case PKV_OP_STEP_BEGIN:
+		return s->step ? s->meta.total_q + s->meta.num_seqs : e->n;
+	default:
+		return 1;
+	}
+}
+
 /* Executes one validated SQE; returns its result, or 1 when it completes asynchronously. */
 static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
 		    uint64_t *p0, uint64_t *p1)
@@ -581,10 +607,11 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 			*p0 = seq;
 			return 0;
 		}
-		tok = copy_out(s, e->off[0], e->n);
+		/* Only the tokens the prefix walk can match (PKV_MAX_OPEN_WALK_TOKENS) are read. */
+		tok = copy_out(s, e->off[0], walk_tokens(e->n));
 		if (!tok)
 			return -ENOMEM;
-		r = pkv_cache_seq_open(c, s->id, s->ns, tok, e->n, &seq, &n_cached);
+		r = pkv_cache_seq_open(c, s->id, s->ns, tok, walk_tokens(e->n), &seq, &n_cached);
 		free(tok);
 		if (r) {
 			explain(d, s, "open", r);
@@ -632,6 +659,18 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 			session_set_err(s, "copy-on-write failed in the backend; the step was aborted");
 			return -EIO;
 		}
+		{
+			/* Unattended slots hold the blocks' previous K/V (maybe another uid's): never commit them. */
+			char miss[160];
+
+			if (pkv_cache_step_missing_layers(c, s->step, miss, sizeof(miss))) {
+				pkv_cache_step_abort(c, s->step);
+				step_clear(s);
+				session_set_err(s, "step_end: layers %s not attended; the step was aborted, nothing committed",
+						miss);
+				return -EINVAL;
+			}
+		}
 		r = pkv_cache_step_commit(c, s->step);
 		if (r) {
 			session_set_err(s, "commit: %s", strerror(-r));
@@ -652,11 +691,11 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 		return 0;
 	case PKV_OP_PIN:
 	case PKV_OP_UNPIN:
-		tok = copy_out(s, e->off[0], e->n);
+		tok = copy_out(s, e->off[0], walk_tokens(e->n));
 		if (!tok)
 			return -ENOMEM;
-		r = e->opcode == PKV_OP_PIN ? pkv_prefix_pin(c, s->id, s->ns, tok, e->n)
-					    : pkv_prefix_unpin(c, s->id, s->ns, tok, e->n);
+		r = e->opcode == PKV_OP_PIN ? pkv_prefix_pin(c, s->id, s->ns, tok, walk_tokens(e->n))
+					    : pkv_prefix_unpin(c, s->id, s->ns, tok, walk_tokens(e->n));
 		free(tok);
 		if (r < 0)
 			session_set_err(s, "%s: %s", e->opcode == PKV_OP_PIN ? "pin" : "unpin", strerror(-r));
@@ -684,13 +723,15 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 int session_process(struct pkv_daemon *d, struct session *s)
 {
 	char why[PKV_ERR_LEN];
+	uint64_t work = 0;
 	int done = 0;
 
 	if (s->closing || !s->region || s->worker_owned)
 		return 0;
 	/* The client spins without yielding only while we poll from another CPU. */
 	pkv_ring_set_cpu(&s->sq, d->cpu1);
-	while (done < SQES_PER_SWEEP) {
+	/* A turn ends after PKV_SWEEP_WORK_TOKENS of work too: other clients wait while we run. */
+	while (done < SQES_PER_SWEEP && work < PKV_SWEEP_WORK_TOKENS) {
 		struct sqe_limits lim;
 		struct pkv_sqe e;
 		uint64_t p0 = 0, p1 = 0;
@@ -736,6 +777,7 @@ int session_process(struct pkv_daemon *d, struct session *s)
 			session_set_err(s, "%s", why);
 		else
 			r = exec_sqe(d, s, &e, &p0, &p1);
+		work += sqe_work(s, &e);
 		if (r == 1)
 			continue;
 		if (r < 0)

@@ -411,6 +411,9 @@ static void run_batch(struct pkv_daemon *d, struct job *b)
 	w->merged_items += b->n_items;
 	/* Straight into the clients' rings: one hand-off each way per attend. */
 	for (uint32_t i = 0; i < b->n_items; i++) {
+		/* Only now are the step's new slots written in this layer (step_end checks every layer). */
+		if (!res)
+			pkv_cache_step_layer_done(b->items[i].s->step, b->layer);
 		b->items[i].owner->in_batch = 0;
 		seqs += b->items[i].meta->num_seqs;
 		post(b->items[i].owner, b->items[i].user_data, res);

@@ -429,7 +429,7 @@ START_TEST(test_block_share_quota_is_per_client)
 	ck_assert_int_eq(pkv_seq_open(b, toks, 1, &s, &nc), 0);
 	n = 256;
 	ck_assert_int_eq(pkv_step_begin(b, &s, &n, toks, 1), 0);
-	ck_assert_int_eq(pkv_step_end(b), 0);
+	ck_assert_int_eq(pkv_step_abort(b), 0);
 	pkv_disconnect(a);
 	pkv_disconnect(b);
 	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
