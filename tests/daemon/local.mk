@@ -62,3 +62,10 @@ TESTS += tests/daemon/check_ring
 tests_daemon_check_ring_SOURCES = tests/daemon/check_ring.c
 tests_daemon_check_ring_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_daemon_check_ring_LDADD = src/common/libpkvcommon.la $(CHECK_LIBS) $(PTHREAD_LIBS)
+
+# Issue 9 class 1: two uids (setresuid in forked children; skipped when not root).
+check_PROGRAMS += tests/daemon/check_stale_kv
+TESTS += tests/daemon/check_stale_kv
+tests_daemon_check_stale_kv_SOURCES = tests/daemon/check_stale_kv.c
+tests_daemon_check_stale_kv_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_stale_kv_LDADD = $(DAEMON_TEST_LIBS)
