@@ -42,6 +42,13 @@ struct pkv_cache_limits {
 
 int pkv_cache_create(const struct pkv_geometry *g, const struct pkv_cache_limits *lim,
 		     struct pkv_cache **out);
+/*
+ * Bytes pkv_cache_create allocates for g (0 for an invalid geometry): about
+ * 150 + 4 x block_size bytes per block, which for a geometry with little KV
+ * per block exceeds the KV memory itself, so a budget must count both.
+ * Sequence tables and step buffers come on top, charged as block references.
+ */
+uint64_t pkv_cache_footprint(const struct pkv_geometry *g);
 void pkv_cache_destroy(struct pkv_cache *c);
 
 /*

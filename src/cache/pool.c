@@ -77,6 +77,28 @@ struct pkv_key pkv_namespace(uint64_t model_id, const struct pkv_geometry *g, ui
 	return (struct pkv_key){ h.low64, h.high64 };
 }
 
+static uint32_t prefix_table_cap(uint32_t num_blocks)
+{
+	uint32_t cap;
+
+	for (cap = 16; cap < 2 * num_blocks; cap <<= 1)
+		;
+	return cap;
+}
+
+uint64_t pkv_cache_footprint(const struct pkv_geometry *g)
+{
+	uint64_t n;
+
+	if (pkv_geometry_check(g, NULL, 0))
+		return 0;
+	n = g->num_blocks;
+	/* What pkv_cache_create allocates, array by array (num_blocks <= 2^26: no wrap). */
+	return sizeof(struct pkv_cache) + n * sizeof(struct blk) + n * g->block_size * sizeof(int32_t) +
+	       n * sizeof(int32_t) * 2 /* free stack, scratch */ + (n + 1) * sizeof(int32_t) * 2 /* lru */ +
+	       (uint64_t)prefix_table_cap(g->num_blocks) * sizeof(struct pent) + 16 * sizeof(struct owner);
+}
+
 int pkv_cache_create(const struct pkv_geometry *g, const struct pkv_cache_limits *lim,
 		     struct pkv_cache **out)
 {
@@ -119,8 +141,7 @@ int pkv_cache_create(const struct pkv_geometry *g, const struct pkv_cache_limits
 	c->lru_prev = malloc((n + 1) * sizeof(int32_t));
 	c->lru_next = malloc((n + 1) * sizeof(int32_t));
 	c->scratch = malloc(n * sizeof(*c->scratch));
-	for (cap = 16; cap < 2 * n; cap <<= 1)
-		;
+	cap = prefix_table_cap(n);
 	c->tab = malloc(cap * sizeof(*c->tab));
 	c->own = calloc(16, sizeof(*c->own));
 	if (!c->blk || !c->tok || !c->free_stk || !c->lru_prev || !c->lru_next || !c->scratch ||

@@ -338,6 +338,24 @@ static void take(struct worker *w, struct job *b, struct job *o, const struct pk
 }
 
 /*
+ * Whether merging a step into batch b would pad the merged block table (all
+ * sequences x the longest table) past PKV_MAX_STEP_TABLE: each step is held
+ * to it alone, and merging must not multiply it (one long sequence beside
+ * many short ones from another client).
+ */
+static int merge_too_big(const struct job *b, const struct pkv_step_meta *m)
+{
+	uint64_t seqs = m->num_seqs, maxb = m->max_blocks_per_seq;
+
+	for (uint32_t i = 0; i < b->n_items; i++) {
+		seqs += b->items[i].meta->num_seqs;
+		if (b->items[i].meta->max_blocks_per_seq > maxb)
+			maxb = b->items[i].meta->max_blocks_per_seq;
+	}
+	return seqs * maxb > PKV_MAX_STEP_TABLE;
+}
+
+/*
  * One sweep over the owned rings: takes the head attend of every ring whose
  * head matches the first one's pool and layer (coalescing; only the first
  * with coalescing off). Returns how many SQEs it took.
@@ -367,7 +385,8 @@ static int collect(struct pkv_daemon *d, struct job *b)
 			o->give_back = 1;
 			continue;
 		}
-		if (b->n_items && (!w->coalesce || o->s->pool != b->pool || e.layer != b->layer))
+		if (b->n_items && (!w->coalesce || o->s->pool != b->pool || e.layer != b->layer ||
+				   merge_too_big(b, &o->s->meta)))
 			continue;
 		take(w, b, o, &e);
 		n++;

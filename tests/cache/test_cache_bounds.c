@@ -249,6 +249,20 @@ START_TEST(open_walk_is_bounded)
 }
 END_TEST
 
+/* The footprint a budget must charge covers the per-block metadata, not only the KV bytes. */
+START_TEST(footprint_counts_metadata)
+{
+	struct pkv_geometry g = test_geom(1u << 16), bad = g;
+	uint64_t f = pkv_cache_footprint(&g);
+
+	ck_assert_uint_ge(f, (uint64_t)g.num_blocks * (sizeof(struct blk) + BS * sizeof(int32_t)));
+	g.num_blocks *= 2;
+	ck_assert_uint_gt(pkv_cache_footprint(&g), 2 * f - sizeof(struct pkv_cache) - 1024);
+	bad.num_layers = 0;
+	ck_assert_uint_eq(pkv_cache_footprint(&bad), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cache-bounds");
@@ -262,6 +276,7 @@ int main(void)
 	tcase_add_test(tc, fork_copies_entries_not_capacity);
 	tcase_add_test(tc, pins_count_against_block_limit);
 	tcase_add_test(tc, open_walk_is_bounded);
+	tcase_add_test(tc, footprint_counts_metadata);
 	suite_add_tcase(s, tc);
 	return test_run(s);
 }
