@@ -63,9 +63,9 @@ tests_daemon_check_ring_SOURCES = tests/daemon/check_ring.c
 tests_daemon_check_ring_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_daemon_check_ring_LDADD = src/common/libpkvcommon.la $(CHECK_LIBS) $(PTHREAD_LIBS)
 
-# Issue 9 class 1: two uids (setresuid in forked children; skipped when not root).
-check_PROGRAMS += tests/daemon/check_stale_kv
-TESTS += tests/daemon/check_stale_kv
-tests_daemon_check_stale_kv_SOURCES = tests/daemon/check_stale_kv.c
-tests_daemon_check_stale_kv_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_daemon_check_stale_kv_LDADD = $(DAEMON_TEST_LIBS)
+# Issue 9 classes 1, 3, 6 (cache side): real uids (setresuid in forked children; skipped when not root).
+check_PROGRAMS += tests/daemon/check_cache_isolation
+TESTS += tests/daemon/check_cache_isolation
+tests_daemon_check_cache_isolation_SOURCES = tests/daemon/check_cache_isolation.c
+tests_daemon_check_cache_isolation_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_cache_isolation_LDADD = $(DAEMON_TEST_LIBS)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Stale KV across uids: a slot another uid wrote is never readable unless this step wrote it in every layer. */
+/* The cache's isolation across uids: no stale KV (class 1), bounded steps (class 3) and opens (class 6). */
 #include "config.h"
 #include <check.h>
 #include <errno.h>
@@ -24,7 +24,7 @@ static struct dmn D;
 
 static void setup(void)
 {
-	static const char *const extra[] = { "--socket-mode", "0666", NULL };
+	static const char *const extra[] = { "--socket-mode", "0666", "--client-max-seqs", "4096", NULL };
 
 	ck_assert_int_eq(dmn_start(&D, extra), 0);
 	ck_assert_int_eq(chmod(D.dir, 0755), 0);
@@ -220,14 +220,97 @@ START_TEST(test_unattended_slots_never_leak_across_uids)
 }
 END_TEST
 
+/*
+ * Class 3 and 6, scaled to a test's pool: block_size 1, so a 4,200-token
+ * sequence has 4,200 blocks; beside it 1,024 one-token sequences make the
+ * step's dense block table 1,025 x 4,201 entries, past PKV_MAX_STEP_TABLE.
+ */
+#define LONG 4200u
+#define SHORT 1024u
+
+static struct pkv_client *client_bs1(void)
+{
+	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 8 << 20, .timeout_ms = 20000 };
+	struct pkv_pool_params p;
+	struct pkv_client *c;
+
+	if (pkv_connect(&o, &c))
+		return NULL;
+	test_pool_params(&p, "bs1");
+	p.geo = (struct pkv_geometry){ 1, 1, 1, T_DIM, PKV_DTYPE_F32, 1, 8192 };
+	if (pkv_pool_attach(c, &p)) {
+		pkv_disconnect(c);
+		return NULL;
+	}
+	return c;
+}
+
+static void as_big_stepper(struct verdict *v)
+{
+	struct pkv_client *c = client_bs1();
+	uint32_t *seqs = calloc(SHORT + 1, sizeof(*seqs)), *n_new = calloc(SHORT + 1, sizeof(*n_new));
+	uint32_t n = LONG, nc, big_open = 1u << 20;
+	int32_t *toks = calloc(big_open, sizeof(*toks));
+	float *q, *k, *vv, *o;
+
+	CHILD_CHECK(v, c && seqs && n_new && toks, "connect/attach");
+	q = pkv_alloc(c, (size_t)LONG * T_DIM * 4);
+	o = pkv_alloc(c, (size_t)LONG * T_DIM * 4);
+	k = pkv_alloc(c, (size_t)LONG * T_DIM * 4);
+	vv = pkv_alloc(c, (size_t)LONG * T_DIM * 4);
+	CHILD_CHECK(v, q && o && k && vv, "arena");
+	memset(q, 0, (size_t)LONG * T_DIM * 4);
+	memset(k, 0, (size_t)LONG * T_DIM * 4);
+	memset(vv, 0, (size_t)LONG * T_DIM * 4);
+	for (uint32_t i = 0; i < big_open; i++)
+		toks[i] = (int32_t)(i % 30000);
+	/* The long one, prefilled and committed (one layer, one attend). */
+	CHILD_CHECK(v, pkv_seq_open(c, toks, 1, &seqs[0], &nc) == 0, "open: %s", pkv_last_error(c));
+	CHILD_CHECK(v, pkv_step_begin(c, &seqs[0], &n, toks, 1) == 0, "begin: %s", pkv_last_error(c));
+	CHILD_CHECK(v, pkv_attend(c, 0, q, k, vv, o) == 0, "attend: %s", pkv_last_error(c));
+	CHILD_CHECK(v, pkv_step_end(c) == 0, "end: %s", pkv_last_error(c));
+	for (uint32_t i = 1; i <= SHORT; i++)
+		CHILD_CHECK(v, pkv_seq_open(c, toks + i, 1, &seqs[i], &nc) == 0, "open %u: %s", i,
+			    pkv_last_error(c));
+	for (uint32_t i = 0; i <= SHORT; i++)
+		n_new[i] = 1;
+	/* All together: refused at once with the reason, nothing reserved. */
+	CHILD_CHECK(v, pkv_step_begin(c, seqs, n_new, toks, SHORT + 1) == -E2BIG, "big step: %s",
+		    pkv_last_error(c));
+	CHILD_CHECK(v, strstr(pkv_last_error(c), "block table") != NULL, "reason: %s", pkv_last_error(c));
+	/* Fewer short ones fit: the connection and the pool still work. */
+	CHILD_CHECK(v, pkv_step_begin(c, seqs, n_new, toks, SHORT - 128) == 0, "smaller step: %s",
+		    pkv_last_error(c));
+	CHILD_CHECK(v, pkv_attend(c, 0, q, k, vv, o) == 0, "attend: %s", pkv_last_error(c));
+	CHILD_CHECK(v, pkv_step_end(c) == 0, "end: %s", pkv_last_error(c));
+	/* A 1 M-token open is accepted and matches the cached chain (within the walk bound). */
+	CHILD_CHECK(v, pkv_seq_close(c, seqs[0]) == 0, "close: %s", pkv_last_error(c));
+	CHILD_CHECK(v, pkv_seq_open(c, toks, big_open, &seqs[0], &nc) == 0, "1M open: %s",
+		    pkv_last_error(c));
+	CHILD_CHECK(v, nc == LONG, "1M open: n_cached %u, expected %u", nc, LONG);
+	pkv_disconnect(c);
+	free(seqs);
+	free(n_new);
+	free(toks);
+}
+
+START_TEST(test_oversized_step_is_refused_not_hung)
+{
+	run_as(UID_A, as_big_stepper);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
+	ck_assert_int_eq(dmn_alive(&D), 1);
+}
+END_TEST
+
 static Suite *suite(void)
 {
-	Suite *s = suite_create("daemon-stale-kv");
+	Suite *s = suite_create("daemon-cache-isolation");
 	TCase *t = tcase_create("stale");
 
 	tcase_add_checked_fixture(t, setup, teardown);
-	tcase_set_timeout(t, 60);
+	tcase_set_timeout(t, 120);
 	tcase_add_test(t, test_unattended_slots_never_leak_across_uids);
+	tcase_add_test(t, test_oversized_step_is_refused_not_hung);
 	suite_add_tcase(s, t);
 	return s;
 }
