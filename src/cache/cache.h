@@ -76,6 +76,21 @@ struct pkv_key pkv_namespace(uint64_t model_id, const struct pkv_geometry *g, ui
  */
 int pkv_cache_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
 		 const int32_t *tokens, uint32_t n_tokens, uint32_t *seq, uint32_t *n_cached);
+/*
+ * The same open with its prefix walk spread over several calls, so a caller
+ * can bound the work of one turn: open_partial matches at most budget blocks
+ * (0: no bound) and returns 1 when the budget, not a miss, ended the walk;
+ * open_more continues it, budget blocks at a time, with the same tokens and
+ * n_tokens, until it returns 0. Meanwhile the sequence is usable and holds
+ * what matched so far (*n_cached); using it (a step, fork or truncate) ends
+ * the walk, after which open_more is -EINVAL. Past the owner's block limit,
+ * open_more stops the match at the limit instead of failing.
+ */
+int pkv_cache_seq_open_partial(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
+			       const int32_t *tokens, uint32_t n_tokens, uint32_t budget,
+			       uint32_t *seq, uint32_t *n_cached);
+int pkv_cache_seq_open_more(struct pkv_cache *c, uint32_t owner, uint32_t seq, const int32_t *tokens,
+			    uint32_t n_tokens, uint32_t budget, uint32_t *n_cached);
 int pkv_cache_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t *child);
 int pkv_cache_seq_truncate(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t n_tokens);
 int pkv_cache_seq_close(struct pkv_cache *c, uint32_t owner, uint32_t seq);

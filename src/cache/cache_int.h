@@ -45,6 +45,7 @@ struct seq {
 	uint32_t cap;
 	int32_t *tab;
 	struct pkv_step *step;
+	uint8_t opening;     /* its open's prefix walk may continue (pkv_cache_seq_open_more) */
 	uint64_t mark;       /* step_begin's duplicate check */
 	int32_t o_prev, o_next;  /* the owner's list of sequences (indices) */
 };
@@ -164,6 +165,9 @@ void pkv_prefix_insert(struct pkv_cache *c, struct pkv_key key, int32_t b);
 void pkv_prefix_remove(struct pkv_cache *c, struct pkv_key key);
 uint32_t pkv_prefix_walk(const struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens,
 			 uint32_t max_blocks, int32_t *out);
+/* The same walk continued after a matched block whose key is parent. */
+uint32_t pkv_prefix_walk_from(const struct pkv_cache *c, struct pkv_key ns, struct pkv_key parent,
+			      const int32_t *tokens, uint32_t max_blocks, int32_t *out);
 uint32_t pkv_prefix_max_walk(const struct pkv_cache *c, uint32_t n_tokens);
 void pkv_prefix_publish_new(struct pkv_cache *c, struct seq *s, uint32_t from_blk, uint32_t to_blk);
 

@@ -65,7 +65,12 @@ void pkv_prefix_remove(struct pkv_cache *c, struct pkv_key key)
 uint32_t pkv_prefix_walk(const struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens,
 			 uint32_t max_blocks, int32_t *out)
 {
-	struct pkv_key parent = ns;
+	return pkv_prefix_walk_from(c, ns, ns, tokens, max_blocks, out);
+}
+
+uint32_t pkv_prefix_walk_from(const struct pkv_cache *c, struct pkv_key ns, struct pkv_key parent,
+			      const int32_t *tokens, uint32_t max_blocks, int32_t *out)
+{
 	size_t bytes = (size_t)c->bs * sizeof(*tokens);
 	uint32_t i;
 

@@ -210,6 +210,7 @@ static struct seq *seq_take(struct pkv_cache *c, struct owner *o, struct pkv_key
 	s->len = 0;
 	s->nblk = 0;
 	s->step = NULL;
+	s->opening = 0;
 	s->o_prev = -1;
 	s->o_next = o->seq_head;
 	if (o->seq_head >= 0)
@@ -220,13 +221,44 @@ static struct seq *seq_take(struct pkv_cache *c, struct owner *o, struct pkv_key
 	return s;
 }
 
-int pkv_cache_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
-		 const int32_t *tokens, uint32_t n_tokens, uint32_t *seq, uint32_t *n_cached)
+/*
+ * Matches up to budget more blocks of s's prompt (0: no budget), from its
+ * last matched block; the table was reserved for every block that can match.
+ * Returns the blocks matched; *more says the budget, not a miss, ended it.
+ */
+static uint32_t seq_match(const struct pkv_cache *c, const struct seq *s, const int32_t *tokens,
+			  uint32_t max_blk, uint32_t budget, int *more)
 {
-	uint32_t max_blk, n, i;
+	struct pkv_key parent = s->nblk ? c->blk[s->tab[s->nblk - 1]].key : s->ns;
+	uint32_t lim = max_blk - s->nblk, n;
+
+	if (budget && budget < lim)
+		lim = budget;
+	n = pkv_prefix_walk_from(c, s->ns, parent, tokens + (size_t)s->nblk * c->bs, lim,
+				 s->tab + s->nblk);
+	*more = n == lim && s->nblk + n < max_blk;
+	return n;
+}
+
+/* Takes the references of the n blocks seq_match just found. */
+static void seq_take_matched(struct pkv_cache *c, struct owner *o, struct seq *s, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		pkv_blk_incref(c, s->tab[s->nblk + i]);
+	s->nblk += n;
+	s->len = s->nblk * c->bs;
+	o->nblocks += n;
+	c->hit_tokens += (uint64_t)n * c->bs;
+}
+
+int pkv_cache_seq_open_partial(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
+			       const int32_t *tokens, uint32_t n_tokens, uint32_t budget,
+			       uint32_t *seq, uint32_t *n_cached)
+{
+	uint32_t max_blk, n;
 	struct owner *o;
 	struct seq *s;
-	int err;
+	int err, more;
 
 	if (!seq || (!tokens && n_tokens) || n_tokens > c->lim.max_tokens_per_seq)
 		return -EINVAL;
@@ -243,24 +275,59 @@ int pkv_cache_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
 	err = pkv_seq_reserve_tab(s, max_blk);
 	if (err)
 		return err;
-	n = pkv_prefix_walk(c, ns, tokens, max_blk, s->tab);
+	s->nblk = 0;
+	s->ns = ns;
+	n = seq_match(c, s, tokens, max_blk, budget, &more);
 	if (owner_over(o, 0, n))
 		return -ENOSPC;
 	o = pkv_owner_get(c, owner);
 	if (!o)
 		return -ENOMEM;
 	s = seq_take(c, o, ns);
-	for (i = 0; i < n; i++)
-		pkv_blk_incref(c, s->tab[i]);
-	s->nblk = n;
-	s->len = n * c->bs;
-	o->nblocks += n;
+	seq_take_matched(c, o, s, n);
+	s->opening = (uint8_t)more;
 	c->lookup_tokens += n_tokens;
-	c->hit_tokens += s->len;
 	*seq = seq_handle(c, s);
 	if (n_cached)
 		*n_cached = s->len;
-	return 0;
+	return more;
+}
+
+int pkv_cache_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
+		 const int32_t *tokens, uint32_t n_tokens, uint32_t *seq, uint32_t *n_cached)
+{
+	int r = pkv_cache_seq_open_partial(c, owner, ns, tokens, n_tokens, 0, seq, n_cached);
+
+	return r < 0 ? r : 0;
+}
+
+int pkv_cache_seq_open_more(struct pkv_cache *c, uint32_t owner, uint32_t seq, const int32_t *tokens,
+			    uint32_t n_tokens, uint32_t budget, uint32_t *n_cached)
+{
+	struct seq *s = pkv_seq_get(c, owner, seq);
+	struct owner *o;
+	uint32_t max_blk, n;
+	int more;
+
+	if (!s)
+		return -ENOENT;
+	if (!s->opening || !tokens || !n_tokens || s->step)
+		return -EINVAL;
+	max_blk = pkv_prefix_max_walk(c, n_tokens - 1);
+	if (max_blk < s->nblk || max_blk > s->cap)
+		return -EINVAL;   /* not the prompt the sequence was opened with */
+	o = pkv_owner_find(c, owner);
+	n = seq_match(c, s, tokens, max_blk, budget, &more);
+	/* Over the owner's block limit, the match ends where the limit does. */
+	if (o->max_blocks && (uint64_t)o->nblocks + o->pin_blocks + n > o->max_blocks) {
+		n = o->nblocks + o->pin_blocks < o->max_blocks ? o->max_blocks - o->nblocks - o->pin_blocks : 0;
+		more = 0;
+	}
+	seq_take_matched(c, o, s, n);
+	s->opening = (uint8_t)more;
+	if (n_cached)
+		*n_cached = s->len;
+	return more;
 }
 
 int pkv_cache_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t *child)
@@ -276,6 +343,7 @@ int pkv_cache_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32
 		return -EINVAL;
 	if (p->step)
 		return -EBUSY;
+	p->opening = 0;   /* its open is over once it is used */
 	o = pkv_owner_find(c, owner);
 	if (owner_over(o, 1, p->nblk))
 		return -ENOSPC;
@@ -320,6 +388,7 @@ int pkv_cache_seq_truncate(struct pkv_cache *c, uint32_t owner, uint32_t seq, ui
 		return -EBUSY;
 	if (n_tokens > s->len)
 		return -EINVAL;
+	s->opening = 0;   /* its open is over once it is used */
 	seq_drop_blocks(c, s, (n_tokens + c->bs - 1) / c->bs);
 	s->len = n_tokens;
 	return 0;

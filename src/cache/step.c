@@ -214,6 +214,7 @@ static void step_fill(struct pkv_cache *c, struct pkv_step *st, uint32_t i, stru
 	uint32_t bs = c->bs, nl = s->len + req->n_new, nb = (nl + bs - 1) / bs;
 	int32_t *row = st->bt + (size_t)i * max_b;
 
+	s->opening = 0;   /* its open is over once it is used */
 	r->seq = (uint32_t)(s - c->seqs);
 	r->old_len = s->len;
 	r->old_nblk = s->nblk;

@@ -249,6 +249,51 @@ START_TEST(open_walk_is_bounded)
 }
 END_TEST
 
+/* An open's walk spread over calls matches what one call matches, budget blocks at a time. */
+START_TEST(open_walk_in_turns)
+{
+	struct pkv_cache *c = test_cache(64);
+	uint32_t n = 20 * BS + 1, s, s2, nc, ncf;
+	int32_t t[20 * BS + 1];
+	struct pkv_step_req r;
+	struct pkv_step *st;
+	struct pkv_step_meta m;
+
+	test_prompt(t, n, 8);
+	s = test_prefill(c, OWN, test_ns(1), t, n - 1, NULL);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, s), 0);
+	ck_assert_int_eq(pkv_cache_seq_open_partial(c, OWN, test_ns(1), t, n, 8, &s, &nc), 1);
+	ck_assert_uint_eq(nc, 8 * BS);
+	ck_assert_int_eq(pkv_cache_seq_open_more(c, OWN, s, t, n, 8, &nc), 1);
+	ck_assert_uint_eq(nc, 16 * BS);
+	test_audit_clean(c);
+	ck_assert_int_eq(pkv_cache_seq_open_more(c, OWN, s, t, n, 8, &nc), 0);
+	ck_assert_uint_eq(nc, 20 * BS);
+	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s), 20 * BS);
+	ck_assert_int_eq(pkv_cache_seq_open_more(c, OWN, s, t, n, 8, &nc), -EINVAL);
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, n, &s2, &ncf), 0);
+	ck_assert_uint_eq(ncf, nc);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, s2), 0);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, s), 0);
+
+	/* Using the sequence ends its walk. */
+	ck_assert_int_eq(pkv_cache_seq_open_partial(c, OWN, test_ns(1), t, n, 4, &s, &nc), 1);
+	r = (struct pkv_step_req){ s, 1, t };
+	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), 0);
+	ck_assert_int_eq(test_commit(c, st), 0);
+	ck_assert_int_eq(pkv_cache_seq_open_more(c, OWN, s, t, n, 4, &nc), -EINVAL);
+	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, s), 0);
+
+	/* Past the owner's block limit the walk stops at the limit. */
+	ck_assert_int_eq(pkv_cache_set_owner_limits(c, OWN, 0, 10), 0);
+	ck_assert_int_eq(pkv_cache_seq_open_partial(c, OWN, test_ns(1), t, n, 8, &s, &nc), 1);
+	ck_assert_int_eq(pkv_cache_seq_open_more(c, OWN, s, t, n, 8, &nc), 0);
+	ck_assert_uint_eq(nc, 10 * BS);
+	test_audit_clean(c);
+	pkv_cache_destroy(c);
+}
+END_TEST
+
 /* The footprint a budget must charge covers the per-block metadata, not only the KV bytes. */
 START_TEST(footprint_counts_metadata)
 {
@@ -277,6 +322,7 @@ int main(void)
 	tcase_add_test(tc, pins_count_against_block_limit);
 	tcase_add_test(tc, open_walk_is_bounded);
 	tcase_add_test(tc, footprint_counts_metadata);
+	tcase_add_test(tc, open_walk_in_turns);
 	suite_add_tcase(s, tc);
 	return test_run(s);
 }
