@@ -41,11 +41,13 @@
 #define PKV_MAX_OPEN_WALK_TOKENS (1u << 16)
 /*
  * Loop-thread work one client gets per turn of the daemon's event loop, in
- * tokens read or hashed (opens, pins, step tokens); its remaining requests
- * wait for its next turn, so no client holds the loop for more than about one
- * maximal open (0.3 ms) while others wait.
+ * tokens read or hashed (opens, pins, step tokens). Its remaining requests
+ * wait for its next turn, and an open's prefix walk goes on over several
+ * turns (256 blocks of 16, about 20 us, each), so a flood of long opens
+ * holds the loop for no more than that per client per turn. A single other
+ * request (a step, a pin) still runs whole: at least one per turn.
  */
-#define PKV_SWEEP_WORK_TOKENS PKV_MAX_OPEN_WALK_TOKENS
+#define PKV_SWEEP_WORK_TOKENS 4096u
 /*
  * A step's buffers are kept for the next step (no allocation per step when
  * warm) only up to this many bytes each; a larger one is freed at commit/abort

@@ -558,11 +558,52 @@ static uint32_t walk_tokens(uint32_t n)
 	return n <= PKV_MAX_OPEN_WALK_TOKENS ? n : PKV_MAX_OPEN_WALK_TOKENS + 1;
 }
 
+/* Prefix blocks an open may walk in one turn: PKV_SWEEP_WORK_TOKENS worth. */
+static uint32_t turn_blocks(const struct pkv_cache *c)
+{
+	uint32_t n = PKV_SWEEP_WORK_TOKENS / pkv_cache_geometry(c)->block_size;
+
+	return n ? n : 1;
+}
+
+/*
+ * Walks one more turn of the pending open; returns 1 when it completed (its
+ * completion posted), 0 when it goes on at the next turn.
+ */
+static int open_continue(struct pkv_daemon *d, struct session *s)
+{
+	struct pkv_cache *c = s->pool->cache;
+	struct seq_ent *se;
+	uint32_t nc = 0;
+	int r = pkv_cache_seq_open_more(c, s->id, s->open_seq, s->open_tokens, s->open_n,
+					turn_blocks(c), &nc);
+
+	if (r == 1)
+		return 0;
+	if (r < 0) {
+		session_set_err(s, "open: %s", strerror(-r));
+		pkv_cache_seq_close(c, s->id, s->open_seq);
+		seq_del(s, s->open_seq);
+		s->errors++;
+	} else if ((se = seq_find(s, s->open_seq))) {
+		se->len = nc;
+	}
+	free(s->open_tokens);
+	s->open_tokens = NULL;
+	if (session_post(s, s->open_ud, r, r < 0 ? 0 : s->open_seq, nc)) {
+		pkv_warn("client %u (pid %d): completion ring corrupted or overrun; disconnecting",
+			 s->id, (int)s->pid);
+		session_hangup(d, s);
+	}
+	return 1;
+}
+
 /* Loop-thread work of one SQE, in tokens read or hashed, for the per-sweep budget. */
 static uint64_t sqe_work(const struct session *s, const struct pkv_sqe *e)
 {
 	switch (e->opcode) {
 	case PKV_OP_SEQ_OPEN:
+		return PKV_SWEEP_WORK_TOKENS;   /* at most one turn of walk; the rest waits */
 	case PKV_OP_PIN:
 	case PKV_OP_UNPIN:
 		return walk_tokens(e->n);
@@ -611,17 +652,27 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 		tok = copy_out(s, e->off[0], walk_tokens(e->n));
 		if (!tok)
 			return -ENOMEM;
-		r = pkv_cache_seq_open(c, s->id, s->ns, tok, walk_tokens(e->n), &seq, &n_cached);
-		free(tok);
-		if (r) {
+		r = pkv_cache_seq_open_partial(c, s->id, s->ns, tok, walk_tokens(e->n), turn_blocks(c),
+					       &seq, &n_cached);
+		if (r < 0) {
+			free(tok);
 			explain(d, s, "open", r);
 			return r;
 		}
-		r = seq_add(s, seq, n_cached);
-		if (r) {
+		if (seq_add(s, seq, n_cached)) {
+			free(tok);
 			pkv_cache_seq_close(c, s->id, seq);
-			return r;
+			return -ENOMEM;
 		}
+		if (r == 1) {
+			/* The walk goes on over the next turns (open_continue); the completion waits. */
+			s->open_tokens = tok;
+			s->open_n = walk_tokens(e->n);
+			s->open_seq = seq;
+			s->open_ud = e->user_data;
+			return 1;
+		}
+		free(tok);
 		*p0 = seq;
 		*p1 = n_cached;
 		return 0;
@@ -728,6 +779,9 @@ int session_process(struct pkv_daemon *d, struct session *s)
 
 	if (s->closing || !s->region || s->worker_owned)
 		return 0;
+	/* A pending open takes this turn first; the SQEs after it wait for its completion. */
+	if (s->open_tokens && !open_continue(d, s))
+		return 1;
 	/* The client spins without yielding only while we poll from another CPU. */
 	pkv_ring_set_cpu(&s->sq, d->cpu1);
 	/* A turn ends after PKV_SWEEP_WORK_TOKENS of work too: other clients wait while we run. */
@@ -778,8 +832,11 @@ int session_process(struct pkv_daemon *d, struct session *s)
 		else
 			r = exec_sqe(d, s, &e, &p0, &p1);
 		work += sqe_work(s, &e);
-		if (r == 1)
+		if (r == 1) {
+			if (s->open_tokens)
+				break;   /* a long open: its walk goes on next turn */
 			continue;
+		}
 		if (r < 0)
 			s->errors++;
 		if (session_post(s, e.user_data, r, p0, p1)) {
@@ -820,6 +877,8 @@ void session_release(struct pkv_daemon *d, struct session *s)
 		s->pool->n_clients--;
 		s->pool = NULL;
 	}
+	free(s->open_tokens);   /* its sequence went with the owner's */
+	s->open_tokens = NULL;
 	free(s->seqs);
 	s->seqs = NULL;
 	s->n_seqs = 0;

@@ -283,7 +283,8 @@ static void as_big_stepper(struct verdict *v)
 		    pkv_last_error(c));
 	CHILD_CHECK(v, pkv_attend(c, 0, q, k, vv, o) == 0, "attend: %s", pkv_last_error(c));
 	CHILD_CHECK(v, pkv_step_end(c) == 0, "end: %s", pkv_last_error(c));
-	/* A 1 M-token open is accepted and matches the cached chain (within the walk bound). */
+	/* A 1 M-token open is accepted and matches the cached chain: 4,200 blocks, more than one
+	 * turn's walk (PKV_SWEEP_WORK_TOKENS blocks of 1), so it completes over two turns. */
 	CHILD_CHECK(v, pkv_seq_close(c, seqs[0]) == 0, "close: %s", pkv_last_error(c));
 	CHILD_CHECK(v, pkv_seq_open(c, toks, big_open, &seqs[0], &nc) == 0, "1M open: %s",
 		    pkv_last_error(c));
