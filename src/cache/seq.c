@@ -169,6 +169,26 @@ int pkv_seq_reserve_tab(struct seq *s, uint32_t need)
 	return 0;
 }
 
+/*
+ * Gives back table capacity far above what s uses: a table that once held a
+ * long sequence must not stay allocated after a truncate or close (block
+ * references are what a client's quota charges; a table stripped of its
+ * references would be free memory for it). Shrinking only: failure is harmless.
+ */
+static void seq_trim_tab(struct seq *s)
+{
+	uint32_t want = s->nblk < 32 ? 64 : 2 * s->nblk;
+	int32_t *t;
+
+	if (s->cap <= 256 || s->cap <= 2 * want)
+		return;
+	t = realloc(s->tab, (size_t)want * sizeof(*t));
+	if (t) {
+		s->tab = t;
+		s->cap = want;
+	}
+}
+
 /* Makes sure a slot is free for one more sequence (growing the slot array); changes nothing visible. */
 static int seq_slot_ready(struct pkv_cache *c)
 {
@@ -391,6 +411,7 @@ int pkv_cache_seq_truncate(struct pkv_cache *c, uint32_t owner, uint32_t seq, ui
 	s->opening = 0;   /* its open is over once it is used */
 	seq_drop_blocks(c, s, (n_tokens + c->bs - 1) / c->bs);
 	s->len = n_tokens;
+	seq_trim_tab(s);
 	return 0;
 }
 
@@ -400,6 +421,7 @@ static void seq_release(struct pkv_cache *c, struct seq *s)
 	int32_t idx = (int32_t)(s - c->seqs);
 
 	seq_drop_blocks(c, s, 0);
+	seq_trim_tab(s);   /* a freed slot keeps a small table for the next open */
 	if (s->o_prev >= 0)
 		c->seqs[s->o_prev].o_next = s->o_next;
 	else

@@ -171,7 +171,7 @@ START_TEST(large_step_buffers_are_not_kept)
 }
 END_TEST
 
-/* A fork's table holds the parent's entries, not the capacity a truncated past left. */
+/* Tables hold what their sequence uses: a truncate gives capacity back, a fork copies entries only. */
 START_TEST(fork_copies_entries_not_capacity)
 {
 	struct pkv_cache *c = test_cache(4096);
@@ -181,7 +181,10 @@ START_TEST(fork_copies_entries_not_capacity)
 	ck_assert_ptr_nonnull(t);
 	test_prompt(t, n, 5);
 	s = test_prefill(c, OWN, test_ns(1), t, n, NULL);
+	ck_assert_uint_ge(pkv_seq_get(c, OWN, s)->cap, n / BS);
 	ck_assert_int_eq(pkv_cache_seq_truncate(c, OWN, s, 17), 0);
+	/* The truncated table gives its capacity back too. */
+	ck_assert_uint_le(pkv_seq_get(c, OWN, s)->cap, 256);
 	ck_assert_int_eq(pkv_cache_seq_fork(c, OWN, s, &k), 0);
 	ck_assert_uint_le(pkv_seq_get(c, OWN, k)->cap, 8);
 	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, k), 17);
