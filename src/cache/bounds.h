@@ -33,6 +33,16 @@
  */
 #define PKV_MAX_STEP_TABLE (1u << 22)
 /*
+ * Block references (table entries) plus pinned blocks one owner may hold, per
+ * block of the pool, whatever limit the daemon set (struct
+ * pkv_cache_limits.max_refs_per_owner defaults to this x num_blocks): forks
+ * share blocks but each has its own table, so without it 1,024 forks of a
+ * long sequence held ~1 MiB of table each, charged to no one. 8 forks of a
+ * whole-pool sequence still fit; the tables cost at most 32 bytes per pool
+ * block per connection.
+ */
+#define PKV_OWNER_REFS_PER_BLOCK 8u
+/*
  * Leading tokens one open or pin looks up in the prefix table: the chain walk
  * runs on the daemon's event loop, so it is bounded per request (4096 blocks
  * of 16, about 0.3 ms). Tokens past it are never matched: a longer prompt still

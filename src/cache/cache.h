@@ -38,6 +38,8 @@ struct pkv_cache_limits {
 	uint32_t max_tokens_per_seq;  /* (0 = default 1 << 20) */
 	uint32_t pin_budget_blocks;   /* per owner, summed over its pins (0 = num_blocks / 4) */
 	uint32_t pin_cap_blocks;      /* pinned blocks in the whole pool (0 = num_blocks / 2) */
+	/* block references + pinned blocks of one owner, over any owner limit (0 = 8 x num_blocks) */
+	uint32_t max_refs_per_owner;
 };
 
 int pkv_cache_create(const struct pkv_geometry *g, const struct pkv_cache_limits *lim,
@@ -213,7 +215,8 @@ int pkv_cache_audit(const struct pkv_cache *c, char *report, size_t report_len);
  * reserved by open steps (a block shared by two of its sequences counts
  * twice; one shared with another owner's sequence counts once for each)
  * plus the blocks of its pins: a pin holds blocks in the pool as surely as a
- * sequence, so references + pinned blocks <= max_blocks. 0 means unlimited, the default. A call that would exceed a limit fails
+ * sequence, so references + pinned blocks <= max_blocks. 0 means no limit
+ * of the owner's own; limits.max_refs_per_owner holds for every owner, the default. A call that would exceed a limit fails
  * with -ENOSPC for that owner only and changes nothing. Lowering a limit
  * below the current usage is allowed: it only refuses further growth.
  * pkv_cache_release_owner forgets the owner's limits too.
@@ -227,6 +230,7 @@ struct pkv_owner_usage {
 	uint32_t pin_blocks;  /* blocks its pins hold (a block pinned and referenced counts in both) */
 	uint32_t steps;       /* open steps */
 	uint32_t max_seqs, max_blocks;   /* 0 = unlimited */
+	uint32_t block_cap;   /* what blocks + pin_blocks may reach: max_blocks, at most max_refs_per_owner */
 };
 /* Usage of one owner (all zero for an owner the cache does not know). */
 void pkv_cache_owner_usage(const struct pkv_cache *c, uint32_t owner, struct pkv_owner_usage *u);

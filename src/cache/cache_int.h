@@ -146,6 +146,16 @@ static inline int32_t *blk_tok(const struct pkv_cache *c, int32_t b)
 	return c->tok + (size_t)b * c->bs;
 }
 
+/* What an owner's block references plus pinned blocks may reach. */
+static inline uint64_t owner_block_cap(const struct pkv_cache *c, const struct owner *o)
+{
+	uint64_t m = c->lim.max_refs_per_owner;
+
+	if (o && o->max_blocks && o->max_blocks < m)
+		m = o->max_blocks;
+	return m;
+}
+
 static inline bool blk_evictable(const struct blk *b)
 {
 	return b->ref == 0 && b->published && b->pin == 0 && b->nchild == 0;

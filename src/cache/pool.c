@@ -128,6 +128,8 @@ int pkv_cache_create(const struct pkv_geometry *g, const struct pkv_cache_limits
 		c->lim.pin_budget_blocks = n / 4 ? n / 4 : 1;
 	if (!c->lim.pin_cap_blocks)
 		c->lim.pin_cap_blocks = n / 2 ? n / 2 : 1;
+	if (!c->lim.max_refs_per_owner)   /* n <= 2^26: no wrap */
+		c->lim.max_refs_per_owner = PKV_OWNER_REFS_PER_BLOCK * n;
 	err = -EINVAL;
 	if (c->lim.max_seqs > PKV_MAX_SEQS_LIMIT || c->lim.max_tokens_per_seq > PKV_MAX_TOKENS_LIMIT)
 		goto err_free;

@@ -112,17 +112,18 @@ void pkv_cache_owner_usage(const struct pkv_cache *c, uint32_t owner, struct pkv
 	u->steps = o->nsteps;
 	u->max_seqs = o->max_seqs;
 	u->max_blocks = o->max_blocks;
+	u->block_cap = (uint32_t)owner_block_cap(c, o);
 }
 
-static bool owner_over(const struct owner *o, uint32_t more_seqs, uint64_t more_blocks)
+static bool owner_over(const struct pkv_cache *c, const struct owner *o, uint32_t more_seqs,
+		       uint64_t more_blocks)
 {
 	if (!o)
-		return false;
+		return more_blocks > c->lim.max_refs_per_owner;
 	if (more_seqs && o->max_seqs && (uint64_t)o->nseqs + more_seqs > o->max_seqs)
 		return true;
 	/* Pinned blocks count too: pins and references share one block limit. */
-	if (more_blocks && o->max_blocks &&
-	    (uint64_t)o->nblocks + o->pin_blocks + more_blocks > o->max_blocks)
+	if (more_blocks && (uint64_t)o->nblocks + o->pin_blocks + more_blocks > owner_block_cap(c, o))
 		return true;
 	return false;
 }
@@ -283,7 +284,7 @@ int pkv_cache_seq_open_partial(struct pkv_cache *c, uint32_t owner, struct pkv_k
 	if (!seq || (!tokens && n_tokens) || n_tokens > c->lim.max_tokens_per_seq)
 		return -EINVAL;
 	o = pkv_owner_find(c, owner);
-	if (owner_over(o, 1, 0))
+	if (owner_over(c, o, 1, 0))
 		return -ENOSPC;
 	err = seq_slot_ready(c);
 	if (err)
@@ -298,7 +299,7 @@ int pkv_cache_seq_open_partial(struct pkv_cache *c, uint32_t owner, struct pkv_k
 	s->nblk = 0;
 	s->ns = ns;
 	n = seq_match(c, s, tokens, max_blk, budget, &more);
-	if (owner_over(o, 0, n))
+	if (owner_over(c, o, 0, n))
 		return -ENOSPC;
 	o = pkv_owner_get(c, owner);
 	if (!o)
@@ -339,8 +340,10 @@ int pkv_cache_seq_open_more(struct pkv_cache *c, uint32_t owner, uint32_t seq, c
 	o = pkv_owner_find(c, owner);
 	n = seq_match(c, s, tokens, max_blk, budget, &more);
 	/* Over the owner's block limit, the match ends where the limit does. */
-	if (o->max_blocks && (uint64_t)o->nblocks + o->pin_blocks + n > o->max_blocks) {
-		n = o->nblocks + o->pin_blocks < o->max_blocks ? o->max_blocks - o->nblocks - o->pin_blocks : 0;
+	if ((uint64_t)o->nblocks + o->pin_blocks + n > owner_block_cap(c, o)) {
+		uint64_t held = (uint64_t)o->nblocks + o->pin_blocks, cap = owner_block_cap(c, o);
+
+		n = held < cap ? (uint32_t)(cap - held) : 0;
 		more = 0;
 	}
 	seq_take_matched(c, o, s, n);
@@ -365,7 +368,7 @@ int pkv_cache_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32
 		return -EBUSY;
 	p->opening = 0;   /* its open is over once it is used */
 	o = pkv_owner_find(c, owner);
-	if (owner_over(o, 1, p->nblk))
+	if (owner_over(c, o, 1, p->nblk))
 		return -ENOSPC;
 	err = seq_slot_ready(c);
 	if (err)

@@ -229,6 +229,31 @@ START_TEST(pins_count_against_block_limit)
 }
 END_TEST
 
+/* Forks share blocks but not tables: an owner's references stop at 8 x num_blocks, limit or not. */
+START_TEST(fork_tables_are_bounded)
+{
+	struct pkv_cache *c = test_cache(64);
+	struct pkv_owner_usage u;
+	int32_t t[32 * BS];
+	uint32_t s, k, forks = 0;
+	int r;
+
+	test_prompt(t, 32 * BS, 9);
+	s = test_prefill(c, OWN, test_ns(1), t, 32 * BS, NULL);
+	while ((r = pkv_cache_seq_fork(c, OWN, s, &k)) == 0)
+		forks++;
+	ck_assert_int_eq(r, -ENOSPC);
+	ck_assert_uint_eq(forks, 64 * PKV_OWNER_REFS_PER_BLOCK / 32 - 1);
+	pkv_cache_owner_usage(c, OWN, &u);
+	ck_assert_uint_eq(u.block_cap, 64 * PKV_OWNER_REFS_PER_BLOCK);
+	ck_assert_uint_le(u.blocks, u.block_cap);
+	/* Another owner is not affected. */
+	ck_assert_int_eq(pkv_cache_seq_open(c, OWN + 1, test_ns(1), t, 32 * BS, &k, NULL), 0);
+	test_audit_clean(c);
+	pkv_cache_destroy(c);
+}
+END_TEST
+
 /* An open matches at most PKV_MAX_OPEN_WALK_TOKENS leading tokens: the walk is bounded per request. */
 START_TEST(open_walk_is_bounded)
 {
@@ -326,6 +351,7 @@ int main(void)
 	tcase_add_test(tc, open_walk_is_bounded);
 	tcase_add_test(tc, footprint_counts_metadata);
 	tcase_add_test(tc, open_walk_in_turns);
+	tcase_add_test(tc, fork_tables_are_bounded);
 	suite_add_tcase(s, tc);
 	return test_run(s);
 }

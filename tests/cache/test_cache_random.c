@@ -683,7 +683,9 @@ static void run_ops(uint32_t nblk, int exact, unsigned long ops)
 {
 	struct pkv_geometry g = { 2, 4, 2, 8, PKV_DTYPE_F16, RBS, nblk };
 	struct pkv_cache_limits lim = { .max_seqs = MAXSEQ, .max_tokens_per_seq = MAXT,
-					.pin_budget_blocks = 8, .pin_cap_blocks = 12 };
+					.pin_budget_blocks = 8, .pin_cap_blocks = 12,
+					/* the model's owner limits only; the refs bound has its own test */
+					.max_refs_per_owner = 1u << 20 };
 	struct pkv_cache_stats st;
 
 	memset(&M, 0, sizeof(M));
