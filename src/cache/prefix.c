@@ -179,14 +179,20 @@ int pkv_prefix_pin(struct pkv_cache *c, uint32_t owner, struct pkv_key ns, const
 	err = check_tokens(c, tokens, n_tokens);
 	if (err)
 		return err;
-	n = pkv_prefix_walk(c, ns, tokens, pkv_prefix_max_walk(c, n_tokens), c->scratch);
+	/* The budget follows the owner (a salt buys none); the cap bounds all owners together. */
+	o = pkv_owner_find(c, owner);
+	have = o ? o->pin_blocks : 0;
+	/* One block past what the budget allows tells "over budget": a spent budget makes pins cheap. */
+	n = pkv_prefix_max_walk(c, n_tokens);
+	if (have < c->lim.pin_budget_blocks && c->lim.pin_budget_blocks - have < n)
+		n = c->lim.pin_budget_blocks - have + 1;
+	else if (have >= c->lim.pin_budget_blocks && n > 1)
+		n = 1;
+	n = pkv_prefix_walk(c, ns, tokens, n, c->scratch);
 	if (!n)
 		return 0;
 	for (i = 0; i < n; i++)
 		fresh += c->blk[c->scratch[i]].pin == 0;
-	/* The budget follows the owner (a salt buys none); the cap bounds all owners together. */
-	o = pkv_owner_find(c, owner);
-	have = o ? o->pin_blocks : 0;
 	if ((uint64_t)have + n > c->lim.pin_budget_blocks ||
 	    (uint64_t)c->n_pinned + fresh > c->lim.pin_cap_blocks)
 		return -ENOSPC;
@@ -244,7 +250,13 @@ int pkv_prefix_unpin(struct pkv_cache *c, uint32_t owner, struct pkv_key ns, con
 	o = pkv_owner_find(c, owner);
 	if (!o || !o->n_pins)
 		return -ENOENT;
-	n = pkv_prefix_walk(c, ns, tokens, pkv_prefix_max_walk(c, n_tokens), c->scratch);
+	/* No deeper than the owner's longest pin: nothing past it can match one. */
+	n = 0;
+	for (i = 0; i < o->n_pins; i++)
+		n = o->pins[i].n > n ? o->pins[i].n : n;
+	if (n > pkv_prefix_max_walk(c, n_tokens))
+		n = pkv_prefix_max_walk(c, n_tokens);
+	n = pkv_prefix_walk(c, ns, tokens, n, c->scratch);
 	/* The owner's deepest pin along this chain. */
 	for (i = 0; i < o->n_pins; i++) {
 		const struct pin_rec *p = &o->pins[i];
