@@ -422,6 +422,7 @@ static void explain(struct pkv_daemon *d, struct session *s, const char *what, i
 			session_set_err(s, "%s: this client holds %u sequences, its quota", what, u.seqs);
 			return;
 		}
+		/* A quota, or the cap every client has (forks count each reference) once near it. */
 		if (u.max_blocks || (uint64_t)u.blocks + u.pin_blocks >= u.block_cap / 2) {
 			session_set_err(s, "%s: out of blocks, or over this client's quota of %u blocks "
 					"(%u held, %u pinned)", what, u.block_cap, u.blocks, u.pin_blocks);
