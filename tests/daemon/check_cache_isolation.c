@@ -3,6 +3,7 @@
 #include "config.h"
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -295,9 +296,40 @@ static void as_big_stepper(struct verdict *v)
 	free(toks);
 }
 
+/*
+ * Submits a 1 M-token open over the cached 4,200-block chain (its walk takes
+ * two loop turns) and hangs up at once, several times: whenever the hang-up
+ * lands, mid-walk or after, the sequence and the copied tokens are released
+ * (the sanitizer build's daemon fails its exit status on a leak).
+ */
+static void as_open_and_vanish(struct verdict *v)
+{
+	uint32_t n = 1u << 20;
+
+	for (int k = 0; k < 8; k++) {
+		struct pkv_msg_attach m;
+		struct pkv_sqe e = { .opcode = PKV_OP_SEQ_OPEN, .n = n };
+		struct raw r;
+		int32_t *t;
+
+		CHILD_CHECK(v, raw_open(&r, D.sock, (uint64_t)n * 4, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0,
+			    "raw_open");
+		CHILD_CHECK(v, raw_hello(&r, PKV_PROTO_VERSION, r.size, 1, NULL, 0) == 0, "hello");
+		raw_attach_msg(&m, "bs1");
+		m.geo = (struct pkv_geometry){ 1, 1, 1, T_DIM, PKV_DTYPE_F32, 1, 8192 };
+		CHILD_CHECK(v, raw_attach(&r, &m, NULL, 0) == 0, "attach");
+		t = (int32_t *)r.arena;
+		for (uint32_t i = 0; i < n; i++)
+			t[i] = (int32_t)(i % 30000);
+		CHILD_CHECK(v, raw_submit(&r, &e) == 0, "submit");
+		raw_close(&r);
+	}
+}
+
 START_TEST(test_oversized_step_is_refused_not_hung)
 {
 	run_as(UID_A, as_big_stepper);
+	run_as(UID_A, as_open_and_vanish);
 	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 	ck_assert_int_eq(dmn_alive(&D), 1);
 }
