@@ -42,7 +42,10 @@ static int step(struct pkv_cache *c, struct pkv_step_req *r, uint32_t n, struct 
 
 	if (err)
 		return err;
-	/* A real client would run attend() for every layer here, between begin and commit. */
+	/* A real client would run attend() for every layer here, between begin and commit;
+	 * the cache commits only a step whose every layer was attended. */
+	for (uint32_t l = 0; l < pkv_cache_geometry(c)->num_layers; l++)
+		pkv_cache_step_layer_done(st, l);
 	err = pkv_cache_step_commit(c, st);
 	pkv_cache_stats(c, &s);
 	if (s.in_use_blocks > res->peak_blocks)

@@ -85,6 +85,12 @@ int pkv_attend(struct pkv_client *c, uint32_t layer, const void *q, const void *
 int pkv_attend_async(struct pkv_client *c, uint32_t layer, const void *q, const void *k,
 		     const void *v, void *o, uint64_t *ticket);
 int pkv_wait(struct pkv_client *c, uint64_t ticket);
+/*
+ * Commits the step. Every layer must have been attended (successfully): the
+ * reserved slots hold nothing of this client's until then, so otherwise
+ * step_end returns -EINVAL naming the missing layers, aborts the step and
+ * commits nothing.
+ */
 int pkv_step_end(struct pkv_client *c);
 int pkv_step_abort(struct pkv_client *c);
 

@@ -38,10 +38,19 @@ struct pkv_cache_limits {
 	uint32_t max_tokens_per_seq;  /* (0 = default 1 << 20) */
 	uint32_t pin_budget_blocks;   /* per owner, summed over its pins (0 = num_blocks / 4) */
 	uint32_t pin_cap_blocks;      /* pinned blocks in the whole pool (0 = num_blocks / 2) */
+	/* block references + pinned blocks of one owner, over any owner limit (0 = 8 x num_blocks) */
+	uint32_t max_refs_per_owner;
 };
 
 int pkv_cache_create(const struct pkv_geometry *g, const struct pkv_cache_limits *lim,
 		     struct pkv_cache **out);
+/*
+ * Bytes pkv_cache_create allocates for g (0 for an invalid geometry): about
+ * 150 + 4 x block_size bytes per block, which for a geometry with little KV
+ * per block exceeds the KV memory itself, so a budget must count both.
+ * Sequence tables and step buffers come on top, charged as block references.
+ */
+uint64_t pkv_cache_footprint(const struct pkv_geometry *g);
 void pkv_cache_destroy(struct pkv_cache *c);
 
 /*
@@ -69,6 +78,21 @@ struct pkv_key pkv_namespace(uint64_t model_id, const struct pkv_geometry *g, ui
  */
 int pkv_cache_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
 		 const int32_t *tokens, uint32_t n_tokens, uint32_t *seq, uint32_t *n_cached);
+/*
+ * The same open with its prefix walk spread over several calls, so a caller
+ * can bound the work of one turn: open_partial matches at most budget blocks
+ * (0: no bound) and returns 1 when the budget, not a miss, ended the walk;
+ * open_more continues it, budget blocks at a time, with the same tokens and
+ * n_tokens, until it returns 0. Meanwhile the sequence is usable and holds
+ * what matched so far (*n_cached); using it (a step, fork or truncate) ends
+ * the walk, after which open_more is -EINVAL. Past the owner's block limit,
+ * open_more stops the match at the limit instead of failing.
+ */
+int pkv_cache_seq_open_partial(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
+			       const int32_t *tokens, uint32_t n_tokens, uint32_t budget,
+			       uint32_t *seq, uint32_t *n_cached);
+int pkv_cache_seq_open_more(struct pkv_cache *c, uint32_t owner, uint32_t seq, const int32_t *tokens,
+			    uint32_t n_tokens, uint32_t budget, uint32_t *n_cached);
 int pkv_cache_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t *child);
 int pkv_cache_seq_truncate(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t n_tokens);
 int pkv_cache_seq_close(struct pkv_cache *c, uint32_t owner, uint32_t seq);
@@ -81,7 +105,9 @@ int pkv_cache_release_owner(struct pkv_cache *c, uint32_t owner);
  * Steps. begin reserves slots for every (sequence, new tokens) pair at once
  * or fails with nothing reserved (-ENOSPC when blocks run out, -EINVAL for a
  * sequence named twice or too many tokens, -EBUSY for a sequence already in
- * an open step). The metadata it produces stays valid until commit/abort.
+ * an open step, -E2BIG when the dense block table, sequences x the longest
+ * one's blocks, would exceed PKV_MAX_STEP_TABLE entries; cache/bounds.h).
+ * The metadata it produces stays valid until commit/abort.
  */
 struct pkv_step_req {
 	uint32_t seq;
@@ -106,6 +132,27 @@ struct pkv_step_meta {
 
 int pkv_cache_step_begin(struct pkv_cache *c, uint32_t owner, const struct pkv_step_req *reqs,
 		   uint32_t n_reqs, struct pkv_step **step, struct pkv_step_meta *meta);
+/*
+ * Layer coverage. A reserved slot holds whatever the block's previous user
+ * (possibly another client) left there until an attend writes the step's
+ * K/V into it, and an attend of layer l writes every new slot of the step in
+ * layer l before it reads any. So a step may commit only once every layer's
+ * attend succeeded: pkv_cache_step_layer_done records one (call it after the
+ * backend returned success, never before), and commit fails with -EINVAL,
+ * changing nothing, while any layer is missing.
+ *
+ * layer_done touches only the step's own record, so the thread that runs the
+ * step's attends may call it while the cache's thread works on other
+ * requests, as long as a hand-off (a mutex) orders it before the commit. The
+ * layer must be < num_layers (the caller validated the attend).
+ *
+ * missing_layers returns how many layers are still missing and writes them
+ * as ranges ("3,5-7") into buf (if non-NULL).
+ */
+void pkv_cache_step_layer_done(struct pkv_step *step, uint32_t layer);
+uint32_t pkv_cache_step_missing_layers(const struct pkv_cache *c, const struct pkv_step *step,
+				       char *buf, size_t len);
+
 /*
  * Commits: lengths advance, newly full blocks are published. A full block
  * stays private when its key is already published (another sequence filled
@@ -166,8 +213,10 @@ int pkv_cache_audit(const struct pkv_cache *c, char *report, size_t report_len);
  * max_seqs caps the owner's open sequences; max_blocks caps its block
  * references: the block-table entries of all its sequences, including slots
  * reserved by open steps (a block shared by two of its sequences counts
- * twice; one shared with another owner's sequence counts once for each).
- * 0 means unlimited, the default. A call that would exceed a limit fails
+ * twice; one shared with another owner's sequence counts once for each)
+ * plus the blocks of its pins: a pin holds blocks in the pool as surely as a
+ * sequence, so references + pinned blocks <= max_blocks. 0 means no limit
+ * of the owner's own; limits.max_refs_per_owner holds for every owner, the default. A call that would exceed a limit fails
  * with -ENOSPC for that owner only and changes nothing. Lowering a limit
  * below the current usage is allowed: it only refuses further growth.
  * pkv_cache_release_owner forgets the owner's limits too.
@@ -177,9 +226,11 @@ int pkv_cache_set_owner_limits(struct pkv_cache *c, uint32_t owner, uint32_t max
 
 struct pkv_owner_usage {
 	uint32_t seqs;        /* open sequences */
-	uint32_t blocks;      /* block references, as counted for max_blocks */
+	uint32_t blocks;      /* block references of its sequences and open steps */
+	uint32_t pin_blocks;  /* blocks its pins hold (a block pinned and referenced counts in both) */
 	uint32_t steps;       /* open steps */
 	uint32_t max_seqs, max_blocks;   /* 0 = unlimited */
+	uint32_t block_cap;   /* what blocks + pin_blocks may reach: max_blocks, at most max_refs_per_owner */
 };
 /* Usage of one owner (all zero for an owner the cache does not know). */
 void pkv_cache_owner_usage(const struct pkv_cache *c, uint32_t owner, struct pkv_owner_usage *u);

@@ -45,6 +45,7 @@ struct seq {
 	uint32_t cap;
 	int32_t *tab;
 	struct pkv_step *step;
+	uint8_t opening;     /* its open's prefix walk may continue (pkv_cache_seq_open_more) */
 	uint64_t mark;       /* step_begin's duplicate check */
 	int32_t o_prev, o_next;  /* the owner's list of sequences (indices) */
 };
@@ -82,6 +83,12 @@ struct pkv_step {
 	int32_t *cu_q, *cu_k, *cache_seqlens, *bt;
 	int64_t *slots;
 	struct pkv_block_copy *copies;
+	uint32_t n_copies;
+	/*
+	 * Layers whose attend wrote the step's new K/V (pkv_cache_step_layer_done):
+	 * commit needs every one. Sized for the pool's num_layers at allocation.
+	 */
+	uint64_t layers[];
 };
 
 struct pkv_cache {
@@ -139,6 +146,16 @@ static inline int32_t *blk_tok(const struct pkv_cache *c, int32_t b)
 	return c->tok + (size_t)b * c->bs;
 }
 
+/* What an owner's block references plus pinned blocks may reach. */
+static inline uint64_t owner_block_cap(const struct pkv_cache *c, const struct owner *o)
+{
+	uint64_t m = c->lim.max_refs_per_owner;
+
+	if (o && o->max_blocks && o->max_blocks < m)
+		m = o->max_blocks;
+	return m;
+}
+
 static inline bool blk_evictable(const struct blk *b)
 {
 	return b->ref == 0 && b->published && b->pin == 0 && b->nchild == 0;
@@ -158,6 +175,10 @@ void pkv_prefix_insert(struct pkv_cache *c, struct pkv_key key, int32_t b);
 void pkv_prefix_remove(struct pkv_cache *c, struct pkv_key key);
 uint32_t pkv_prefix_walk(const struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens,
 			 uint32_t max_blocks, int32_t *out);
+/* The same walk continued after a matched block whose key is parent. */
+uint32_t pkv_prefix_walk_from(const struct pkv_cache *c, struct pkv_key ns, struct pkv_key parent,
+			      const int32_t *tokens, uint32_t max_blocks, int32_t *out);
+uint32_t pkv_prefix_max_walk(const struct pkv_cache *c, uint32_t n_tokens);
 void pkv_prefix_publish_new(struct pkv_cache *c, struct seq *s, uint32_t from_blk, uint32_t to_blk);
 
 /* seq.c */

@@ -8,4 +8,4 @@ src_cache_libpkvcache_la_SOURCES = \
 	src/cache/step.c \
 	src/cache/audit.c
 src_cache_libpkvcache_la_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS)
-noinst_HEADERS += src/cache/cache.h src/cache/cache_int.h
+noinst_HEADERS += src/cache/cache.h src/cache/cache_int.h src/cache/bounds.h

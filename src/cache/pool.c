@@ -4,17 +4,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "cache/bounds.h"
 #include "cache/cache_int.h"
-
-/* Limits past which a geometry is taken as a mistake rather than a model. */
-#define MAX_LAYERS     4096u
-#define MAX_HEADS      4096u
-#define MAX_HEAD_DIM   4096u
-#define MAX_BLOCK_SIZE 4096u
-#define MAX_NUM_BLOCKS (1u << 26)
-#define MAX_POOL_BYTES (1ull << 48)   /* 256 TiB of K+V */
-#define MAX_SEQS_LIMIT (1u << 24)
-#define MAX_TOKENS_LIMIT (1u << 30)
 
 static int why_fail(char *why, size_t len, const char *fmt, ...)
 {
@@ -34,30 +25,30 @@ int pkv_geometry_check(const struct pkv_geometry *g, char *why, size_t why_len)
 
 	if (!g)
 		return why_fail(why, why_len, "no geometry");
-	if (!g->num_layers || g->num_layers > MAX_LAYERS)
-		return why_fail(why, why_len, "num_layers %u not in 1..%u", g->num_layers, MAX_LAYERS);
-	if (!g->num_heads || g->num_heads > MAX_HEADS)
-		return why_fail(why, why_len, "num_heads %u not in 1..%u", g->num_heads, MAX_HEADS);
+	if (!g->num_layers || g->num_layers > PKV_MAX_LAYERS)
+		return why_fail(why, why_len, "num_layers %u not in 1..%u", g->num_layers, PKV_MAX_LAYERS);
+	if (!g->num_heads || g->num_heads > PKV_MAX_HEADS)
+		return why_fail(why, why_len, "num_heads %u not in 1..%u", g->num_heads, PKV_MAX_HEADS);
 	if (!g->num_kv_heads || g->num_kv_heads > g->num_heads)
 		return why_fail(why, why_len, "num_kv_heads %u not in 1..num_heads (%u)",
 				g->num_kv_heads, g->num_heads);
 	if (g->num_heads % g->num_kv_heads)
 		return why_fail(why, why_len, "num_kv_heads %u does not divide num_heads %u",
 				g->num_kv_heads, g->num_heads);
-	if (!g->head_dim || g->head_dim > MAX_HEAD_DIM)
-		return why_fail(why, why_len, "head_dim %u not in 1..%u", g->head_dim, MAX_HEAD_DIM);
+	if (!g->head_dim || g->head_dim > PKV_MAX_HEAD_DIM)
+		return why_fail(why, why_len, "head_dim %u not in 1..%u", g->head_dim, PKV_MAX_HEAD_DIM);
 	if (g->cache_dtype >= PKV_DTYPE_COUNT)
 		return why_fail(why, why_len, "cache_dtype %u is not f32, f16 or bf16", g->cache_dtype);
-	if (!g->block_size || g->block_size > MAX_BLOCK_SIZE)
-		return why_fail(why, why_len, "block_size %u not in 1..%u", g->block_size, MAX_BLOCK_SIZE);
-	if (!g->num_blocks || g->num_blocks > MAX_NUM_BLOCKS)
-		return why_fail(why, why_len, "num_blocks %u not in 1..%u", g->num_blocks, MAX_NUM_BLOCKS);
+	if (!g->block_size || g->block_size > PKV_MAX_BLOCK_SIZE)
+		return why_fail(why, why_len, "block_size %u not in 1..%u", g->block_size, PKV_MAX_BLOCK_SIZE);
+	if (!g->num_blocks || g->num_blocks > PKV_MAX_NUM_BLOCKS)
+		return why_fail(why, why_len, "num_blocks %u not in 1..%u", g->num_blocks, PKV_MAX_NUM_BLOCKS);
 	/* K and V, every layer: computed in 128 bits so no product can wrap. */
 	bytes = (unsigned __int128)2 * g->num_layers * g->num_kv_heads * g->head_dim *
 		pkv_dtype_size(g->cache_dtype) * g->block_size * g->num_blocks;
-	if (bytes > MAX_POOL_BYTES)
+	if (bytes > PKV_MAX_POOL_BYTES)
 		return why_fail(why, why_len, "pool of %llu GiB exceeds %llu GiB",
-				(unsigned long long)(bytes >> 30), MAX_POOL_BYTES >> 30);
+				(unsigned long long)(bytes >> 30), PKV_MAX_POOL_BYTES >> 30);
 	if (why && why_len)
 		why[0] = '\0';
 	return 0;
@@ -84,6 +75,28 @@ struct pkv_key pkv_namespace(uint64_t model_id, const struct pkv_geometry *g, ui
 		XXH3_128bits_update(&st, salt, salt_len);
 	h = XXH3_128bits_digest(&st);
 	return (struct pkv_key){ h.low64, h.high64 };
+}
+
+static uint32_t prefix_table_cap(uint32_t num_blocks)
+{
+	uint32_t cap;
+
+	for (cap = 16; cap < 2 * num_blocks; cap <<= 1)
+		;
+	return cap;
+}
+
+uint64_t pkv_cache_footprint(const struct pkv_geometry *g)
+{
+	uint64_t n;
+
+	if (pkv_geometry_check(g, NULL, 0))
+		return 0;
+	n = g->num_blocks;
+	/* What pkv_cache_create allocates, array by array (num_blocks <= 2^26: no wrap). */
+	return sizeof(struct pkv_cache) + n * sizeof(struct blk) + n * g->block_size * sizeof(int32_t) +
+	       n * sizeof(int32_t) * 2 /* free stack, scratch */ + (n + 1) * sizeof(int32_t) * 2 /* lru */ +
+	       (uint64_t)prefix_table_cap(g->num_blocks) * sizeof(struct pent) + 16 * sizeof(struct owner);
 }
 
 int pkv_cache_create(const struct pkv_geometry *g, const struct pkv_cache_limits *lim,
@@ -115,8 +128,10 @@ int pkv_cache_create(const struct pkv_geometry *g, const struct pkv_cache_limits
 		c->lim.pin_budget_blocks = n / 4 ? n / 4 : 1;
 	if (!c->lim.pin_cap_blocks)
 		c->lim.pin_cap_blocks = n / 2 ? n / 2 : 1;
+	if (!c->lim.max_refs_per_owner)   /* n <= 2^26: no wrap */
+		c->lim.max_refs_per_owner = PKV_OWNER_REFS_PER_BLOCK * n;
 	err = -EINVAL;
-	if (c->lim.max_seqs > MAX_SEQS_LIMIT || c->lim.max_tokens_per_seq > MAX_TOKENS_LIMIT)
+	if (c->lim.max_seqs > PKV_MAX_SEQS_LIMIT || c->lim.max_tokens_per_seq > PKV_MAX_TOKENS_LIMIT)
 		goto err_free;
 	while ((1u << c->idx_bits) < c->lim.max_seqs)
 		c->idx_bits++;
@@ -128,8 +143,7 @@ int pkv_cache_create(const struct pkv_geometry *g, const struct pkv_cache_limits
 	c->lru_prev = malloc((n + 1) * sizeof(int32_t));
 	c->lru_next = malloc((n + 1) * sizeof(int32_t));
 	c->scratch = malloc(n * sizeof(*c->scratch));
-	for (cap = 16; cap < 2 * n; cap <<= 1)
-		;
+	cap = prefix_table_cap(n);
 	c->tab = malloc(cap * sizeof(*c->tab));
 	c->own = calloc(16, sizeof(*c->own));
 	if (!c->blk || !c->tok || !c->free_stk || !c->lru_prev || !c->lru_next || !c->scratch ||

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include "cache/bounds.h"
 #include "cache/cache_int.h"
 
 int32_t pkv_prefix_find(const struct pkv_cache *c, struct pkv_key key)
@@ -64,7 +65,12 @@ void pkv_prefix_remove(struct pkv_cache *c, struct pkv_key key)
 uint32_t pkv_prefix_walk(const struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens,
 			 uint32_t max_blocks, int32_t *out)
 {
-	struct pkv_key parent = ns;
+	return pkv_prefix_walk_from(c, ns, ns, tokens, max_blocks, out);
+}
+
+uint32_t pkv_prefix_walk_from(const struct pkv_cache *c, struct pkv_key ns, struct pkv_key parent,
+			      const int32_t *tokens, uint32_t max_blocks, int32_t *out)
+{
 	size_t bytes = (size_t)c->bs * sizeof(*tokens);
 	uint32_t i;
 
@@ -125,11 +131,18 @@ static int check_tokens(const struct pkv_cache *c, const int32_t *tokens, uint32
 	return 0;
 }
 
-/* A chain never holds more blocks than the pool; the bound keeps scratch safe even so. */
-static uint32_t max_walk(const struct pkv_cache *c, uint32_t n_tokens)
+/*
+ * Blocks a walk over n_tokens may match: whole blocks, at most
+ * PKV_MAX_OPEN_WALK_TOKENS worth (the walk runs on the daemon's event loop),
+ * and never more than the pool holds (a chain cannot; the bound keeps scratch
+ * safe even so).
+ */
+uint32_t pkv_prefix_max_walk(const struct pkv_cache *c, uint32_t n_tokens)
 {
-	uint32_t n = n_tokens / c->bs;
+	uint32_t n = n_tokens / c->bs, cap = PKV_MAX_OPEN_WALK_TOKENS / c->bs;
 
+	if (n > cap)
+		n = cap;
 	return n < c->g.num_blocks ? n : c->g.num_blocks;
 }
 
@@ -166,16 +179,25 @@ int pkv_prefix_pin(struct pkv_cache *c, uint32_t owner, struct pkv_key ns, const
 	err = check_tokens(c, tokens, n_tokens);
 	if (err)
 		return err;
-	n = pkv_prefix_walk(c, ns, tokens, max_walk(c, n_tokens), c->scratch);
+	/* The budget follows the owner (a salt buys none); the cap bounds all owners together. */
+	o = pkv_owner_find(c, owner);
+	have = o ? o->pin_blocks : 0;
+	/* One block past what the budget allows tells "over budget": a spent budget makes pins cheap. */
+	n = pkv_prefix_max_walk(c, n_tokens);
+	if (have < c->lim.pin_budget_blocks && c->lim.pin_budget_blocks - have < n)
+		n = c->lim.pin_budget_blocks - have + 1;
+	else if (have >= c->lim.pin_budget_blocks && n > 1)
+		n = 1;
+	n = pkv_prefix_walk(c, ns, tokens, n, c->scratch);
 	if (!n)
 		return 0;
 	for (i = 0; i < n; i++)
 		fresh += c->blk[c->scratch[i]].pin == 0;
-	/* The budget follows the owner (a salt buys none); the cap bounds all owners together. */
-	o = pkv_owner_find(c, owner);
-	have = o ? o->pin_blocks : 0;
 	if ((uint64_t)have + n > c->lim.pin_budget_blocks ||
 	    (uint64_t)c->n_pinned + fresh > c->lim.pin_cap_blocks)
+		return -ENOSPC;
+	/* A pin holds blocks as surely as a sequence does: it counts against the owner's block limit. */
+	if ((o ? (uint64_t)o->nblocks + o->pin_blocks : 0) + n > owner_block_cap(c, o))
 		return -ENOSPC;
 	path = malloc(n * sizeof(*path));
 	if (!path)
@@ -228,7 +250,13 @@ int pkv_prefix_unpin(struct pkv_cache *c, uint32_t owner, struct pkv_key ns, con
 	o = pkv_owner_find(c, owner);
 	if (!o || !o->n_pins)
 		return -ENOENT;
-	n = pkv_prefix_walk(c, ns, tokens, max_walk(c, n_tokens), c->scratch);
+	/* No deeper than the owner's longest pin: nothing past it can match one. */
+	n = 0;
+	for (i = 0; i < o->n_pins; i++)
+		n = o->pins[i].n > n ? o->pins[i].n : n;
+	if (n > pkv_prefix_max_walk(c, n_tokens))
+		n = pkv_prefix_max_walk(c, n_tokens);
+	n = pkv_prefix_walk(c, ns, tokens, n, c->scratch);
 	/* The owner's deepest pin along this chain. */
 	for (i = 0; i < o->n_pins; i++) {
 		const struct pin_rec *p = &o->pins[i];

@@ -108,18 +108,22 @@ void pkv_cache_owner_usage(const struct pkv_cache *c, uint32_t owner, struct pkv
 		return;
 	u->seqs = o->nseqs;
 	u->blocks = o->nblocks;
+	u->pin_blocks = o->pin_blocks;
 	u->steps = o->nsteps;
 	u->max_seqs = o->max_seqs;
 	u->max_blocks = o->max_blocks;
+	u->block_cap = (uint32_t)owner_block_cap(c, o);
 }
 
-static bool owner_over(const struct owner *o, uint32_t more_seqs, uint64_t more_blocks)
+static bool owner_over(const struct pkv_cache *c, const struct owner *o, uint32_t more_seqs,
+		       uint64_t more_blocks)
 {
 	if (!o)
-		return false;
+		return more_blocks > c->lim.max_refs_per_owner;
 	if (more_seqs && o->max_seqs && (uint64_t)o->nseqs + more_seqs > o->max_seqs)
 		return true;
-	if (more_blocks && o->max_blocks && o->nblocks + more_blocks > o->max_blocks)
+	/* Pinned blocks count too: pins and references share one block limit. */
+	if (more_blocks && (uint64_t)o->nblocks + o->pin_blocks + more_blocks > owner_block_cap(c, o))
 		return true;
 	return false;
 }
@@ -149,19 +153,41 @@ static uint32_t seq_handle(const struct pkv_cache *c, const struct seq *s)
 
 int pkv_seq_reserve_tab(struct seq *s, uint32_t need)
 {
-	uint32_t cap = s->cap ? s->cap : 4;
+	uint64_t cap = s->cap ? s->cap : 4;
 	int32_t *t;
 
 	if (need <= s->cap)
 		return 0;
 	while (cap < need)
-		cap *= 2;
-	t = realloc(s->tab, cap * sizeof(*t));
+		cap *= 2;   /* need < 2^32: no wrap in 64 bits */
+	if (cap > UINT32_MAX || cap > SIZE_MAX / sizeof(*t))
+		return -ENOMEM;
+	t = realloc(s->tab, (size_t)cap * sizeof(*t));
 	if (!t)
 		return -ENOMEM;
 	s->tab = t;
-	s->cap = cap;
+	s->cap = (uint32_t)cap;
 	return 0;
+}
+
+/*
+ * Gives back table capacity far above what s uses: a table that once held a
+ * long sequence must not stay allocated after a truncate or close (block
+ * references are what a client's quota charges; a table stripped of its
+ * references would be free memory for it). Shrinking only: failure is harmless.
+ */
+static void seq_trim_tab(struct seq *s)
+{
+	uint32_t want = s->nblk < 32 ? 64 : 2 * s->nblk;
+	int32_t *t;
+
+	if (s->cap <= 256 || s->cap <= 2 * want)
+		return;
+	t = realloc(s->tab, (size_t)want * sizeof(*t));
+	if (t) {
+		s->tab = t;
+		s->cap = want;
+	}
 }
 
 /* Makes sure a slot is free for one more sequence (growing the slot array); changes nothing visible. */
@@ -205,6 +231,7 @@ static struct seq *seq_take(struct pkv_cache *c, struct owner *o, struct pkv_key
 	s->len = 0;
 	s->nblk = 0;
 	s->step = NULL;
+	s->opening = 0;
 	s->o_prev = -1;
 	s->o_next = o->seq_head;
 	if (o->seq_head >= 0)
@@ -215,46 +242,115 @@ static struct seq *seq_take(struct pkv_cache *c, struct owner *o, struct pkv_key
 	return s;
 }
 
-int pkv_cache_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
-		 const int32_t *tokens, uint32_t n_tokens, uint32_t *seq, uint32_t *n_cached)
+/*
+ * Matches up to budget more blocks of s's prompt (0: no budget), from its
+ * last matched block; the table was reserved for every block that can match.
+ * Returns the blocks matched; *more says the budget, not a miss, ended it.
+ */
+static uint32_t seq_match(const struct pkv_cache *c, const struct seq *s, const int32_t *tokens,
+			  uint32_t max_blk, uint32_t budget, int *more)
 {
-	uint32_t max_blk, n, i;
+	struct pkv_key parent = s->nblk ? c->blk[s->tab[s->nblk - 1]].key : s->ns;
+	uint32_t lim = max_blk - s->nblk, n;
+
+	if (budget && budget < lim)
+		lim = budget;
+	n = pkv_prefix_walk_from(c, s->ns, parent, tokens + (size_t)s->nblk * c->bs, lim,
+				 s->tab + s->nblk);
+	*more = n == lim && s->nblk + n < max_blk;
+	return n;
+}
+
+/* Takes the references of the n blocks seq_match just found. */
+static void seq_take_matched(struct pkv_cache *c, struct owner *o, struct seq *s, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		pkv_blk_incref(c, s->tab[s->nblk + i]);
+	s->nblk += n;
+	s->len = s->nblk * c->bs;
+	o->nblocks += n;
+	c->hit_tokens += (uint64_t)n * c->bs;
+}
+
+int pkv_cache_seq_open_partial(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
+			       const int32_t *tokens, uint32_t n_tokens, uint32_t budget,
+			       uint32_t *seq, uint32_t *n_cached)
+{
+	uint32_t max_blk, n;
 	struct owner *o;
 	struct seq *s;
-	int err;
+	int err, more;
 
 	if (!seq || (!tokens && n_tokens) || n_tokens > c->lim.max_tokens_per_seq)
 		return -EINVAL;
 	o = pkv_owner_find(c, owner);
-	if (owner_over(o, 1, 0))
+	if (owner_over(c, o, 1, 0))
 		return -ENOSPC;
 	err = seq_slot_ready(c);
 	if (err)
 		return err;
+	/* The last prompt token is always computed, so the client gets its logits. */
+	max_blk = n_tokens ? pkv_prefix_max_walk(c, n_tokens - 1) : 0;
 	s = &c->seqs[c->seq_free[c->n_seq_free - 1]];
-	err = pkv_seq_reserve_tab(s, (n_tokens + c->bs - 1) / c->bs);
+	/* Only what can match: the first step reserves the rest (and charges it). */
+	err = pkv_seq_reserve_tab(s, max_blk);
 	if (err)
 		return err;
-	/* The last prompt token is always computed, so the client gets its logits. */
-	max_blk = n_tokens ? (n_tokens - 1) / c->bs : 0;
-	n = pkv_prefix_walk(c, ns, tokens, max_blk, s->tab);
-	if (owner_over(o, 0, n))
+	s->nblk = 0;
+	s->ns = ns;
+	n = seq_match(c, s, tokens, max_blk, budget, &more);
+	if (owner_over(c, o, 0, n))
 		return -ENOSPC;
 	o = pkv_owner_get(c, owner);
 	if (!o)
 		return -ENOMEM;
 	s = seq_take(c, o, ns);
-	for (i = 0; i < n; i++)
-		pkv_blk_incref(c, s->tab[i]);
-	s->nblk = n;
-	s->len = n * c->bs;
-	o->nblocks += n;
+	seq_take_matched(c, o, s, n);
+	s->opening = (uint8_t)more;
 	c->lookup_tokens += n_tokens;
-	c->hit_tokens += s->len;
 	*seq = seq_handle(c, s);
 	if (n_cached)
 		*n_cached = s->len;
-	return 0;
+	return more;
+}
+
+int pkv_cache_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
+		 const int32_t *tokens, uint32_t n_tokens, uint32_t *seq, uint32_t *n_cached)
+{
+	int r = pkv_cache_seq_open_partial(c, owner, ns, tokens, n_tokens, 0, seq, n_cached);
+
+	return r < 0 ? r : 0;
+}
+
+int pkv_cache_seq_open_more(struct pkv_cache *c, uint32_t owner, uint32_t seq, const int32_t *tokens,
+			    uint32_t n_tokens, uint32_t budget, uint32_t *n_cached)
+{
+	struct seq *s = pkv_seq_get(c, owner, seq);
+	struct owner *o;
+	uint32_t max_blk, n;
+	int more;
+
+	if (!s)
+		return -ENOENT;
+	if (!s->opening || !tokens || !n_tokens || s->step)
+		return -EINVAL;
+	max_blk = pkv_prefix_max_walk(c, n_tokens - 1);
+	if (max_blk < s->nblk || max_blk > s->cap)
+		return -EINVAL;   /* not the prompt the sequence was opened with */
+	o = pkv_owner_find(c, owner);
+	n = seq_match(c, s, tokens, max_blk, budget, &more);
+	/* Over the owner's block limit, the match ends where the limit does. */
+	if ((uint64_t)o->nblocks + o->pin_blocks + n > owner_block_cap(c, o)) {
+		uint64_t held = (uint64_t)o->nblocks + o->pin_blocks, cap = owner_block_cap(c, o);
+
+		n = held < cap ? (uint32_t)(cap - held) : 0;
+		more = 0;
+	}
+	seq_take_matched(c, o, s, n);
+	s->opening = (uint8_t)more;
+	if (n_cached)
+		*n_cached = s->len;
+	return more;
 }
 
 int pkv_cache_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t *child)
@@ -270,15 +366,17 @@ int pkv_cache_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32
 		return -EINVAL;
 	if (p->step)
 		return -EBUSY;
+	p->opening = 0;   /* its open is over once it is used */
 	o = pkv_owner_find(c, owner);
-	if (owner_over(o, 1, p->nblk))
+	if (owner_over(c, o, 1, p->nblk))
 		return -ENOSPC;
 	err = seq_slot_ready(c);
 	if (err)
 		return err;
 	p = pkv_seq_get(c, owner, seq);   /* the slot array may have moved */
 	s = &c->seqs[c->seq_free[c->n_seq_free - 1]];
-	err = pkv_seq_reserve_tab(s, p->cap);
+	/* The child's table holds the parent's entries, not its capacity (which a long past may have grown). */
+	err = pkv_seq_reserve_tab(s, p->nblk);
 	if (err)
 		return err;
 	s = seq_take(c, o, p->ns);
@@ -313,8 +411,10 @@ int pkv_cache_seq_truncate(struct pkv_cache *c, uint32_t owner, uint32_t seq, ui
 		return -EBUSY;
 	if (n_tokens > s->len)
 		return -EINVAL;
+	s->opening = 0;   /* its open is over once it is used */
 	seq_drop_blocks(c, s, (n_tokens + c->bs - 1) / c->bs);
 	s->len = n_tokens;
+	seq_trim_tab(s);
 	return 0;
 }
 
@@ -324,6 +424,7 @@ static void seq_release(struct pkv_cache *c, struct seq *s)
 	int32_t idx = (int32_t)(s - c->seqs);
 
 	seq_drop_blocks(c, s, 0);
+	seq_trim_tab(s);   /* a freed slot keeps a small table for the next open */
 	if (s->o_prev >= 0)
 		c->seqs[s->o_prev].o_next = s->o_next;
 	else

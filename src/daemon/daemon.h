@@ -114,6 +114,10 @@ struct session {
 	int cq_broken;                /* set by a poster that found the ring corrupted */
 	struct seq_ent *seqs;
 	uint32_t n_seqs, cap_seqs;
+	/* An open whose prefix walk goes on over several turns; its SQE completes at the end. */
+	int32_t *open_tokens;         /* non-NULL while one is pending */
+	uint32_t open_n, open_seq;
+	uint64_t open_ud;
 	uint64_t ops, errors;
 	/* per-uid accounting (tenant.c): what this connection adds to its uid's counters */
 	struct tenant *tenant;        /* set at hello */

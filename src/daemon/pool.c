@@ -162,12 +162,7 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid,
 	p->window_left = m->window_left;
 	p->bytes = bytes;
 	p->owner_uid = uid;
-	r = pkv_cache_create(&p->geo, NULL, &p->cache);
-	if (r) {
-		snprintf(why, why_len, "pool '%s': cache manager refused the geometry (%s)", m->name,
-			 strerror(-r));
-		goto err_free;
-	}
+	/* The backend checks the pool before anything is allocated for it: a refused attach costs nothing. */
 	memset(&desc, 0, sizeof(desc));
 	desc.abi_version = PKV_BACKEND_ABI_VERSION;
 	desc.struct_size = sizeof(desc);
@@ -178,7 +173,13 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid,
 			      &desc, why, why_len);
 	pthread_mutex_unlock(&d->backend_mu);
 	if (r)
-		goto err_cache;
+		goto err_free;
+	r = pkv_cache_create(&p->geo, NULL, &p->cache);
+	if (r) {
+		snprintf(why, why_len, "pool '%s': cache manager refused the geometry (%s)", m->name,
+			 strerror(-r));
+		goto err_disp;
+	}
 	d->budget_used += bytes;
 	tenant_pool_created(d, uid, bytes);
 	p->next = d->pools;
@@ -188,8 +189,10 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid,
 		 p->geo.num_layers, p->geo.num_heads, p->geo.num_kv_heads, p->geo.head_dim, p->geo.num_blocks, p->geo.block_size, (unsigned long long)(bytes >> 20));
 	*out = p;
 	return 0;
-err_cache:
-	pkv_cache_destroy(p->cache);
+err_disp:
+	pthread_mutex_lock(&d->backend_mu);
+	pkv_dispatch_close(&p->disp);
+	pthread_mutex_unlock(&d->backend_mu);
 err_free:
 	free(p);
 	return r;

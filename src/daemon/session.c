@@ -449,7 +449,18 @@ static void explain(struct pkv_daemon *d, struct session *s, const char *what, i
 					(unsigned long long)tenant_block_limit(d, s->pool), d->cfg.uid_block_share);
 			return;
 		}
+		/* The cap every connection has (forks count each reference), once near it. */
+		if ((uint64_t)u.blocks + u.pin_blocks >= u.block_cap / 2) {
+			session_set_err(s, "%s: out of blocks, or over this connection's cap of %u block "
+					"references (%u held, %u pinned)", what, u.block_cap, u.blocks, u.pin_blocks);
+			return;
+		}
 		session_set_err(s, "%s: the pool is out of blocks", what);
+		return;
+	}
+	if (r == -E2BIG) {
+		session_set_err(s, "%s: its block table (sequences x the longest one's blocks) exceeds %u entries",
+				what, PKV_MAX_STEP_TABLE);
 		return;
 	}
 	session_set_err(s, "%s: %s", what, strerror(-r));
@@ -568,6 +579,69 @@ static void hand_to_worker(struct pkv_daemon *d, struct session *s)
 	worker_push(d, j);
 }
 
+/* Tokens of an open or pin worth reading: one past the longest match, so an open still computes its last token. */
+static uint32_t walk_tokens(uint32_t n)
+{
+	return n <= PKV_MAX_OPEN_WALK_TOKENS ? n : PKV_MAX_OPEN_WALK_TOKENS + 1;
+}
+
+/* Prefix blocks an open may walk in one turn: PKV_SWEEP_WORK_TOKENS worth. */
+static uint32_t turn_blocks(const struct pkv_cache *c)
+{
+	uint32_t n = PKV_SWEEP_WORK_TOKENS / pkv_cache_geometry(c)->block_size;
+
+	return n ? n : 1;
+}
+
+/*
+ * Walks one more turn of the pending open; returns 1 when it completed (its
+ * completion posted), 0 when it goes on at the next turn.
+ */
+static int open_continue(struct pkv_daemon *d, struct session *s)
+{
+	struct pkv_cache *c = s->pool->cache;
+	struct seq_ent *se;
+	uint32_t nc = 0;
+	int r = pkv_cache_seq_open_more(c, s->id, s->open_seq, s->open_tokens, s->open_n,
+					turn_blocks(c), &nc);
+
+	tenant_sync(d, s);   /* the walk took more blocks for this uid */
+	if (r == 1)
+		return 0;
+	if (r < 0) {
+		session_set_err(s, "open: %s", strerror(-r));
+		pkv_cache_seq_close(c, s->id, s->open_seq);
+		seq_del(s, s->open_seq);
+		s->errors++;
+	} else if ((se = seq_find(s, s->open_seq))) {
+		se->len = nc;
+	}
+	free(s->open_tokens);
+	s->open_tokens = NULL;
+	if (session_post(s, s->open_ud, r, r < 0 ? 0 : s->open_seq, nc)) {
+		pkv_warn("client %u (pid %d): completion ring corrupted or overrun; disconnecting",
+			 s->id, (int)s->pid);
+		session_hangup(d, s);
+	}
+	return 1;
+}
+
+/* Loop-thread work of one SQE, in tokens read or hashed, for the per-sweep budget. */
+static uint64_t sqe_work(const struct session *s, const struct pkv_sqe *e)
+{
+	switch (e->opcode) {
+	case PKV_OP_SEQ_OPEN:
+		return PKV_SWEEP_WORK_TOKENS;   /* at most one turn of walk; the rest waits */
+	case PKV_OP_PIN:
+	case PKV_OP_UNPIN:
+		return walk_tokens(e->n);
+	case PKV_OP_STEP_BEGIN:
+		return s->step ? s->meta.total_q + s->meta.num_seqs : e->n;
+	default:
+		return 1;
+	}
+}
+
 /* Executes one validated SQE; returns its result, or 1 when it completes asynchronously. */
 static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
 		    uint64_t *p0, uint64_t *p1)
@@ -602,20 +676,31 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 			*p0 = seq;
 			return 0;
 		}
-		tok = copy_out(s, e->off[0], e->n);
+		/* Only the tokens the prefix walk can match (PKV_MAX_OPEN_WALK_TOKENS) are read. */
+		tok = copy_out(s, e->off[0], walk_tokens(e->n));
 		if (!tok)
 			return -ENOMEM;
-		r = pkv_cache_seq_open(c, s->id, s->ns, tok, e->n, &seq, &n_cached);
-		free(tok);
-		if (r) {
+		r = pkv_cache_seq_open_partial(c, s->id, s->ns, tok, walk_tokens(e->n), turn_blocks(c),
+					       &seq, &n_cached);
+		if (r < 0) {
+			free(tok);
 			explain(d, s, "open", r);
 			return r;
 		}
-		r = seq_add(s, seq, n_cached);
-		if (r) {
+		if (seq_add(s, seq, n_cached)) {
+			free(tok);
 			pkv_cache_seq_close(c, s->id, seq);
-			return r;
+			return -ENOMEM;
 		}
+		if (r == 1) {
+			/* The walk goes on over the next turns (open_continue); the completion waits. */
+			s->open_tokens = tok;
+			s->open_n = walk_tokens(e->n);
+			s->open_seq = seq;
+			s->open_ud = e->user_data;
+			return 1;
+		}
+		free(tok);
 		*p0 = seq;
 		*p1 = n_cached;
 		return 0;
@@ -653,6 +738,18 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 			session_set_err(s, "copy-on-write failed in the backend; the step was aborted");
 			return -EIO;
 		}
+		{
+			/* Unattended slots hold the blocks' previous K/V (maybe another uid's): never commit them. */
+			char miss[160];
+
+			if (pkv_cache_step_missing_layers(c, s->step, miss, sizeof(miss))) {
+				pkv_cache_step_abort(c, s->step);
+				step_clear(s);
+				session_set_err(s, "step_end: layers %s not attended; the step was aborted, nothing committed",
+						miss);
+				return -EINVAL;
+			}
+		}
 		r = pkv_cache_step_commit(c, s->step);
 		if (r) {
 			session_set_err(s, "commit: %s", strerror(-r));
@@ -673,11 +770,11 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 		return 0;
 	case PKV_OP_PIN:
 	case PKV_OP_UNPIN:
-		tok = copy_out(s, e->off[0], e->n);
+		tok = copy_out(s, e->off[0], walk_tokens(e->n));
 		if (!tok)
 			return -ENOMEM;
-		r = e->opcode == PKV_OP_PIN ? pkv_prefix_pin(c, s->id, s->ns, tok, e->n)
-					    : pkv_prefix_unpin(c, s->id, s->ns, tok, e->n);
+		r = e->opcode == PKV_OP_PIN ? pkv_prefix_pin(c, s->id, s->ns, tok, walk_tokens(e->n))
+					    : pkv_prefix_unpin(c, s->id, s->ns, tok, walk_tokens(e->n));
 		free(tok);
 		/* Each success adds or drops one pin record of this owner (uid_max_pins). */
 		if (r >= 0 && s->tenant) {
@@ -714,13 +811,18 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 int session_process(struct pkv_daemon *d, struct session *s)
 {
 	char why[PKV_ERR_LEN];
+	uint64_t work = 0;
 	int done = 0;
 
 	if (s->closing || !s->region || s->worker_owned)
 		return 0;
+	/* A pending open takes this turn first; the SQEs after it wait for its completion. */
+	if (s->open_tokens && !open_continue(d, s))
+		return 1;
 	/* The client spins without yielding only while we poll from another CPU. */
 	pkv_ring_set_cpu(&s->sq, d->cpu1);
-	while (done < SQES_PER_SWEEP) {
+	/* A turn ends after PKV_SWEEP_WORK_TOKENS of work too: other clients wait while we run. */
+	while (done < SQES_PER_SWEEP && work < PKV_SWEEP_WORK_TOKENS) {
 		struct sqe_limits lim;
 		struct pkv_sqe e;
 		uint64_t p0 = 0, p1 = 0;
@@ -768,8 +870,12 @@ int session_process(struct pkv_daemon *d, struct session *s)
 			r = exec_sqe(d, s, &e, &p0, &p1);
 			tenant_sync(d, s);
 		}
-		if (r == 1)
+		work += sqe_work(s, &e);
+		if (r == 1) {
+			if (s->open_tokens)
+				break;   /* a long open: its walk goes on next turn */
 			continue;
+		}
 		if (r < 0)
 			s->errors++;
 		if (session_post(s, e.user_data, r, p0, p1)) {
@@ -814,6 +920,8 @@ void session_release(struct pkv_daemon *d, struct session *s)
 		s->pool = NULL;
 	}
 	tenant_leave(d, s);
+	free(s->open_tokens);   /* its sequence went with the owner's */
+	s->open_tokens = NULL;
 	free(s->seqs);
 	s->seqs = NULL;
 	s->n_seqs = 0;

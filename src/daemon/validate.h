@@ -7,9 +7,7 @@
 #include <stdint.h>
 #include "common/proto.h"
 
-#define PKV_MAX_SEQ_TOKENS (1u << 20)   /* tokens in one open/pin request or one sequence */
-#define PKV_MAX_STEP_SEQS 4096u          /* sequences in one step */
-#define PKV_MAX_STEP_TOKENS (1u << 20)   /* new tokens in one step */
+#include "cache/bounds.h"   /* every limit on a client-controlled size */
 
 /* What an SQE is checked against: the session's arena and pool, its open step. */
 struct sqe_limits {

@@ -386,11 +386,30 @@ static void start_big(struct job *o, const struct attend_item *it, uint32_t laye
 }
 
 /*
+ * Whether merging a step into batch b would pad the merged block table (all
+ * sequences x the longest table) past PKV_MAX_STEP_TABLE: each step is held
+ * to it alone, and merging must not multiply it (one long sequence beside
+ * many short ones from another client).
+ */
+static int merge_too_big(const struct job *b, const struct pkv_step_meta *m)
+{
+	uint64_t seqs = m->num_seqs, maxb = m->max_blocks_per_seq;
+
+	for (uint32_t i = 0; i < b->n_items; i++) {
+		seqs += b->items[i].meta->num_seqs;
+		if (b->items[i].meta->max_blocks_per_seq > maxb)
+			maxb = b->items[i].meta->max_blocks_per_seq;
+	}
+	return seqs * maxb > PKV_MAX_STEP_TABLE;
+}
+
+/*
  * One sweep over the owned rings, starting at a rotating index: takes the
  * head attend of every ring whose head matches the first one's pool and
  * layer (coalescing; only the first with coalescing off), while the batch's
- * estimated time stays within the slice. An attend longer than a slice by
- * itself starts a sliced run instead. Returns how many SQEs it took.
+ * estimated time stays within the slice and its padded table within
+ * PKV_MAX_STEP_TABLE. An attend longer than a slice by itself starts a
+ * sliced run instead. Returns how many SQEs it took.
  */
 static int collect(struct pkv_daemon *d, struct job *b)
 {
@@ -430,7 +449,8 @@ static int collect(struct pkv_daemon *d, struct job *b)
 			continue;
 		}
 		if (b->n_items && (!w->coalesce || o->s->pool != b->pool || e.layer != b->layer ||
-				   (w->slice_ns && b->est_ns + est > (double)w->slice_ns)))
+				   (w->slice_ns && b->est_ns + est > (double)w->slice_ns) ||
+				   merge_too_big(b, &o->s->meta)))
 			continue;
 		n++;
 		if (take(o, &e, &it))
@@ -493,6 +513,9 @@ static void run_batch(struct pkv_daemon *d, struct job *b)
 	w->merged_items += b->n_items;
 	/* Straight into the clients' rings: one hand-off each way per attend. */
 	for (uint32_t i = 0; i < b->n_items; i++) {
+		/* Only now are the step's new slots written in this layer (step_end checks every layer). */
+		if (!res)
+			pkv_cache_step_layer_done(b->items[i].s->step, b->layer);
 		b->items[i].owner->in_batch = 0;
 		seqs += b->items[i].meta->num_seqs;
 		post(b->items[i].owner, b->items[i].user_data, res);
@@ -519,6 +542,9 @@ static void end_big(struct job *o, int32_t res)
 	o->in_batch = 0;
 	free(o->big_arrays);
 	o->big_arrays = NULL;
+	/* Every slice wrote its rows' K/V in this layer: the step may now count it (step_end checks). */
+	if (!res)
+		pkv_cache_step_layer_done(o->s->step, o->layer);
 	post(o, o->big.user_data, res);
 	__atomic_fetch_add(&p->attends, 1, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&p->batches, 1, __ATOMIC_RELAXED);

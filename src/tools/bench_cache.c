@@ -11,6 +11,14 @@
 #define PROMPT 1000
 #define POOL 65536
 
+/* Commits as the daemon does once every layer's attend ran (there is no backend here). */
+static int commit(struct pkv_cache *c, struct pkv_step *st)
+{
+	for (uint32_t l = 0; l < pkv_cache_geometry(c)->num_layers; l++)
+		pkv_cache_step_layer_done(st, l);
+	return pkv_cache_step_commit(c, st);
+}
+
 static double now_ns(void)
 {
 	struct timespec ts;
@@ -114,7 +122,7 @@ static double bench_step(struct pkv_cache *c, int decode)
 					tok[i] = s * 31 + i;
 					req[i] = (struct pkv_step_req){ seq[i], 1, &tok[i] };
 				}
-				if (pkv_cache_step_begin(c, 1, req, NSEQ, &st, &m) || pkv_cache_step_commit(c, st))
+				if (pkv_cache_step_begin(c, 1, req, NSEQ, &st, &m) || commit(c, st))
 					return -1;
 			}
 			tokens += (uint64_t)STEPS * NSEQ;
@@ -122,7 +130,7 @@ static double bench_step(struct pkv_cache *c, int decode)
 			for (int i = 0; i < n; i++) {
 				prompt(tok, PREFILL, 800000 + (uint32_t)(rep * n + i));
 				req[0] = (struct pkv_step_req){ seq[i], PREFILL, tok };
-				if (pkv_cache_step_begin(c, 1, req, 1, &st, &m) || pkv_cache_step_commit(c, st))
+				if (pkv_cache_step_begin(c, 1, req, 1, &st, &m) || commit(c, st))
 					return -1;
 			}
 			tokens += (uint64_t)n * PREFILL;
@@ -152,7 +160,7 @@ static double bench_lookup(struct pkv_cache *c, int hit)
 		if (pkv_cache_seq_open(c, 2, ns, tok[0], PROMPT, &s, &nc))
 			return -1;
 		r = (struct pkv_step_req){ s, PROMPT - nc, tok[0] + nc };
-		if (r.n_new && (pkv_cache_step_begin(c, 2, &r, 1, &st, &m) || pkv_cache_step_commit(c, st)))
+		if (r.n_new && (pkv_cache_step_begin(c, 2, &r, 1, &st, &m) || commit(c, st)))
 			return -1;
 		pkv_cache_seq_close(c, 2, s);
 	}

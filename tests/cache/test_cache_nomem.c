@@ -113,7 +113,7 @@ START_TEST(open_fork_step_pin_fail_cleanly)
 	/* The first step: the step object and its buffers. */
 	r = (struct pkv_step_req){ s, 200, t };
 	EVERY_FAILURE(c, (void)0, pkv_cache_step_begin(c, OWN, &r, 1, &st, &m));
-	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
+	ck_assert_int_eq(test_commit(c, st), 0);
 	/* Fork: a slot and a table for the child. */
 	EVERY_FAILURE(c, (void)0, pkv_cache_seq_fork(c, OWN, s, &k));
 	/* Many sequences: the slot array grows past its first size. */

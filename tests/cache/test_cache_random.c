@@ -154,6 +154,17 @@ static uint32_t owner_refs(uint32_t o)
 	return n;
 }
 
+/* Blocks the owner's pins hold: they count against its block limit with its references. */
+static uint32_t owner_pinned(uint32_t o)
+{
+	uint32_t n = 0;
+
+	for (int i = 0; i < NPIN; i++)
+		if (M.pin[i].used && M.pin[i].owner == o)
+			n += M.pin[i].n / RBS;
+	return n;
+}
+
 static uint32_t owner_seqs(uint32_t o)
 {
 	uint32_t n = 0;
@@ -391,7 +402,7 @@ static void finish_step(struct mstep *ms, int commit)
 		q->npend -= used;
 	}
 	if (commit)
-		FAIL_IF(pkv_cache_step_commit(M.c, ms->st) != 0, "");
+		FAIL_IF(test_commit(M.c, ms->st) != 0, "");
 	else
 		pkv_cache_step_abort(M.c, ms->st);
 	ms->st = NULL;
@@ -464,7 +475,8 @@ static void op_step(void)
 		FAIL_IF(r != -EBUSY, "sequence in another step: %d", r);
 		return;
 	}
-	if (need && M.lim_blocks[owner] && owner_refs(owner) + need > M.lim_blocks[owner]) {
+	if (need && M.lim_blocks[owner] &&
+	    owner_refs(owner) + owner_pinned(owner) + need > M.lim_blocks[owner]) {
 		FAIL_IF(r != -ENOSPC, "owner block limit: %d", r);
 		return;
 	}
@@ -518,7 +530,8 @@ static void op_fork(void)
 		return;
 	}
 	if (i < 0 || (M.lim_seqs[M.s[p].owner] && owner_seqs(M.s[p].owner) >= M.lim_seqs[M.s[p].owner]) ||
-	    (M.s[p].len && M.lim_blocks[M.s[p].owner] && owner_refs(M.s[p].owner) + (M.s[p].len + RBS - 1) / RBS >
+	    (M.s[p].len && M.lim_blocks[M.s[p].owner] &&
+	     owner_refs(M.s[p].owner) + owner_pinned(M.s[p].owner) + (M.s[p].len + RBS - 1) / RBS >
 	     M.lim_blocks[M.s[p].owner])) {
 		FAIL_IF(r != -ENOSPC, "fork over a limit: %d", r);
 		return;
@@ -670,7 +683,9 @@ static void run_ops(uint32_t nblk, int exact, unsigned long ops)
 {
 	struct pkv_geometry g = { 2, 4, 2, 8, PKV_DTYPE_F16, RBS, nblk };
 	struct pkv_cache_limits lim = { .max_seqs = MAXSEQ, .max_tokens_per_seq = MAXT,
-					.pin_budget_blocks = 8, .pin_cap_blocks = 12 };
+					.pin_budget_blocks = 8, .pin_cap_blocks = 12,
+					/* the model's owner limits only; the refs bound has its own test */
+					.max_refs_per_owner = 1u << 20 };
 	struct pkv_cache_stats st;
 
 	memset(&M, 0, sizeof(M));

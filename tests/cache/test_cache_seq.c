@@ -333,7 +333,7 @@ START_TEST(fork_append_copies_shared_partial_block)
 	ck_assert_int_ne(m.copies[0].src, m.copies[0].dst);
 	ck_assert_int_eq(m.slot_mapping[0], (int64_t)m.copies[0].dst * BS + 8);
 	test_audit_clean(c);
-	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
+	ck_assert_int_eq(test_commit(c, st), 0);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
 }
@@ -356,7 +356,7 @@ START_TEST(fork_other_writer_then_writes_in_place)
 	r = (struct pkv_step_req){ s, 1, &x };
 	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), 0);
 	ck_assert_uint_eq(m.num_copies, 0);
-	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
+	ck_assert_int_eq(test_commit(c, st), 0);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
 }
@@ -428,7 +428,7 @@ START_TEST(truncate_into_published_block_then_append_copies)
 	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), 0);
 	ck_assert_uint_eq(m.num_copies, 1);
 	ck_assert_int_eq(m.cache_seqlens[0], 20);
-	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
+	ck_assert_int_eq(test_commit(c, st), 0);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
 }
@@ -449,7 +449,7 @@ START_TEST(truncate_private_block_appends_in_place)
 	r = (struct pkv_step_req){ s, 1, &x };
 	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), 0);
 	ck_assert_uint_eq(m.num_copies, 0);
-	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
+	ck_assert_int_eq(test_commit(c, st), 0);
 	pkv_cache_destroy(c);
 }
 END_TEST
@@ -531,7 +531,7 @@ START_TEST(step_prefill_metadata)
 		ck_assert_int_eq(m.slot_mapping[20 + i], (int64_t)m.block_tables[3] * BS + i);
 	ck_assert_int_eq(m.block_tables[4], -1);
 	ck_assert_int_eq(m.block_tables[5], -1);
-	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
+	ck_assert_int_eq(test_commit(c, st), 0);
 	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s1), 40);
 	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s2), 5);
 	test_audit_clean(c);
@@ -560,7 +560,7 @@ START_TEST(step_decode_only_when_one_token_each)
 	ck_assert_uint_eq(m.max_length_q, 1);
 	ck_assert_uint_eq(m.max_length_k, 18);
 	ck_assert_int_eq(m.block_tables[1 * 2 + 1], -1);   /* s2 has one block of two */
-	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
+	ck_assert_int_eq(test_commit(c, st), 0);
 	pkv_cache_destroy(c);
 }
 END_TEST
@@ -675,7 +675,7 @@ START_TEST(step_seq_in_open_step_ebusy)
 	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st2, &m), -EBUSY);
 	b = test_snapshot(c, OWN);
 	test_same(&a, &b);
-	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
+	ck_assert_int_eq(test_commit(c, st), 0);
 	pkv_cache_destroy(c);
 }
 END_TEST
@@ -702,7 +702,7 @@ START_TEST(step_out_of_blocks_reserves_nothing)
 	ck_assert_uint_eq(b.st.free_blocks, 8);
 	r[1].n_new = 48;
 	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, r, 2, &st, &m), 0);
-	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
+	ck_assert_int_eq(test_commit(c, st), 0);
 	test_audit_clean(c);
 	pkv_cache_destroy(c);
 }
@@ -748,7 +748,7 @@ START_TEST(step_commit_twice_einval)
 	ck_assert_int_eq(pkv_cache_seq_open(c, OWN, test_ns(1), t, 8, &s, &nc), 0);
 	r = (struct pkv_step_req){ s, 8, t };
 	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), 0);
-	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
+	ck_assert_int_eq(test_commit(c, st), 0);
 	ck_assert_int_eq(pkv_cache_step_commit(c, st), -EINVAL);
 	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s), 8);
 	pkv_cache_destroy(c);
@@ -791,7 +791,7 @@ START_TEST(step_duplicate_key_stays_private)
 	r[0] = (struct pkv_step_req){ s1, 33, t };
 	r[1] = (struct pkv_step_req){ s2, 33, t };
 	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, r, 2, &st, &m), 0);
-	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
+	ck_assert_int_eq(test_commit(c, st), 0);
 	test_audit_clean(c);
 	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, s1), 0);
 	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, s2), 0);
@@ -903,7 +903,7 @@ START_TEST(owner_block_limit_enospc)
 	test_same(&a, &b);
 	r.n_new = 8;                                          /* fits in block 3 */
 	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), 0);
-	ck_assert_int_eq(pkv_cache_step_commit(c, st), 0);
+	ck_assert_int_eq(test_commit(c, st), 0);
 	test_prefill(c, OWN + 1, test_ns(1), t, 64, NULL);
 	pkv_cache_destroy(c);
 }
@@ -973,10 +973,10 @@ START_TEST(steps_overlap_and_end_in_any_order)
 	pkv_cache_stats(c, &a);
 	ck_assert_uint_eq(a.open_steps, 3);
 	test_audit_clean(c);
-	ck_assert_int_eq(pkv_cache_step_commit(c, st[1]), 0);
+	ck_assert_int_eq(test_commit(c, st[1]), 0);
 	pkv_cache_step_abort(c, st[0]);
 	test_audit_clean(c);
-	ck_assert_int_eq(pkv_cache_step_commit(c, st[2]), 0);
+	ck_assert_int_eq(test_commit(c, st[2]), 0);
 	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s[0]), 0);
 	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s[1]), 20);
 	ck_assert_int_eq(pkv_cache_seq_len(c, OWN, s[2]), 20);

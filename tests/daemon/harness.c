@@ -403,7 +403,7 @@ int raw_attach(struct raw *r, const struct pkv_msg_attach *m, char *why, size_t 
 	return e ? e : raw_reply(r, why, len);
 }
 
-int raw_call(struct raw *r, struct pkv_sqe *sqe, struct pkv_cqe *cqe)
+int raw_submit(struct raw *r, struct pkv_sqe *sqe)
 {
 	uint64_t one = 1;
 
@@ -412,6 +412,15 @@ int raw_call(struct raw *r, struct pkv_sqe *sqe, struct pkv_cqe *cqe)
 	pkv_ring_publish(&r->sq);
 	if (pkv_ring_needs_wakeup(&r->sq) && write(r->sq_bell, &one, 8) < 0)
 		return -errno;
+	return 0;
+}
+
+int raw_call(struct raw *r, struct pkv_sqe *sqe, struct pkv_cqe *cqe)
+{
+	int e = raw_submit(r, sqe);
+
+	if (e)
+		return e;
 	for (int i = 0; i < 2000; i++) {
 		struct pollfd p = { .fd = r->sock, .events = POLLRDHUP };
 

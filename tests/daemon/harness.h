@@ -83,6 +83,8 @@ int raw_open(struct raw *r, const char *sock, uint64_t arena, int seals);
 int raw_hello(struct raw *r, uint32_t version, uint64_t region_size, int pass_fds, char *why, size_t len);
 int raw_attach(struct raw *r, const struct pkv_msg_attach *m, char *why, size_t len);
 void raw_attach_msg(struct pkv_msg_attach *m, const char *name);
+/* Submits one SQE (and rings the bell if the daemon sleeps) without waiting. */
+int raw_submit(struct raw *r, struct pkv_sqe *sqe);
 /* Submits one SQE and waits (2 s) for its CQE; returns 0 or -ETIMEDOUT/-ECONNRESET. */
 int raw_call(struct raw *r, struct pkv_sqe *sqe, struct pkv_cqe *cqe);
 void raw_close(struct raw *r);

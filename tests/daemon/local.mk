@@ -75,3 +75,9 @@ TESTS += tests/daemon/check_soak
 tests_daemon_check_soak_SOURCES = tests/daemon/check_soak.c
 tests_daemon_check_soak_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_daemon_check_soak_LDADD = $(DAEMON_TEST_LIBS)
+# Issue 9 classes 1, 3, 6 (cache side): real uids (setresuid in forked children; skipped when not root).
+check_PROGRAMS += tests/daemon/check_cache_isolation
+TESTS += tests/daemon/check_cache_isolation
+tests_daemon_check_cache_isolation_SOURCES = tests/daemon/check_cache_isolation.c
+tests_daemon_check_cache_isolation_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_cache_isolation_LDADD = $(DAEMON_TEST_LIBS)
