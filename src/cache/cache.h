@@ -38,6 +38,7 @@ struct pkv_cache_limits {
 	uint32_t max_tokens_per_seq;  /* (0 = default 1 << 20) */
 	uint32_t pin_budget_blocks;   /* per owner, summed over its pins (0 = num_blocks / 4) */
 	uint32_t pin_cap_blocks;      /* pinned blocks in the whole pool (0 = num_blocks / 2) */
+	uint32_t inflight_claims;     /* 1: seq_open claims its prompt's blocks (see below); 0: off */
 };
 
 int pkv_cache_create(const struct pkv_geometry *g, const struct pkv_cache_limits *lim,
@@ -69,6 +70,25 @@ struct pkv_key pkv_namespace(uint64_t model_id, const struct pkv_geometry *g, ui
  */
 int pkv_cache_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
 		 const int32_t *tokens, uint32_t n_tokens, uint32_t *seq, uint32_t *n_cached);
+/*
+ * In-flight prefix sharing (limits.inflight_claims = 1). An open whose walk
+ * ends on a committed block (or finds nothing) also *claims* the following
+ * full blocks of its tokens: they are allocated into the sequence's table
+ * past its length and published as pending under their keys, so a second
+ * open of the same prefix, before the first has computed it, finds them and
+ * counts them in n_cached. A sequence whose table holds a pending block of
+ * another sequence cannot begin a step: step_begin fails with -EAGAIN and
+ * pkv_cache_blocked_seq names it, until the producer has committed those
+ * blocks. If the producer cannot deliver them (it closes, is truncated or
+ * released, or steps with other tokens than it claimed), the claim is
+ * withdrawn: each waiting sequence is cut back to the tokens before the
+ * first withdrawn block, and its next step_begin fails once with -ESTALE
+ * (pkv_cache_seq_len tells where to resume). Claims never outlive their
+ * producer, never hold unwritten KV readable by anyone, and count against
+ * the producer's block limits like any block in its table.
+ */
+uint32_t pkv_cache_blocked_seq(const struct pkv_cache *c);
+
 int pkv_cache_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t *child);
 int pkv_cache_seq_truncate(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t n_tokens);
 int pkv_cache_seq_close(struct pkv_cache *c, uint32_t owner, uint32_t seq);
@@ -152,6 +172,8 @@ struct pkv_cache_stats {
 	uint32_t open_seqs, open_steps;
 	uint64_t lookup_tokens, hit_tokens;   /* prefix lookups on open */
 	uint64_t evictions, cow_copies;
+	uint64_t inflight_hit_tokens;         /* of hit_tokens, found pending (in-flight) */
+	uint64_t claimed_blocks, withdrawn_blocks;
 };
 void pkv_cache_stats(const struct pkv_cache *c, struct pkv_cache_stats *st);
 

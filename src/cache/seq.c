@@ -140,7 +140,7 @@ struct seq *pkv_seq_get(const struct pkv_cache *c, uint32_t owner, uint32_t hand
 	return s;
 }
 
-static uint32_t seq_handle(const struct pkv_cache *c, const struct seq *s)
+uint32_t pkv_seq_handle(const struct pkv_cache *c, const struct seq *s)
 {
 	uint32_t idx = (uint32_t)(s - c->seqs);
 
@@ -205,6 +205,8 @@ static struct seq *seq_take(struct pkv_cache *c, struct owner *o, struct pkv_key
 	s->len = 0;
 	s->nblk = 0;
 	s->step = NULL;
+	s->wait_lo = s->wait_hi = 0;
+	s->cut = 0;
 	s->o_prev = -1;
 	s->o_next = o->seq_head;
 	if (o->seq_head >= 0)
@@ -249,9 +251,12 @@ int pkv_cache_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
 	s->nblk = n;
 	s->len = n * c->bs;
 	o->nblocks += n;
+	pkv_inflight_note_hits(c, s, n);
+	o->nblocks += pkv_inflight_claim(c, s, tokens, n_tokens,
+					 o->max_blocks ? o->max_blocks - o->nblocks : UINT32_MAX);
 	c->lookup_tokens += n_tokens;
 	c->hit_tokens += s->len;
-	*seq = seq_handle(c, s);
+	*seq = pkv_seq_handle(c, s);
 	if (n_cached)
 		*n_cached = s->len;
 	return 0;
@@ -261,7 +266,7 @@ int pkv_cache_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32
 {
 	struct seq *p = pkv_seq_get(c, owner, seq), *s;
 	struct owner *o;
-	uint32_t i;
+	uint32_t i, n;
 	int err;
 
 	if (!p)
@@ -270,8 +275,10 @@ int pkv_cache_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32
 		return -EINVAL;
 	if (p->step)
 		return -EBUSY;
+	/* The child shares the parent's tokens, not the blocks it claimed past them. */
+	n = (p->len + c->bs - 1) / c->bs;
 	o = pkv_owner_find(c, owner);
-	if (owner_over(o, 1, p->nblk))
+	if (owner_over(o, 1, n))
 		return -ENOSPC;
 	err = seq_slot_ready(c);
 	if (err)
@@ -282,19 +289,21 @@ int pkv_cache_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32
 	if (err)
 		return err;
 	s = seq_take(c, o, p->ns);
-	if (p->nblk)   /* an empty sequence may have no table at all */
-		memcpy(s->tab, p->tab, p->nblk * sizeof(*s->tab));
-	for (i = 0; i < p->nblk; i++)
+	if (n)   /* an empty sequence may have no table at all */
+		memcpy(s->tab, p->tab, n * sizeof(*s->tab));
+	for (i = 0; i < n; i++)
 		c->blk[s->tab[i]].ref++;
-	s->nblk = p->nblk;
+	s->nblk = n;
 	s->len = p->len;
+	s->wait_lo = p->wait_lo < n ? p->wait_lo : n;
+	s->wait_hi = p->wait_hi < n ? p->wait_hi : n;
 	o->nblocks += s->nblk;
-	*child = seq_handle(c, s);
+	*child = pkv_seq_handle(c, s);
 	return 0;
 }
 
 /* Drops table entries [keep, nblk), tail first, so the LRU sees a chain's tail as older. */
-static void seq_drop_blocks(struct pkv_cache *c, struct seq *s, uint32_t keep)
+void pkv_seq_drop_blocks(struct pkv_cache *c, struct seq *s, uint32_t keep)
 {
 	struct owner *o = pkv_owner_find(c, s->owner);
 
@@ -313,8 +322,13 @@ int pkv_cache_seq_truncate(struct pkv_cache *c, uint32_t owner, uint32_t seq, ui
 		return -EBUSY;
 	if (n_tokens > s->len)
 		return -EINVAL;
-	seq_drop_blocks(c, s, (n_tokens + c->bs - 1) / c->bs);
+	pkv_inflight_withdraw(c, s, n_tokens / c->bs);
+	pkv_seq_drop_blocks(c, s, (n_tokens + c->bs - 1) / c->bs);
 	s->len = n_tokens;
+	if (s->wait_hi > s->nblk)
+		s->wait_hi = s->nblk;
+	if (s->wait_lo > s->wait_hi)
+		s->wait_lo = s->wait_hi;
 	return 0;
 }
 
@@ -323,7 +337,8 @@ static void seq_release(struct pkv_cache *c, struct seq *s)
 	struct owner *o = pkv_owner_find(c, s->owner);
 	int32_t idx = (int32_t)(s - c->seqs);
 
-	seq_drop_blocks(c, s, 0);
+	pkv_inflight_withdraw(c, s, 0);
+	pkv_seq_drop_blocks(c, s, 0);
 	if (s->o_prev >= 0)
 		c->seqs[s->o_prev].o_next = s->o_next;
 	else

@@ -81,6 +81,9 @@ static bool needs_cow(const struct pkv_cache *c, const struct seq *s)
 	if (s->len % c->bs == 0)
 		return false;
 	k = &c->blk[s->tab[s->len / c->bs]];
+	/* The producer of a pending block is the one sequence that writes it in place. */
+	if (k->pending && k->producer == (int32_t)(s - c->seqs))
+		return false;
 	return k->ref > 1 || k->published;
 }
 
@@ -99,7 +102,7 @@ int pkv_cache_step_begin(struct pkv_cache *c, uint32_t owner, const struct pkv_s
 	c->mark_epoch++;
 	for (i = 0; i < n_reqs; i++) {
 		struct seq *s = pkv_seq_get(c, owner, reqs[i].seq);
-		uint64_t nl, nb;
+		uint64_t nl, nb, fresh;
 
 		if (!s)
 			return -ENOENT;
@@ -113,9 +116,14 @@ int pkv_cache_step_begin(struct pkv_cache *c, uint32_t owner, const struct pkv_s
 		nl = (uint64_t)s->len + reqs[i].n_new;
 		if (nl > c->lim.max_tokens_per_seq)
 			return -EINVAL;
+		err = pkv_inflight_check(c, s, &reqs[i]);
+		if (err)
+			return err;
 		nb = (nl + bs - 1) / bs;
-		need += nb - s->nblk + needs_cow(c, s);
-		new_refs += nb - s->nblk;
+		/* A producer's table may already hold the blocks it claimed at open. */
+		fresh = nb > s->nblk ? nb - s->nblk : 0;
+		need += fresh + needs_cow(c, s);
+		new_refs += fresh;
 		total_q += reqs[i].n_new;
 		total_k += nl;
 		if (reqs[i].n_new > max_q)
@@ -252,6 +260,7 @@ int pkv_cache_step_commit(struct pkv_cache *c, struct pkv_step *st)
 			pkv_blk_decref(c, r->cow_old);
 		s->len = r->old_len + r->n_new;
 		s->step = NULL;
+		pkv_inflight_settle(c, s, r->old_len / c->bs, s->len / c->bs);
 		pkv_prefix_publish_new(c, s, r->old_len / c->bs, s->len / c->bs);
 	}
 	step_unlink(c, st);
