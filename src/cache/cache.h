@@ -83,11 +83,14 @@ int pkv_cache_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
  * released, or steps with other tokens than it claimed), the claim is
  * withdrawn: each waiting sequence is cut back to the tokens before the
  * first withdrawn block, and its next step_begin fails once with -ESTALE
- * (pkv_cache_seq_len tells where to resume). Claims never outlive their
+ * (pkv_cache_seq_len tells where to resume). pkv_cache_blocked_seq names
+ * the sequence of the last such failure and, for -EAGAIN, the owner of the
+ * sequence it waits for (a caller must not wait for its own producer).
+ * Claims never outlive their
  * producer, never hold unwritten KV readable by anyone, and count against
  * the producer's block limits like any block in its table.
  */
-uint32_t pkv_cache_blocked_seq(const struct pkv_cache *c);
+uint32_t pkv_cache_blocked_seq(const struct pkv_cache *c, uint32_t *producer_owner);
 
 int pkv_cache_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t *child);
 int pkv_cache_seq_truncate(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t n_tokens);

@@ -129,6 +129,7 @@ struct pkv_cache {
 	uint64_t lookup_tokens, hit_tokens, evictions, cow_copies;
 	uint64_t inflight_hit_tokens, claimed_blocks, withdrawn_blocks;
 	uint32_t blocked_seq;    /* handle that made the last step_begin fail -EAGAIN/-ESTALE */
+	uint32_t blocked_by;     /* -EAGAIN: the owner of the sequence computing what it waits for */
 };
 
 static inline bool key_eq(struct pkv_key a, struct pkv_key b)

@@ -160,6 +160,7 @@ int pkv_inflight_check(struct pkv_cache *c, struct seq *s, const struct pkv_step
 		s->wait_lo++;
 	if (s->wait_lo < s->wait_hi) {
 		c->blocked_seq = pkv_seq_handle(c, s);
+		c->blocked_by = c->seqs[c->blk[s->tab[s->wait_lo]].producer].owner;
 		return -EAGAIN;
 	}
 	for (j = 0; j < r->n_new; j++) {
@@ -198,7 +199,9 @@ uint32_t pkv_inflight_trim(const struct pkv_cache *c, const int32_t *blk, uint32
 	return i;
 }
 
-uint32_t pkv_cache_blocked_seq(const struct pkv_cache *c)
+uint32_t pkv_cache_blocked_seq(const struct pkv_cache *c, uint32_t *producer_owner)
 {
+	if (producer_owner)
+		*producer_owner = c->blocked_by;
 	return c->blocked_seq;
 }

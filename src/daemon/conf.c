@@ -28,6 +28,7 @@ void pkv_config_defaults(struct pkv_config *cfg)
 	cfg->spin_us = 50;
 	cfg->coalesce = 1;
 	cfg->gather_us = 20;
+	cfg->inflight_sharing = 1;
 }
 
 int pkv_parse_size(const char *s, uint64_t *out)
@@ -159,6 +160,8 @@ int pkv_config_set(struct pkv_config *cfg, const char *key, const char *value, c
 		r = parse_uint(value, 0, 10000, &cfg->gather_us);
 	} else if (!strcmp(k, "coalesce")) {
 		r = parse_bool(value, &cfg->coalesce);
+	} else if (!strcmp(k, "inflight_sharing")) {
+		r = parse_bool(value, &cfg->inflight_sharing);
 	} else {
 		snprintf(why, why_len, "unknown key '%s'", key);
 		return -EINVAL;

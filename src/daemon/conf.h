@@ -24,6 +24,7 @@ struct pkv_config {
 	unsigned spin_us;               /* busy-poll the rings this long after activity */
 	int coalesce;                   /* merge attends of the same pool and layer */
 	unsigned gather_us;             /* wait this long for a lockstep batch to fill (0: never) */
+	int inflight_sharing;           /* opens claim their prompt's blocks for later opens (cache.h) */
 };
 
 void pkv_config_defaults(struct pkv_config *cfg);

@@ -59,6 +59,7 @@ static int mismatch(const struct pool *p, const struct pkv_msg_attach *m, char *
 int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, struct pool **out,
 		char *why, size_t why_len)
 {
+	struct pkv_cache_limits lim = { 0 };
 	struct pkv_pool_desc desc;
 	struct pool *p;
 	uint64_t bytes;
@@ -95,7 +96,8 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, struct poo
 	p->softcap = m->softcap;
 	p->window_left = m->window_left;
 	p->bytes = bytes;
-	r = pkv_cache_create(&p->geo, NULL, &p->cache);
+	lim.inflight_claims = d->cfg.inflight_sharing;
+	r = pkv_cache_create(&p->geo, &lim, &p->cache);
 	if (r) {
 		snprintf(why, why_len, "pool '%s': cache manager refused the geometry (%s)", m->name,
 			 strerror(-r));

@@ -52,7 +52,7 @@ START_TEST(second_open_finds_blocks_in_flight)
 	struct pkv_cache_stats st;
 	struct pkv_step *s;
 	int32_t t[N];
-	uint32_t a, b, nb;
+	uint32_t a, b, nb, who;
 
 	test_prompt(t, N, 1);
 	burst(c, t, &a, &b, &nb);
@@ -62,7 +62,8 @@ START_TEST(second_open_finds_blocks_in_flight)
 	ck_assert_uint_eq(st.claimed_blocks, 2);
 	/* Nothing computed yet: the consumer may not step, and is named. */
 	ck_assert_int_eq(begin(c, CONSUMER, b, t + 32, 8, &s), -EAGAIN);
-	ck_assert_uint_eq(pkv_cache_blocked_seq(c), b);
+	ck_assert_uint_eq(pkv_cache_blocked_seq(c, &who), b);
+	ck_assert_uint_eq(who, PRODUCER);
 	produce(c, a, t, 0, N);
 	test_audit_clean(c);
 	ck_assert_int_eq(begin(c, CONSUMER, b, t + 32, 8, &s), 0);
@@ -141,7 +142,7 @@ START_TEST(failed_producer_cuts_consumer_back)
 	ck_assert_int_eq(pkv_cache_seq_len(c, CONSUMER, b), 0);
 	/* Told once, then the consumer computes everything itself. */
 	ck_assert_int_eq(begin(c, CONSUMER, b, t + 32, 8, &s), -ESTALE);
-	ck_assert_uint_eq(pkv_cache_blocked_seq(c), b);
+	ck_assert_uint_eq(pkv_cache_blocked_seq(c, NULL), b);
 	ck_assert_int_eq(begin(c, CONSUMER, b, t, N, &s), 0);
 	ck_assert_int_eq(pkv_cache_step_commit(c, s), 0);
 	test_audit_clean(c);
