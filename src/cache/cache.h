@@ -70,6 +70,11 @@ struct pkv_key pkv_namespace(uint64_t model_id, const struct pkv_geometry *g, ui
  */
 int pkv_cache_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
 		 const int32_t *tokens, uint32_t n_tokens, uint32_t *seq, uint32_t *n_cached);
+/* With PKV_OPEN_SETTLED the walk stops at the first pending block and claims nothing. */
+#define PKV_OPEN_SETTLED (1u << 0)
+int pkv_cache_seq_open_flags(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
+			     const int32_t *tokens, uint32_t n_tokens, uint32_t flags,
+			     uint32_t *seq, uint32_t *n_cached);
 /*
  * In-flight prefix sharing (limits.inflight_claims = 1). An open whose walk
  * ends on a committed block (or finds nothing) also *claims* the following

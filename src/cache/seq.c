@@ -220,6 +220,13 @@ static struct seq *seq_take(struct pkv_cache *c, struct owner *o, struct pkv_key
 int pkv_cache_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
 		 const int32_t *tokens, uint32_t n_tokens, uint32_t *seq, uint32_t *n_cached)
 {
+	return pkv_cache_seq_open_flags(c, owner, ns, tokens, n_tokens, 0, seq, n_cached);
+}
+
+int pkv_cache_seq_open_flags(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
+			     const int32_t *tokens, uint32_t n_tokens, uint32_t flags,
+			     uint32_t *seq, uint32_t *n_cached)
+{
 	uint32_t max_blk, n, i;
 	struct owner *o;
 	struct seq *s;
@@ -240,6 +247,8 @@ int pkv_cache_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
 	/* The last prompt token is always computed, so the client gets its logits. */
 	max_blk = n_tokens ? (n_tokens - 1) / c->bs : 0;
 	n = pkv_prefix_walk(c, ns, tokens, max_blk, s->tab);
+	if (flags & PKV_OPEN_SETTLED)
+		n = pkv_inflight_trim(c, s->tab, n);
 	if (owner_over(o, 0, n))
 		return -ENOSPC;
 	o = pkv_owner_get(c, owner);
@@ -252,8 +261,9 @@ int pkv_cache_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
 	s->len = n * c->bs;
 	o->nblocks += n;
 	pkv_inflight_note_hits(c, s, n);
-	o->nblocks += pkv_inflight_claim(c, s, tokens, n_tokens,
-					 o->max_blocks ? o->max_blocks - o->nblocks : UINT32_MAX);
+	if (!(flags & PKV_OPEN_SETTLED))
+		o->nblocks += pkv_inflight_claim(c, s, tokens, n_tokens,
+						 o->max_blocks ? o->max_blocks - o->nblocks : UINT32_MAX);
 	c->lookup_tokens += n_tokens;
 	c->hit_tokens += s->len;
 	*seq = pkv_seq_handle(c, s);

@@ -58,6 +58,7 @@ struct pkv_client {
 	uint32_t n_done;
 	char last_err[PKV_ERR_LEN + 1];
 	uint32_t blocked_seq;     /* named by the last step_begin that failed -EAGAIN/-ESTALE */
+	int open_settled;         /* opens find only committed prefixes ($PAGEDKV_INFLIGHT_SHARING=0) */
 };
 
 static uint64_t now_ns(void)
@@ -180,6 +181,8 @@ int pkv_connect(const struct pkv_connect_opts *opts, struct pkv_client **out)
 	c->spin_us = opts->spin_us ? opts->spin_us : DEFAULT_SPIN_US;
 	if ((env = getenv("PAGEDKV_SPIN_US")) && *env)
 		c->spin_us = (uint32_t)strtoul(env, NULL, 10);
+	/* Benchmarks compare bursts with and without in-flight prefix sharing in one run. */
+	c->open_settled = (env = getenv("PAGEDKV_INFLIGHT_SHARING")) && !strcmp(env, "0");
 	c->next_ud = 1;
 	r = make_region(c, opts->arena_bytes ? opts->arena_bytes : DEFAULT_ARENA);
 	if (r)
@@ -524,6 +527,8 @@ int pkv_seq_open(struct pkv_client *c, const int32_t *tokens, uint32_t n_tokens,
 
 	if (r)
 		return r;
+	if (c->open_settled)
+		sqe.flags = PKV_SQE_OPEN_SETTLED;
 	if (!seq || (n_tokens && !tokens))
 		return -EINVAL;
 	r = stage(c, (uint64_t)n_tokens * 4);

@@ -595,7 +595,9 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 		tok = copy_out(s, e->off[0], e->n);
 		if (!tok)
 			return -ENOMEM;
-		r = pkv_cache_seq_open(c, s->id, s->ns, tok, e->n, &seq, &n_cached);
+		r = pkv_cache_seq_open_flags(c, s->id, s->ns, tok, e->n,
+					     e->flags & PKV_SQE_OPEN_SETTLED ? PKV_OPEN_SETTLED : 0,
+					     &seq, &n_cached);
 		free(tok);
 		if (r) {
 			explain(d, s, "open", r);

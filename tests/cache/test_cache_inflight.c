@@ -240,6 +240,30 @@ START_TEST(claims_respect_block_limits)
 }
 END_TEST
 
+START_TEST(settled_open_neither_sees_nor_makes_claims)
+{
+	struct pkv_cache *c = claims_cache(64);
+	struct pkv_cache_stats st;
+	int32_t t[N];
+	uint32_t a, b, na, nb;
+
+	test_prompt(t, N, 11);
+	ck_assert_int_eq(pkv_cache_seq_open(c, PRODUCER, test_ns(1), t, N, &a, &na), 0);
+	ck_assert_int_eq(pkv_cache_seq_open_flags(c, CONSUMER, test_ns(1), t, N, PKV_OPEN_SETTLED, &b, &nb),
+			 0);
+	ck_assert_uint_eq(nb, 0);
+	produce(c, a, t, 0, 20);   /* block 0 committed, block 1 still pending */
+	ck_assert_int_eq(pkv_cache_seq_close(c, CONSUMER, b), 0);
+	ck_assert_int_eq(pkv_cache_seq_open_flags(c, CONSUMER, test_ns(1), t, N, PKV_OPEN_SETTLED, &b, &nb),
+			 0);
+	ck_assert_uint_eq(nb, 16);
+	pkv_cache_stats(c, &st);
+	ck_assert_uint_eq(st.claimed_blocks, 2);
+	test_audit_clean(c);
+	pkv_cache_destroy(c);
+}
+END_TEST
+
 START_TEST(claims_off_by_default)
 {
 	struct pkv_cache *c = test_cache(64);
@@ -268,6 +292,7 @@ int main(void)
 	tcase_add_test(tc, pending_blocks_cannot_be_pinned);
 	tcase_add_test(tc, claims_stay_in_their_namespace);
 	tcase_add_test(tc, claims_respect_block_limits);
+	tcase_add_test(tc, settled_open_neither_sees_nor_makes_claims);
 	tcase_add_test(tc, claims_off_by_default);
 	suite_add_tcase(s, tc);
 	return test_run(s);
