@@ -112,6 +112,7 @@ static void cut_consumers(struct pkv_cache *c, const struct seq *prod, uint32_t 
 void pkv_inflight_withdraw(struct pkv_cache *c, struct seq *s, uint32_t from)
 {
 	uint32_t i, lo = UINT32_MAX, mine = (s->len + c->bs - 1) / c->bs;
+	bool shared = false;
 
 	for (i = s->nblk; i-- > from;) {
 		int32_t b = s->tab[i];
@@ -129,11 +130,14 @@ void pkv_inflight_withdraw(struct pkv_cache *c, struct seq *s, uint32_t from)
 		}
 		k->parent = -1;
 		c->withdrawn_blocks++;
+		shared |= k->ref > 1;
 		lo = i;
 	}
 	if (lo == UINT32_MAX)
 		return;
-	cut_consumers(c, s, lo);
+	/* Only a block someone else holds has consumers: the scan of every sequence is skipped otherwise. */
+	if (shared)
+		cut_consumers(c, s, lo);
 	for (i = lo; i < s->nblk; i++)
 		if (c->blk[s->tab[i]].producer == JUST_WITHDRAWN)
 			c->blk[s->tab[i]].producer = -1;
