@@ -28,6 +28,8 @@ struct pkv_attn_ops {
 	void (*free)(void *ctx, void *p);
 	int (*stats)(void *ctx, struct pkv_stats *st);
 	void (*destroy)(void *ctx);
+	/* The sequence a step_begin refused with -EAGAIN/-ESTALE (in-flight prefix sharing); may be NULL. */
+	uint32_t (*blocked_seq)(void *ctx);
 };
 
 struct pkv_attn {

@@ -62,6 +62,11 @@ static int d_stats(void *ctx, struct pkv_stats *st)
 	return pkv_stats(ctx, st);
 }
 
+static uint32_t d_blocked(void *ctx)
+{
+	return pkv_blocked_seq(ctx);
+}
+
 static void d_destroy(void *ctx)
 {
 	pkv_disconnect(ctx);
@@ -71,6 +76,7 @@ static const struct pkv_attn_ops daemon_ops = {
 	.seq_open = d_open, .seq_fork = d_fork, .seq_truncate = d_truncate, .seq_close = d_close,
 	.step_begin = d_begin, .attend = d_attend, .step_end = d_end, .step_abort = d_abort,
 	.alloc = d_alloc, .free = d_free, .stats = d_stats, .destroy = d_destroy,
+	.blocked_seq = d_blocked,
 };
 
 int pkv_attn_daemon_create(const struct pkv_connect_opts *co, const struct pkv_pool_params *p,

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* pkv-demo: N client processes share one long system prompt through pagedkvd. Client 0 starts cold;
- * the others start once it has its first token and find the prompt's KV in the daemon's cache.
+/* pkv-demo: N client processes share one long system prompt through pagedkvd. All start at once: the
+ * first to open computes the prompt and the others wait for its KV instead of computing it again
+ * (in-flight prefix sharing); with --staggered the others start once client 0 has its first token.
  * Shows live progress, then each answer and a table (TTFT, tokens/s, prompt tokens from the shared
  * prefix) and the daemon's peak blocks in use against what unshared caches would need. */
 #include <errno.h>
@@ -177,10 +178,11 @@ int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "model", 1, 0, 'm' }, { "socket", 1, 0, 1 }, { "clients", 1, 0, 'c' },
-		{ "max-new", 1, 0, 'n' }, { "threads", 1, 0, 't' }, { "help", 0, 0, 'h' }, { 0 } };
+		{ "max-new", 1, 0, 'n' }, { "threads", 1, 0, 't' }, { "staggered", 0, 0, 2 },
+		{ "help", 0, 0, 'h' }, { 0 } };
 	struct session_opts so = { .threads = 1 };
 	uint32_t max_new = 96;
-	int nc = 4, c, tty = isatty(1);
+	int nc = 4, c, tty = isatty(1), staggered = 0;
 	struct client cl[MAX_CLIENTS] = { 0 };
 	while ((c = getopt_long(argc, argv, "m:c:n:t:h", lo, NULL)) != -1) {
 		switch (c) {
@@ -189,10 +191,12 @@ int main(int argc, char **argv)
 		case 'c': nc = atoi(optarg); break;
 		case 'n': max_new = (uint32_t)strtoul(optarg, NULL, 10); break;
 		case 't': so.threads = atoi(optarg); break;
+		case 2: staggered = 1; break;
 		case 'h':
 		default:
 			fprintf(c == 'h' ? stdout : stderr,
-				"usage: pkv-demo -m MODEL [--socket PATH] [-c CLIENTS (1..8)] [-n MAX_NEW] [-t THREADS]\n");
+				"usage: pkv-demo -m MODEL [--socket PATH] [-c CLIENTS (1..8)] [-n MAX_NEW] [-t THREADS]\n"
+				"                [--staggered]\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -217,10 +221,11 @@ int main(int argc, char **argv)
 	if (n_sys > 0)
 		free(sys_ids);
 	signal(SIGPIPE, SIG_IGN);
-	if (spawn(&cl[0], &so, default_questions[0], max_new)) {
-		fprintf(stderr, "pkv-demo: fork failed\n");
-		return 1;
-	}
+	for (int i = 0; i < (staggered ? 1 : nc); i++)
+		if (spawn(&cl[i], &so, default_questions[i], max_new)) {
+			fprintf(stderr, "pkv-demo: fork failed\n");
+			return 1;
+		}
 	if (tty)
 		draw(cl, nc, default_questions, 1);
 	int remaining = nc;
@@ -256,8 +261,8 @@ int main(int argc, char **argv)
 					t[x->len] = 0;
 				}
 				x->last.n_gen = r.n_gen;
-				/* client 0's first token: its prompt is in the cache, start the others */
-				if (idx[k] == 0 && r.n_gen == 1)
+				/* --staggered: client 0's first token, its prompt is cached: start the others */
+				if (staggered && idx[k] == 0 && r.n_gen == 1)
 					for (int i = 1; i < nc; i++)
 						if (spawn(&cl[i], &so, default_questions[i], max_new))
 							cl[i].failed = 1, remaining--;

@@ -25,6 +25,8 @@ int engine_init(struct engine *e, struct llama_ctx *lc, const struct tokenizer *
 	e->attn = lc->attn;
 	e->token_budget = token_budget && token_budget <= lc->cap_tokens ? token_budget : lc->cap_tokens;
 	e->max_running = max_running ? max_running : 64;
+	e->share_block = 16;    /* pagedkv's default block size: shorter prefixes are never shared */
+	e->share_wait_s = 30.0;
 	e->logits = malloc((size_t)e->max_running * lc->m->hp.n_vocab * sizeof(float));
 	return e->logits ? 0 : -ENOMEM;
 }
@@ -91,6 +93,9 @@ int engine_submit(struct engine *e, struct conv *c, const int32_t *toks, uint32_
 	c->turn_start = c->n_hist;
 	c->prompt_tokens = n;
 	c->reused_tokens = 0;
+	c->inflight_tokens = 0;
+	c->deferred = 0;
+	c->blocked_since = 0;
 	c->preemptions = 0;
 	c->t_submit = engine_now();
 	c->t_first = c->t_done = 0;
@@ -114,6 +119,40 @@ static uint32_t n_running(const struct engine *e)
 	return n;
 }
 
+static uint32_t common_prefix(const struct conv *a, const struct conv *b)
+{
+	uint32_t n = a->n_hist < b->n_hist ? a->n_hist : b->n_hist, i;
+
+	for (i = 0; i < n && a->hist[i] == b->hist[i]; i++)
+		;
+	return i;
+}
+
+/*
+ * Whether c should wait for a running conversation that is still prefilling
+ * a prefix the two share (SGLang's in-batch prefix caching): admitted after
+ * that conversation has committed the common blocks, c finds them cached
+ * instead of computing them a second time.
+ */
+static int wait_for_leader(const struct engine *e, const struct conv *c)
+{
+	if (!e->share_block)
+		return 0;
+	for (const struct conv *l = e->convs; l; l = l->next) {
+		uint32_t cp;
+
+		if (l == c || l->state != CONV_RUNNING || l->n_cached >= l->n_hist)
+			continue;
+		cp = common_prefix(c, l) / e->share_block * e->share_block;
+		/* c's open may count at most n_hist - 1 tokens, rounded down to blocks */
+		if (cp >= c->n_hist)
+			cp = (c->n_hist - 1) / e->share_block * e->share_block;
+		if (cp >= e->share_block && l->n_cached < cp)
+			return 1;
+	}
+	return 0;
+}
+
 /* Opens sequences for waiting conversations, oldest first, while there is room. */
 static int admit(struct engine *e)
 {
@@ -127,6 +166,10 @@ static int admit(struct engine *e)
 		int r;
 		if (c->state != CONV_WAITING)
 			continue;
+		if (wait_for_leader(e, c)) {
+			c->deferred = 1;
+			continue;
+		}
 		/* The whole history goes to open: earlier turns and shared system prompts come back
 		 * from the prefix cache and only the rest is computed. */
 		r = e->attn->ops->seq_open(e->attn->ctx, c->hist, c->n_hist, &c->seq, &nc);
@@ -139,8 +182,11 @@ static int admit(struct engine *e)
 		}
 		c->open = 1;
 		c->n_cached = nc;
-		if (c->preemptions == 0)
+		if (c->preemptions == 0) {
 			c->reused_tokens = nc > c->n_hist - c->prompt_tokens ? nc - (c->n_hist - c->prompt_tokens) : 0;
+			if (c->deferred)
+				c->inflight_tokens = c->reused_tokens;
+		}
 		c->state = CONV_RUNNING;
 		c->admit_order = ++e->admits;
 		run++;
@@ -175,9 +221,44 @@ static void finish(struct engine *e, struct conv *c, int err)
 	conv_close(e, c);
 }
 
+/*
+ * step_begin refused one conversation: its open counted blocks another
+ * process is still computing (-EAGAIN: leave it out of this step, for at
+ * most share_wait_s, then compute them itself), or their producer gave up
+ * and the daemon cut its sequence back (-ESTALE: open it again).
+ */
+static int reschedule(struct engine *e, int r)
+{
+	const struct pkv_attn_ops *A = e->attn->ops;
+	uint32_t seq = A->blocked_seq ? A->blocked_seq(e->attn->ctx) : UINT32_MAX;
+
+	for (struct conv *c = e->convs; c; c = c->next) {
+		if (c->state != CONV_RUNNING || !c->open || c->seq != seq)
+			continue;
+		if (r == -ESTALE) {
+			conv_close(e, c);
+			c->state = CONV_WAITING;
+			return 0;
+		}
+		if (!c->blocked_since)
+			c->blocked_since = engine_now();
+		if (engine_now() - c->blocked_since > e->share_wait_s) {
+			/* Dropping the whole history also drops the references on the pending blocks. */
+			if (A->seq_truncate(e->attn->ctx, c->seq, 0))
+				return r;
+			c->n_cached = 0;
+			return 0;
+		}
+		c->blocked_now = 1;
+		c->inflight_tokens = c->reused_tokens;
+		return 0;
+	}
+	return r;
+}
+
 int engine_step(struct engine *e)
 {
-	uint32_t n = 0, used = 0, cap = e->max_running;
+	uint32_t n, used, cap = e->max_running;
 	uint32_t seqs[cap], n_new[cap], pos0[cap];
 	struct conv *who[cap];
 	int32_t *toks;
@@ -188,10 +269,14 @@ int engine_step(struct engine *e)
 	toks = malloc(e->token_budget * sizeof *toks);
 	if (!toks)
 		return -ENOMEM;
+	for (struct conv *c = e->convs; c; c = c->next)
+		c->blocked_now = 0;
+again:
+	n = used = 0;
 	/* decodes first (one token each, latency-critical), then prefill chunks fill the budget */
 	for (int pass = 0; pass < 2; pass++)
 		for (struct conv *c = e->convs; c && n < cap && used < e->token_budget; c = c->next) {
-			if (c->state != CONV_RUNNING)
+			if (c->state != CONV_RUNNING || c->blocked_now)
 				continue;
 			uint32_t pending = c->n_hist - c->n_cached;
 			if ((pass == 0) != (pending == 1))
@@ -205,13 +290,29 @@ int engine_step(struct engine *e)
 			used += take;
 		}
 	if (n == 0) {
+		int blocked = 0;
+
 		free(toks);
+		for (struct conv *c = e->convs; c; c = c->next)
+			blocked += c->blocked_now;
+		if (blocked) {
+			/* Only conversations waiting on another process's prefill: let it run. */
+			nanosleep(&(struct timespec){ 0, 2000000 }, NULL);
+			return blocked;
+		}
 		for (struct conv *c = e->convs; c; c = c->next)
 			if (c->state == CONV_WAITING || c->state == CONV_RUNNING)
 				return -EAGAIN; /* waiting with nothing running: cannot happen unless open failed */
 		return 0;
 	}
 	r = llama_forward(e->lc, seqs, n_new, pos0, toks, n, e->logits, 0);
+	if ((r == -EAGAIN || r == -ESTALE) && reschedule(e, r) == 0) {
+		if ((r = admit(e))) {
+			free(toks);
+			return r;
+		}
+		goto again;
+	}
 	free(toks);
 	if (r == -ENOSPC) {
 		/* nothing of the step was committed: make room and let the next step retry */
@@ -227,6 +328,7 @@ int engine_step(struct engine *e)
 	e->tokens_computed += used;
 	for (uint32_t i = 0; i < n; i++) {
 		struct conv *c = who[i];
+		c->blocked_since = 0;
 		c->n_cached += n_new[i];
 		if (c->n_cached < c->n_hist)
 			continue; /* more prompt to prefill */

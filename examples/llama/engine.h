@@ -30,8 +30,13 @@ struct conv {
 	conv_token_fn on_token;
 	void *arg;
 	int err;                /* -errno when FAILED */
-	/* this turn's statistics */
-	uint32_t prompt_tokens, reused_tokens, preemptions;
+	/* in-flight prefix sharing: waits for another conversation's prefill of a common prefix */
+	int deferred;           /* admission held back while a running conversation computes it */
+	double blocked_since;   /* its step_begin got -EAGAIN (daemon: another process computes it) */
+	int blocked_now;        /* left out of the current step */
+	/* this turn's statistics; inflight_tokens: the reused tokens another conversation was still
+	 * computing when this one arrived */
+	uint32_t prompt_tokens, reused_tokens, inflight_tokens, preemptions;
 	double t_submit, t_first, t_done;
 	struct conv *next;
 };
@@ -45,6 +50,8 @@ struct engine {
 	struct conv *convs;     /* all conversations, admission order among waiting ones */
 	uint64_t admits;
 	int hold;               /* after a preemption: admit nothing until a conversation finishes */
+	uint32_t share_block;   /* shortest common prompt prefix worth waiting for (tokens; 0: never wait) */
+	double share_wait_s;    /* give up waiting on another process's prefill after this long */
 	float *logits;
 	/* totals */
 	uint64_t steps, decode_steps, tokens_computed;

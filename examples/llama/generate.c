@@ -182,11 +182,14 @@ int main(int argc, char **argv)
 		}
 		printf("\n");
 	}
-	printf("\n%-5s %8s %8s %6s %9s %8s\n", "conv", "prompt", "reused", "gen", "ttft_ms", "tok/s");
+	/* in_flight: the reused tokens another conversation was still computing when this one arrived */
+	printf("\n%-5s %8s %8s %9s %6s %9s %8s\n", "conv", "prompt", "reused", "in_flight", "gen", "ttft_ms",
+	       "tok/s");
 	for (int i = 0; i < n_prompts; i++) {
 		struct conv *k = cv[i];
 		double dt = k->t_done - k->t_first;
-		printf("%-5d %8u %8u %6u %9.1f %8.1f\n", i, k->prompt_tokens, k->reused_tokens, k->n_gen,
+		printf("%-5d %8u %8u %9u %6u %9.1f %8.1f\n", i, k->prompt_tokens, k->reused_tokens,
+		       k->inflight_tokens, k->n_gen,
 		       k->t_first > 0 ? (k->t_first - k->t_submit) * 1e3 : 0.0,
 		       k->n_gen > 1 && dt > 0 ? (k->n_gen - 1) / dt : 0.0);
 	}

@@ -79,6 +79,18 @@ int pkv_seq_close(struct pkv_client *c, uint32_t seq);
  */
 int pkv_step_begin(struct pkv_client *c, const uint32_t *seqs, const uint32_t *n_new,
 		   const int32_t *tokens, uint32_t n_seqs);
+/*
+ * In-flight prefix sharing: an open may count blocks that another sequence
+ * (of any process sharing the namespace) is still computing. A step of that
+ * sequence cannot begin until they are written: when it is the step's only
+ * sequence and another connection computes them, pkv_step_begin waits for
+ * that (at most 30 s); otherwise it fails with -EAGAIN: step the other
+ * sequences (the producer among them) without it and retry it later. If the
+ * producer gives up, the sequence is cut back and its next pkv_step_begin
+ * fails once with -ESTALE: close and re-open it and compute the rest. In
+ * both cases nothing was reserved and pkv_blocked_seq() names the sequence.
+ */
+uint32_t pkv_blocked_seq(const struct pkv_client *c);
 int pkv_attend(struct pkv_client *c, uint32_t layer, const void *q, const void *k,
 	       const void *v, void *o);
 /* Submits without waiting; pkv_wait(ticket) returns the attend's result. */

@@ -79,6 +79,10 @@ static void audit_blocks(const struct pkv_cache *c, struct rep *r, const uint32_
 			    pinch[i]);
 		if ((bool)k->in_lru != blk_evictable(k))
 			bad(r, "block %u: in LRU %d, evictable %d", i, k->in_lru, blk_evictable(k));
+		if (k->pending && (!k->published || !k->ref || k->producer < 0 ||
+				   (uint32_t)k->producer >= c->n_seq_slots ||
+				   !c->seqs[k->producer].open))
+			bad(r, "block %u pending without a live producer or not in use", i);
 		if (!k->published)
 			continue;
 		npub++;
@@ -147,8 +151,16 @@ static void audit_seqs(const struct pkv_cache *c, struct rep *r, uint32_t *refs)
 		if (!s->open)
 			continue;
 		nopen++;
-		if (!s->step && s->nblk != (s->len + bs - 1) / bs)
+		/* Past its tokens, a table holds only the blocks the sequence claimed and still owes. */
+		for (j = (s->len + bs - 1) / bs; !s->step && j < s->nblk; j++)
+			if (!c->blk[s->tab[j]].pending || c->blk[s->tab[j]].producer != (int32_t)i)
+				bad(r, "seq %u: %u blocks for %u tokens, entry %u is no claim of its own",
+				    i, s->nblk, s->len, j);
+		if (!s->step && s->nblk < (s->len + bs - 1) / bs)
 			bad(r, "seq %u: %u blocks for %u tokens", i, s->nblk, s->len);
+		if (s->wait_lo > s->wait_hi || s->wait_hi > s->nblk)
+			bad(r, "seq %u: wait range [%u, %u) outside its %u blocks", i, s->wait_lo,
+			    s->wait_hi, s->nblk);
 		parent = s->ns;
 		for (j = 0; j < s->nblk; j++) {
 			int32_t b = s->tab[j];

@@ -40,6 +40,7 @@ struct pkv_cache_limits {
 	uint32_t pin_cap_blocks;      /* pinned blocks in the whole pool (0 = num_blocks / 2) */
 	/* block references + pinned blocks of one owner, over any owner limit (0 = 8 x num_blocks) */
 	uint32_t max_refs_per_owner;
+	uint32_t inflight_claims;     /* 1: seq_open claims its prompt's blocks (see below); 0: off */
 };
 
 int pkv_cache_create(const struct pkv_geometry *g, const struct pkv_cache_limits *lim,
@@ -89,10 +90,34 @@ int pkv_cache_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
  * open_more stops the match at the limit instead of failing.
  */
 int pkv_cache_seq_open_partial(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
-			       const int32_t *tokens, uint32_t n_tokens, uint32_t budget,
+			       const int32_t *tokens, uint32_t n_tokens, uint32_t flags, uint32_t budget,
 			       uint32_t *seq, uint32_t *n_cached);
 int pkv_cache_seq_open_more(struct pkv_cache *c, uint32_t owner, uint32_t seq, const int32_t *tokens,
 			    uint32_t n_tokens, uint32_t budget, uint32_t *n_cached);
+/* open_partial flags: PKV_OPEN_SETTLED, the walk stops at the first pending block and claims nothing. */
+#define PKV_OPEN_SETTLED (1u << 0)
+/*
+ * In-flight prefix sharing (limits.inflight_claims = 1). An open whose walk
+ * ends on a committed block (or finds nothing) also *claims* the following
+ * full blocks of its tokens (at most budget of them, as many as its block
+ * limit and the pool allow): they are allocated into the sequence's table
+ * past its length and published as pending under their keys, so a second
+ * open of the same prefix, before the first has computed it, finds them and
+ * counts them in n_cached. A sequence whose table holds a pending block of
+ * another sequence cannot begin a step: step_begin fails with -EAGAIN and
+ * pkv_cache_blocked_seq names it, until the producer has committed those
+ * blocks. If the producer cannot deliver them (it closes, is truncated or
+ * released, or steps with other tokens than it claimed), the claim is
+ * withdrawn: each waiting sequence is cut back to the tokens before the
+ * first withdrawn block, and its next step_begin fails once with -ESTALE
+ * (pkv_cache_seq_len tells where to resume). pkv_cache_blocked_seq names
+ * the sequence of the last such failure and, for -EAGAIN, the owner of the
+ * sequence it waits for (a caller must not wait for its own producer).
+ * Claims never outlive their producer, never hold unwritten KV readable by
+ * anyone, and count against the producer's block limits like any block in
+ * its table.
+ */
+uint32_t pkv_cache_blocked_seq(const struct pkv_cache *c, uint32_t *producer_owner);
 int pkv_cache_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t *child);
 int pkv_cache_seq_truncate(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32_t n_tokens);
 int pkv_cache_seq_close(struct pkv_cache *c, uint32_t owner, uint32_t seq);
@@ -199,6 +224,8 @@ struct pkv_cache_stats {
 	uint32_t open_seqs, open_steps;
 	uint64_t lookup_tokens, hit_tokens;   /* prefix lookups on open */
 	uint64_t evictions, cow_copies;
+	uint64_t inflight_hit_tokens;         /* of hit_tokens, found pending (in-flight) */
+	uint64_t claimed_blocks, withdrawn_blocks;
 };
 void pkv_cache_stats(const struct pkv_cache *c, struct pkv_cache_stats *st);
 

@@ -23,6 +23,14 @@ struct blk {
 	int32_t parent;      /* published parent block, -1 for the first block of a chain */
 	int32_t lru_prev, lru_next;
 	uint8_t published, in_lru;
+	/*
+	 * pending: published at seq_open as a claim (tokens known, KV not yet
+	 * written); producer is the slot of the one sequence that computes it.
+	 * Cleared when the producer commits the whole block; withdrawn (see
+	 * inflight.c) when the producer cannot deliver it.
+	 */
+	uint8_t pending;
+	int32_t producer;
 	struct pkv_key key;        /* valid once the block was filled and committed */
 	struct pkv_key parent_key; /* published blocks: key of the parent (the namespace for the first) */
 	struct pkv_key ns;         /* published blocks: namespace */
@@ -48,6 +56,10 @@ struct seq {
 	uint8_t opening;     /* its open's prefix walk may continue (pkv_cache_seq_open_more) */
 	uint64_t mark;       /* step_begin's duplicate check */
 	int32_t o_prev, o_next;  /* the owner's list of sequences (indices) */
+	/* Table entries [wait_lo, wait_hi) may still be pending blocks of another sequence. */
+	uint32_t wait_lo, wait_hi;
+	uint8_t cut;         /* cut back by a withdrawn claim: the next step_begin says -ESTALE once */
+	uint8_t settled;     /* opened with PKV_OPEN_SETTLED: its walk ignores pending blocks */
 };
 
 struct owner {
@@ -123,6 +135,9 @@ struct pkv_cache {
 	int32_t *scratch;        /* [num_blocks]: chain walks of pin/unpin */
 
 	uint64_t lookup_tokens, hit_tokens, evictions, cow_copies;
+	uint64_t inflight_hit_tokens, claimed_blocks, withdrawn_blocks;
+	uint32_t blocked_seq;    /* handle that made the last step_begin fail -EAGAIN/-ESTALE */
+	uint32_t blocked_by;     /* -EAGAIN: the owner of the sequence computing what it waits for */
 };
 
 static inline bool key_eq(struct pkv_key a, struct pkv_key b)
@@ -189,5 +204,16 @@ void pkv_owner_maybe_drop(struct pkv_cache *c, uint32_t id);
 /* Drops every pin the owner holds. */
 void pkv_prefix_release_pins(struct pkv_cache *c, struct owner *o);
 int pkv_seq_reserve_tab(struct seq *s, uint32_t need);
+uint32_t pkv_seq_handle(const struct pkv_cache *c, const struct seq *s);
+void pkv_seq_drop_blocks(struct pkv_cache *c, struct seq *s, uint32_t keep);
+
+/* inflight.c: pending blocks (claims) and their consumers */
+void pkv_inflight_note_hits(struct pkv_cache *c, struct seq *s, uint32_t from, uint32_t to);
+uint32_t pkv_inflight_claim(struct pkv_cache *c, struct seq *s, const int32_t *tokens,
+			    uint32_t n_tokens, uint32_t max_claims);
+void pkv_inflight_withdraw(struct pkv_cache *c, struct seq *s, uint32_t from);
+int pkv_inflight_check(struct pkv_cache *c, struct seq *s, const struct pkv_step_req *r);
+void pkv_inflight_settle(struct pkv_cache *c, struct seq *s, uint32_t from, uint32_t to);
+uint32_t pkv_inflight_trim(const struct pkv_cache *c, const int32_t *blk, uint32_t n);
 
 #endif

@@ -156,6 +156,7 @@ int pkv_cache_create(const struct pkv_geometry *g, const struct pkv_cache_limits
 	/* Lowest ids are handed out first: easier to read in tests and dumps. */
 	for (i = 0; i < n; i++) {
 		c->blk[i].parent = -1;
+		c->blk[i].producer = -1;
 		c->free_stk[i] = (int32_t)(n - 1 - i);
 	}
 	c->n_free = n;
@@ -329,4 +330,7 @@ void pkv_cache_stats(const struct pkv_cache *c, struct pkv_cache_stats *st)
 	st->hit_tokens = c->hit_tokens;
 	st->evictions = c->evictions;
 	st->cow_copies = c->cow_copies;
+	st->inflight_hit_tokens = c->inflight_hit_tokens;
+	st->claimed_blocks = c->claimed_blocks;
+	st->withdrawn_blocks = c->withdrawn_blocks;
 }

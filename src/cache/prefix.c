@@ -109,7 +109,7 @@ void pkv_prefix_publish_new(struct pkv_cache *c, struct seq *s, uint32_t from, u
 		struct blk *k = &c->blk[b];
 
 		k->key = pkv_block_key(parent, s->ns, blk_tok(c, b), c->bs);
-		if (k->published || (p >= 0 && !c->blk[p].published) ||
+		if (k->published || (p >= 0 && (!c->blk[p].published || c->blk[p].pending)) ||
 		    pkv_prefix_find(c, k->key) >= 0)
 			continue;
 		k->published = 1;
@@ -189,6 +189,7 @@ int pkv_prefix_pin(struct pkv_cache *c, uint32_t owner, struct pkv_key ns, const
 	else if (have >= c->lim.pin_budget_blocks && n > 1)
 		n = 1;
 	n = pkv_prefix_walk(c, ns, tokens, n, c->scratch);
+	n = pkv_inflight_trim(c, c->scratch, n);   /* KV still being computed cannot be pinned */
 	if (!n)
 		return 0;
 	for (i = 0; i < n; i++)
@@ -257,6 +258,7 @@ int pkv_prefix_unpin(struct pkv_cache *c, uint32_t owner, struct pkv_key ns, con
 	if (n > pkv_prefix_max_walk(c, n_tokens))
 		n = pkv_prefix_max_walk(c, n_tokens);
 	n = pkv_prefix_walk(c, ns, tokens, n, c->scratch);
+	n = pkv_inflight_trim(c, c->scratch, n);
 	/* The owner's deepest pin along this chain. */
 	for (i = 0; i < o->n_pins; i++) {
 		const struct pin_rec *p = &o->pins[i];

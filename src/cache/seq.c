@@ -144,7 +144,7 @@ struct seq *pkv_seq_get(const struct pkv_cache *c, uint32_t owner, uint32_t hand
 	return s;
 }
 
-static uint32_t seq_handle(const struct pkv_cache *c, const struct seq *s)
+uint32_t pkv_seq_handle(const struct pkv_cache *c, const struct seq *s)
 {
 	uint32_t idx = (uint32_t)(s - c->seqs);
 
@@ -232,6 +232,9 @@ static struct seq *seq_take(struct pkv_cache *c, struct owner *o, struct pkv_key
 	s->nblk = 0;
 	s->step = NULL;
 	s->opening = 0;
+	s->wait_lo = s->wait_hi = 0;
+	s->cut = 0;
+	s->settled = 0;
 	s->o_prev = -1;
 	s->o_next = o->seq_head;
 	if (o->seq_head >= 0)
@@ -258,22 +261,40 @@ static uint32_t seq_match(const struct pkv_cache *c, const struct seq *s, const 
 	n = pkv_prefix_walk_from(c, s->ns, parent, tokens + (size_t)s->nblk * c->bs, lim,
 				 s->tab + s->nblk);
 	*more = n == lim && s->nblk + n < max_blk;
+	if (s->settled && pkv_inflight_trim(c, s->tab + s->nblk, n) < n) {
+		n = pkv_inflight_trim(c, s->tab + s->nblk, n);
+		*more = 0;
+	}
 	return n;
 }
 
-/* Takes the references of the n blocks seq_match just found. */
-static void seq_take_matched(struct pkv_cache *c, struct owner *o, struct seq *s, uint32_t n)
+/*
+ * Takes the references of the n blocks seq_match just found; once the walk
+ * is over (more == 0), claims what follows for in-flight sharing.
+ */
+static void seq_take_matched(struct pkv_cache *c, struct owner *o, struct seq *s, uint32_t n,
+			     const int32_t *tokens, uint32_t n_tokens, uint32_t budget, int more)
 {
+	uint64_t held, cap;
+
 	for (uint32_t i = 0; i < n; i++)
 		pkv_blk_incref(c, s->tab[s->nblk + i]);
+	pkv_inflight_note_hits(c, s, s->nblk, s->nblk + n);
 	s->nblk += n;
 	s->len = s->nblk * c->bs;
 	o->nblocks += n;
 	c->hit_tokens += (uint64_t)n * c->bs;
+	if (more)
+		return;
+	held = (uint64_t)o->nblocks + o->pin_blocks;
+	cap = owner_block_cap(c, o);
+	if (held < cap)
+		o->nblocks += pkv_inflight_claim(c, s, tokens, n_tokens,
+						 (uint32_t)(budget && budget < cap - held ? budget : cap - held));
 }
 
 int pkv_cache_seq_open_partial(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
-			       const int32_t *tokens, uint32_t n_tokens, uint32_t budget,
+			       const int32_t *tokens, uint32_t n_tokens, uint32_t flags, uint32_t budget,
 			       uint32_t *seq, uint32_t *n_cached)
 {
 	uint32_t max_blk, n;
@@ -298,6 +319,7 @@ int pkv_cache_seq_open_partial(struct pkv_cache *c, uint32_t owner, struct pkv_k
 		return err;
 	s->nblk = 0;
 	s->ns = ns;
+	s->settled = !!(flags & PKV_OPEN_SETTLED);
 	n = seq_match(c, s, tokens, max_blk, budget, &more);
 	if (owner_over(c, o, 0, n))
 		return -ENOSPC;
@@ -305,10 +327,11 @@ int pkv_cache_seq_open_partial(struct pkv_cache *c, uint32_t owner, struct pkv_k
 	if (!o)
 		return -ENOMEM;
 	s = seq_take(c, o, ns);
-	seq_take_matched(c, o, s, n);
+	s->settled = !!(flags & PKV_OPEN_SETTLED);
+	seq_take_matched(c, o, s, n, tokens, n_tokens, budget, more);
 	s->opening = (uint8_t)more;
 	c->lookup_tokens += n_tokens;
-	*seq = seq_handle(c, s);
+	*seq = pkv_seq_handle(c, s);
 	if (n_cached)
 		*n_cached = s->len;
 	return more;
@@ -317,7 +340,7 @@ int pkv_cache_seq_open_partial(struct pkv_cache *c, uint32_t owner, struct pkv_k
 int pkv_cache_seq_open(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
 		 const int32_t *tokens, uint32_t n_tokens, uint32_t *seq, uint32_t *n_cached)
 {
-	int r = pkv_cache_seq_open_partial(c, owner, ns, tokens, n_tokens, 0, seq, n_cached);
+	int r = pkv_cache_seq_open_partial(c, owner, ns, tokens, n_tokens, 0, 0, seq, n_cached);
 
 	return r < 0 ? r : 0;
 }
@@ -346,7 +369,7 @@ int pkv_cache_seq_open_more(struct pkv_cache *c, uint32_t owner, uint32_t seq, c
 		n = held < cap ? (uint32_t)(cap - held) : 0;
 		more = 0;
 	}
-	seq_take_matched(c, o, s, n);
+	seq_take_matched(c, o, s, n, tokens, n_tokens, budget, more);
 	s->opening = (uint8_t)more;
 	if (n_cached)
 		*n_cached = s->len;
@@ -357,7 +380,7 @@ int pkv_cache_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32
 {
 	struct seq *p = pkv_seq_get(c, owner, seq), *s;
 	struct owner *o;
-	uint32_t i;
+	uint32_t i, n;
 	int err;
 
 	if (!p)
@@ -367,8 +390,10 @@ int pkv_cache_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32
 	if (p->step)
 		return -EBUSY;
 	p->opening = 0;   /* its open is over once it is used */
+	/* The child shares the parent's tokens, not the blocks it claimed past them. */
+	n = (p->len + c->bs - 1) / c->bs;
 	o = pkv_owner_find(c, owner);
-	if (owner_over(c, o, 1, p->nblk))
+	if (owner_over(c, o, 1, n))
 		return -ENOSPC;
 	err = seq_slot_ready(c);
 	if (err)
@@ -376,23 +401,25 @@ int pkv_cache_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32
 	p = pkv_seq_get(c, owner, seq);   /* the slot array may have moved */
 	s = &c->seqs[c->seq_free[c->n_seq_free - 1]];
 	/* The child's table holds the parent's entries, not its capacity (which a long past may have grown). */
-	err = pkv_seq_reserve_tab(s, p->nblk);
+	err = pkv_seq_reserve_tab(s, n);
 	if (err)
 		return err;
 	s = seq_take(c, o, p->ns);
-	if (p->nblk)   /* an empty sequence may have no table at all */
-		memcpy(s->tab, p->tab, p->nblk * sizeof(*s->tab));
-	for (i = 0; i < p->nblk; i++)
+	if (n)   /* an empty sequence may have no table at all */
+		memcpy(s->tab, p->tab, n * sizeof(*s->tab));
+	for (i = 0; i < n; i++)
 		c->blk[s->tab[i]].ref++;
-	s->nblk = p->nblk;
+	s->nblk = n;
 	s->len = p->len;
+	s->wait_lo = p->wait_lo < n ? p->wait_lo : n;
+	s->wait_hi = p->wait_hi < n ? p->wait_hi : n;
 	o->nblocks += s->nblk;
-	*child = seq_handle(c, s);
+	*child = pkv_seq_handle(c, s);
 	return 0;
 }
 
 /* Drops table entries [keep, nblk), tail first, so the LRU sees a chain's tail as older. */
-static void seq_drop_blocks(struct pkv_cache *c, struct seq *s, uint32_t keep)
+void pkv_seq_drop_blocks(struct pkv_cache *c, struct seq *s, uint32_t keep)
 {
 	struct owner *o = pkv_owner_find(c, s->owner);
 
@@ -412,8 +439,13 @@ int pkv_cache_seq_truncate(struct pkv_cache *c, uint32_t owner, uint32_t seq, ui
 	if (n_tokens > s->len)
 		return -EINVAL;
 	s->opening = 0;   /* its open is over once it is used */
-	seq_drop_blocks(c, s, (n_tokens + c->bs - 1) / c->bs);
+	pkv_inflight_withdraw(c, s, n_tokens / c->bs);
+	pkv_seq_drop_blocks(c, s, (n_tokens + c->bs - 1) / c->bs);
 	s->len = n_tokens;
+	if (s->wait_hi > s->nblk)
+		s->wait_hi = s->nblk;
+	if (s->wait_lo > s->wait_hi)
+		s->wait_lo = s->wait_hi;
 	seq_trim_tab(s);
 	return 0;
 }
@@ -423,7 +455,8 @@ static void seq_release(struct pkv_cache *c, struct seq *s)
 	struct owner *o = pkv_owner_find(c, s->owner);
 	int32_t idx = (int32_t)(s - c->seqs);
 
-	seq_drop_blocks(c, s, 0);
+	pkv_inflight_withdraw(c, s, 0);
+	pkv_seq_drop_blocks(c, s, 0);
 	seq_trim_tab(s);   /* a freed slot keeps a small table for the next open */
 	if (s->o_prev >= 0)
 		c->seqs[s->o_prev].o_next = s->o_next;

@@ -132,10 +132,16 @@ static bool needs_cow(const struct pkv_cache *c, const struct seq *s)
 	if (s->len % c->bs == 0)
 		return false;
 	k = &c->blk[s->tab[s->len / c->bs]];
+	/* The producer of a pending block is the one sequence that writes it in place. */
+	if (k->pending && k->producer == (int32_t)(s - c->seqs))
+		return false;
 	return k->ref > 1 || k->published;
 }
 
-/* Validates every request and sizes the step; touches nothing but the duplicate marks. */
+/*
+ * Validates every request and sizes the step; touches nothing but the
+ * duplicate marks and, for in-flight sharing, what pkv_inflight_check says.
+ */
 static int step_plan(struct pkv_cache *c, uint32_t owner, const struct pkv_step_req *reqs,
 		     uint32_t n_reqs, struct step_plan *p)
 {
@@ -146,7 +152,8 @@ static int step_plan(struct pkv_cache *c, uint32_t owner, const struct pkv_step_
 	c->mark_epoch++;
 	for (uint32_t i = 0; i < n_reqs; i++) {
 		struct seq *s = pkv_seq_get(c, owner, reqs[i].seq);
-		uint64_t nl, nb;
+		uint64_t nl, nb, fresh;
+		int err;
 
 		if (!s)
 			return -ENOENT;
@@ -160,9 +167,14 @@ static int step_plan(struct pkv_cache *c, uint32_t owner, const struct pkv_step_
 		nl = (uint64_t)s->len + reqs[i].n_new;
 		if (nl > c->lim.max_tokens_per_seq)
 			return -EINVAL;
+		err = pkv_inflight_check(c, s, &reqs[i]);
+		if (err)
+			return err;
 		nb = (nl + bs - 1) / bs;
-		p->need += nb - s->nblk + needs_cow(c, s);
-		p->new_refs += nb - s->nblk;
+		/* A producer's table may already hold the blocks it claimed at open. */
+		fresh = nb > s->nblk ? nb - s->nblk : 0;
+		p->need += fresh + needs_cow(c, s);
+		p->new_refs += fresh;
 		p->total_q += reqs[i].n_new;
 		p->total_k += nl;
 		if (reqs[i].n_new > p->max_q)
@@ -402,6 +414,7 @@ int pkv_cache_step_commit(struct pkv_cache *c, struct pkv_step *st)
 			pkv_blk_decref(c, r->cow_old);
 		s->len = r->old_len + r->n_new;
 		s->step = NULL;
+		pkv_inflight_settle(c, s, r->old_len / c->bs, s->len / c->bs);
 		pkv_prefix_publish_new(c, s, r->old_len / c->bs, s->len / c->bs);
 	}
 	step_unlink(c, st);

@@ -26,6 +26,8 @@
 #define MAX_DONE 256u
 /* Longest futex sleep between looks at the socket for a dead daemon. */
 #define DEATH_CHECK_MS 50
+/* How long a one-sequence step waits for another connection to compute a shared prefix. */
+#define INFLIGHT_WAIT_NS (30ull * 1000000000ull)
 
 static_assert(PKV_POOL_SHARE_ACROSS_USERS == PKV_WIRE_POOL_SHARED, "pool flags are wire format");
 
@@ -55,6 +57,8 @@ struct pkv_client {
 	struct done done[MAX_DONE];
 	uint32_t n_done;
 	char last_err[PKV_ERR_LEN + 1];
+	uint32_t blocked_seq;     /* named by the last step_begin that failed -EAGAIN/-ESTALE */
+	int open_settled;         /* opens find only committed prefixes ($PAGEDKV_INFLIGHT_SHARING=0) */
 };
 
 static uint64_t now_ns(void)
@@ -177,6 +181,8 @@ int pkv_connect(const struct pkv_connect_opts *opts, struct pkv_client **out)
 	c->spin_us = opts->spin_us ? opts->spin_us : DEFAULT_SPIN_US;
 	if ((env = getenv("PAGEDKV_SPIN_US")) && *env)
 		c->spin_us = (uint32_t)strtoul(env, NULL, 10);
+	/* Benchmarks compare bursts with and without in-flight prefix sharing in one run. */
+	c->open_settled = (env = getenv("PAGEDKV_INFLIGHT_SHARING")) && !strcmp(env, "0");
 	c->next_ud = 1;
 	r = make_region(c, opts->arena_bytes ? opts->arena_bytes : DEFAULT_ARENA);
 	if (r)
@@ -521,6 +527,8 @@ int pkv_seq_open(struct pkv_client *c, const int32_t *tokens, uint32_t n_tokens,
 
 	if (r)
 		return r;
+	if (c->open_settled)
+		sqe.flags = PKV_SQE_OPEN_SETTLED;
 	if (!seq || (n_tokens && !tokens))
 		return -EINVAL;
 	r = stage(c, (uint64_t)n_tokens * 4);
@@ -576,6 +584,7 @@ int pkv_step_begin(struct pkv_client *c, const uint32_t *seqs, const uint32_t *n
 		   const int32_t *tokens, uint32_t n_seqs)
 {
 	struct pkv_sqe sqe = { .opcode = PKV_OP_STEP_BEGIN, .n = n_seqs };
+	struct pkv_cqe cqe;
 	uint64_t total = 0, a, b;
 	int r = need_pool(c);
 
@@ -598,7 +607,27 @@ int pkv_step_begin(struct pkv_client *c, const uint32_t *seqs, const uint32_t *n
 	sqe.off[0] = (uint64_t)c->stage_off;
 	sqe.off[1] = (uint64_t)c->stage_off + a;
 	sqe.off[2] = (uint64_t)c->stage_off + b;
-	return call(c, &sqe, NULL);
+	/*
+	 * A step of one sequence that waits for another connection's prefill
+	 * is retried here, so a simple client never sees in-flight sharing: the
+	 * wait is bounded by that prefill (or by its withdrawal, -ESTALE). With
+	 * several sequences only the caller can leave one out, and no wait can
+	 * help when this connection computes the prefix itself.
+	 */
+	for (uint64_t nap = 200000, waited = 0;; waited += nap, nap = nap < 5000000 ? nap * 2 : nap) {
+		r = call(c, &sqe, &cqe);
+		if (r != -EAGAIN && r != -ESTALE)
+			return r;
+		c->blocked_seq = (uint32_t)cqe.payload[0];
+		if (r == -ESTALE || n_seqs != 1 || cqe.payload[1] || waited >= INFLIGHT_WAIT_NS)
+			return r;
+		nanosleep(&(struct timespec){ 0, (long)nap }, NULL);
+	}
+}
+
+uint32_t pkv_blocked_seq(const struct pkv_client *c)
+{
+	return c ? c->blocked_seq : 0;
 }
 
 int pkv_attend_async(struct pkv_client *c, uint32_t layer, const void *q, const void *k,

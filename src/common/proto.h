@@ -151,9 +151,12 @@ enum pkv_op {
 	PKV_OP_COUNT
 };
 
+/* SEQ_OPEN: find only committed prefixes and claim nothing (in-flight sharing off for this open). */
+#define PKV_SQE_OPEN_SETTLED (1u << 0)
+
 struct pkv_sqe {
 	uint8_t opcode;   /* enum pkv_op */
-	uint8_t flags;    /* none defined: must be 0 */
+	uint8_t flags;    /* PKV_SQE_* of its opcode; others must be 0 */
 	uint16_t reserved0;
 	uint32_t layer;
 	uint64_t user_data; /* echoed in the CQE */

@@ -35,6 +35,7 @@ void pkv_config_defaults(struct pkv_config *cfg)
 	cfg->uid_budget_share = 50;
 	cfg->pool_idle_grace_s = 60;
 	cfg->attend_slice_us = 500;
+	cfg->inflight_sharing = 1;
 }
 
 int pkv_parse_size(const char *s, uint64_t *out)
@@ -183,6 +184,8 @@ int pkv_config_set(struct pkv_config *cfg, const char *key, const char *value, c
 		r = parse_uint(value, 0, 7u * 24 * 3600, &cfg->pool_idle_grace_s);
 	} else if (!strcmp(k, "attend_slice_us")) {
 		r = parse_uint(value, 0, 10000000, &cfg->attend_slice_us);
+	} else if (!strcmp(k, "inflight_sharing")) {
+		r = parse_bool(value, &cfg->inflight_sharing);
 	} else {
 		snprintf(why, why_len, "unknown key '%s'", key);
 		return -EINVAL;

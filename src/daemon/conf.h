@@ -32,6 +32,7 @@ struct pkv_config {
 	unsigned uid_budget_share;      /* percent of memory_budget one uid's pools may take */
 	unsigned pool_idle_grace_s;     /* free a pool this long after its last client left */
 	unsigned attend_slice_us;       /* longest backend call before others get a turn */
+	int inflight_sharing;           /* opens claim their prompt's blocks for later opens (cache.h) */
 };
 
 void pkv_config_defaults(struct pkv_config *cfg);

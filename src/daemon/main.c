@@ -47,6 +47,7 @@ static void usage(FILE *f)
 "      --uid-budget-share P    percent of the memory budget one uid's pools may take (default 50)\n"
 "      --pool-idle-grace-s N   free a pool N s after its last client left (default 60)\n"
 "      --attend-slice-us N     split attends longer than this so others get a turn (default 500)\n"
+"      --no-inflight-sharing   an open finds only committed prefixes, not ones being computed\n"
 "  -l, --log-level LEVEL       error, warn, info (default) or debug\n"
 "  -f, --foreground            stay in the foreground, log to stderr\n"
 "  -h, --help                  this text\n"
@@ -78,6 +79,7 @@ static const struct option longopts[] = {
 	{ "spin-us", required_argument, NULL, 1 },
 	{ "no-coalesce", no_argument, NULL, 2 },
 	{ "gather-us", required_argument, NULL, 1 },
+	{ "no-inflight-sharing", no_argument, NULL, 3 },
 	{ "log-level", required_argument, NULL, 'l' },
 	{ "foreground", no_argument, NULL, 'f' },
 	{ "help", no_argument, NULL, 'h' },
@@ -114,6 +116,7 @@ static int parse_args(int argc, char **argv, struct pkv_config *cfg)
 		case 'l': key = "log_level"; break;
 		case 'f': cfg->foreground = 1; continue;
 		case 2: cfg->coalesce = 0; continue;
+		case 3: cfg->inflight_sharing = 0; continue;
 		case 1: key = longopts[idx].name; break;
 		case 'h': usage(stdout); return 1;
 		case 'V': printf("pagedkvd %s (protocol %u)\n", PACKAGE_VERSION, PKV_PROTO_VERSION); return 1;

@@ -105,6 +105,7 @@ static int reclaim(struct pkv_daemon *d, uint64_t bytes)
 int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid, struct pool **out,
 		char *why, size_t why_len)
 {
+	struct pkv_cache_limits lim = { 0 };
 	struct pkv_pool_desc desc;
 	struct pool *p;
 	uint64_t bytes;
@@ -174,7 +175,8 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid,
 	pthread_mutex_unlock(&d->backend_mu);
 	if (r)
 		goto err_free;
-	r = pkv_cache_create(&p->geo, NULL, &p->cache);
+	lim.inflight_claims = d->cfg.inflight_sharing;
+	r = pkv_cache_create(&p->geo, &lim, &p->cache);
 	if (r) {
 		snprintf(why, why_len, "pool '%s': cache manager refused the geometry (%s)", m->name,
 			 strerror(-r));

@@ -463,6 +463,17 @@ static void explain(struct pkv_daemon *d, struct session *s, const char *what, i
 				what, PKV_MAX_STEP_TABLE);
 		return;
 	}
+	if (r == -EAGAIN) {
+		session_set_err(s, "%s: sequence %u shares a prefix another sequence is still computing; "
+				"step it later", what, pkv_cache_blocked_seq(s->pool->cache, NULL));
+		return;
+	}
+	if (r == -ESTALE) {
+		session_set_err(s, "%s: sequence %u was cut back: the prefix it shared was withdrawn "
+				"by its producer; resume from its length", what,
+				pkv_cache_blocked_seq(s->pool->cache, NULL));
+		return;
+	}
 	session_set_err(s, "%s: %s", what, strerror(-r));
 }
 
@@ -680,8 +691,9 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 		tok = copy_out(s, e->off[0], walk_tokens(e->n));
 		if (!tok)
 			return -ENOMEM;
-		r = pkv_cache_seq_open_partial(c, s->id, s->ns, tok, walk_tokens(e->n), turn_blocks(c),
-					       &seq, &n_cached);
+		r = pkv_cache_seq_open_partial(c, s->id, s->ns, tok, walk_tokens(e->n),
+					       e->flags & PKV_SQE_OPEN_SETTLED ? PKV_OPEN_SETTLED : 0,
+					       turn_blocks(c), &seq, &n_cached);
 		if (r < 0) {
 			free(tok);
 			explain(d, s, "open", r);
@@ -722,7 +734,19 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 		seq_del(s, e->seq);
 		return 0;
 	case PKV_OP_STEP_BEGIN:
-		return op_step_begin(d, s, e);
+		r = op_step_begin(d, s, e);
+		/*
+		 * Which sequence waits on a prefix in flight, or was cut back, and
+		 * whether this connection itself computes what it waits for (then
+		 * waiting cannot help: the client must step that sequence first).
+		 */
+		if (r == -EAGAIN || r == -ESTALE) {
+			uint32_t by;
+
+			*p0 = pkv_cache_blocked_seq(c, &by);
+			*p1 = r == -EAGAIN && by == s->id;
+		}
+		return r;
 	case PKV_OP_ATTEND:
 		/* Attends in a step run on the worker; one that passed validation had a step. */
 		return -EPROTO;

@@ -48,7 +48,8 @@ int pkv_sqe_check(const struct pkv_sqe *e, const struct sqe_limits *l, char *why
 		snprintf(why, why_len, "unknown opcode %u", e->opcode);
 		return -EINVAL;
 	}
-	if (e->flags || e->reserved0 || e->reserved1) {
+	if ((e->flags & ~(e->opcode == PKV_OP_SEQ_OPEN ? PKV_SQE_OPEN_SETTLED : 0)) || e->reserved0 ||
+	    e->reserved1) {
 		snprintf(why, why_len, "reserved SQE fields must be zero");
 		return -EINVAL;
 	}

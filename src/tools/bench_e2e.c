@@ -12,10 +12,11 @@
 
 #include "../../examples/llama/engine.h"
 #include "../../examples/llama/session.h"
+#include "bench_e2e_burst.h"
 
 struct opts {
 	struct session_opts so;
-	int reps, json;
+	int reps, json, burst;
 	uint32_t prompt_len, decode_len;
 };
 
@@ -203,8 +204,8 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "model", 1, 0, 'm' }, { "socket", 1, 0, 1 }, { "in-process", 0, 0, 2 }, { "json", 0, 0, 3 },
 		{ "reps", 1, 0, 'r' }, { "threads", 1, 0, 't' }, { "prompt", 1, 0, 'p' }, { "decode", 1, 0, 'n' },
-		{ "help", 0, 0, 'h' }, { 0 } };
-	struct opts o = { .so = { .threads = 2 }, .reps = 3, .prompt_len = 512, .decode_len = 64 };
+		{ "no-burst", 0, 0, 4 }, { "help", 0, 0, 'h' }, { 0 } };
+	struct opts o = { .so = { .threads = 2 }, .reps = 3, .prompt_len = 512, .decode_len = 64, .burst = 1 };
 	int c;
 	char err[512];
 	while ((c = getopt_long(argc, argv, "m:r:t:p:n:h", lo, NULL)) != -1) {
@@ -213,6 +214,7 @@ int main(int argc, char **argv)
 		case 1: o.so.socket = optarg; break;
 		case 2: o.so.in_process = 1; break;
 		case 3: o.json = 1; break;
+		case 4: o.burst = 0; break;
 		case 'r': o.reps = atoi(optarg); break;
 		case 't': o.so.threads = atoi(optarg); break;
 		case 'p': o.prompt_len = (uint32_t)strtoul(optarg, NULL, 10); break;
@@ -220,7 +222,7 @@ int main(int argc, char **argv)
 		default:
 			fprintf(c == 'h' ? stdout : stderr,
 				"usage: pkv-bench e2e -m MODEL [--socket PATH | --in-process] [--json] [--reps N]\n"
-				"       [-t THREADS] [-p PROMPT_TOKENS (512)] [-n DECODE_TOKENS (64)]\n"
+				"       [-t THREADS] [-p PROMPT_TOKENS (512)] [-n DECODE_TOKENS (64)] [--no-burst]\n"
 				"Runs through pagedkvd (start it first) unless --in-process. Run it under\n"
 				"flock /tmp/pkv-bench.lock so benchmarks never overlap.\n");
 			return c == 'h' ? 0 : 2;
@@ -251,15 +253,51 @@ int main(int argc, char **argv)
 			fprintf(stderr, "run %d: prefill %.1f tok/s, decode %.1f tok/s, agg8 %.1f / %.1f tok/s, "
 				"ttft %.0f / %.0f ms\n", i, pf[i], dc[i], ai[i], ap[i], tc[i], tw[i]);
 	}
+	/* Bursts behind one system prompt: in-flight sharing on and off, alternated, in one process and in 8. */
+	struct burst_figures bf[2][2][99];
+	double bx[2][2][3][99], bm[2][2][3];
+	for (int i = 0; o.burst && i < o.reps; i++)
+		for (int procs = 0; procs < 2; procs++)
+			for (int on = 1; on >= 0; on--) {
+				unsigned salt = (unsigned)getpid() * 131u + (unsigned)i * 17u + 4u * (unsigned)procs + (unsigned)on;
+				struct burst_figures *f = &bf[procs][on][i];
+				int r = e2e_burst(&o.so, procs, on, salt, f);
+
+				if (r) {
+					fprintf(stderr, "pkv-bench e2e: burst run %d failed: %s\n", i, strerror(-r));
+					session_close(&s);
+					return 1;
+				}
+				bx[procs][on][0][i] = (double)f->computed_tokens / f->ideal_tokens;
+				bx[procs][on][1][i] = f->ttft_mean_ms;
+				bx[procs][on][2][i] = f->ttft_p99_ms;
+			}
+	for (int procs = 0; o.burst && procs < 2; procs++)
+		for (int on = 0; on < 2; on++)
+			for (int k = 0; k < 3; k++)
+				bm[procs][on][k] = median(bx[procs][on][k], o.reps);
 	double m_pf = median(pf, o.reps), m_dc = median(dc, o.reps), m_ai = median(ai, o.reps),
 	       m_ap = median(ap, o.reps), m_tc = median(tc, o.reps), m_tw = median(tw, o.reps);
 	if (o.json) {
 		printf("{\"model\": \"%s\", \"attention\": \"%s\", \"threads\": %d, \"reps\": %d, "
 		       "\"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f, \"agg8_inproc_tok_s\": %.1f, "
 		       "\"agg8_procs_tok_s\": %.1f, \"ttft_cold_ms\": %.1f, \"ttft_warm_ms\": %.1f, "
-		       "\"ttft_warm_over_cold\": %.4f}\n",
+		       "\"ttft_warm_over_cold\": %.4f",
 		       o.so.model, s.attn.name, tpool_size(s.tp), o.reps, m_pf, m_dc, m_ai, m_ap, m_tc, m_tw,
 		       m_tc > 0 ? m_tw / m_tc : 0);
+		for (int procs = 0; o.burst && procs < 2; procs++) {
+			const char *w = procs ? "procs" : "inproc";
+
+			printf(", \"burst8_%s_prompt_tokens_ideal\": %u, \"burst8_%s_computed_over_ideal\": %.3f, "
+			       "\"burst8_%s_computed_over_ideal_nosharing\": %.3f, \"burst8_%s_ttft_mean_ms\": %.1f, "
+			       "\"burst8_%s_ttft_p99_ms\": %.1f, \"burst8_%s_ttft_mean_ms_nosharing\": %.1f, "
+			       "\"burst8_%s_ttft_p99_ms_nosharing\": %.1f, \"burst8_%s_ttft_mean_ratio\": %.3f, "
+			       "\"burst8_%s_ttft_p99_ratio\": %.3f",
+			       w, bf[procs][1][0].ideal_tokens, w, bm[procs][1][0], w, bm[procs][0][0], w,
+			       bm[procs][1][1], w, bm[procs][1][2], w, bm[procs][0][1], w, bm[procs][0][2], w,
+			       bm[procs][1][1] / bm[procs][0][1], w, bm[procs][1][2] / bm[procs][0][2]);
+		}
+		printf("}\n");
 	} else {
 		printf("pkv-bench e2e: %s via %s, %d threads, median of %d\n", o.so.model, s.attn.name,
 		       tpool_size(s.tp), o.reps);
@@ -269,6 +307,11 @@ int main(int argc, char **argv)
 		printf("  decode, 8 processes            %8.1f tok/s aggregate\n", m_ap);
 		printf("  TTFT behind 1000-token prompt  %8.1f ms cold, %.1f ms warm (%.3f of cold)\n", m_tc, m_tw,
 		       m_tc > 0 ? m_tw / m_tc : 0);
+		for (int procs = 0; o.burst && procs < 2; procs++)
+			printf("  burst of 8 (%s): computed %.2fx of one prompt + questions (%.2fx without "
+			       "in-flight sharing), TTFT mean %.0f / p99 %.0f ms (%.0f / %.0f ms without)\n",
+			       procs ? "8 processes" : "1 process", bm[procs][1][0], bm[procs][0][0], bm[procs][1][1],
+			       bm[procs][1][2], bm[procs][0][1], bm[procs][0][2]);
 	}
 	session_close(&s);
 	return 0;

@@ -290,7 +290,7 @@ START_TEST(open_walk_in_turns)
 	test_prompt(t, n, 8);
 	s = test_prefill(c, OWN, test_ns(1), t, n - 1, NULL);
 	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, s), 0);
-	ck_assert_int_eq(pkv_cache_seq_open_partial(c, OWN, test_ns(1), t, n, 8, &s, &nc), 1);
+	ck_assert_int_eq(pkv_cache_seq_open_partial(c, OWN, test_ns(1), t, n, 0, 8, &s, &nc), 1);
 	ck_assert_uint_eq(nc, 8 * BS);
 	ck_assert_int_eq(pkv_cache_seq_open_more(c, OWN, s, t, n, 8, &nc), 1);
 	ck_assert_uint_eq(nc, 16 * BS);
@@ -305,7 +305,7 @@ START_TEST(open_walk_in_turns)
 	ck_assert_int_eq(pkv_cache_seq_close(c, OWN, s), 0);
 
 	/* Using the sequence ends its walk. */
-	ck_assert_int_eq(pkv_cache_seq_open_partial(c, OWN, test_ns(1), t, n, 4, &s, &nc), 1);
+	ck_assert_int_eq(pkv_cache_seq_open_partial(c, OWN, test_ns(1), t, n, 0, 4, &s, &nc), 1);
 	r = (struct pkv_step_req){ s, 1, t };
 	ck_assert_int_eq(pkv_cache_step_begin(c, OWN, &r, 1, &st, &m), 0);
 	ck_assert_int_eq(test_commit(c, st), 0);
@@ -314,7 +314,7 @@ START_TEST(open_walk_in_turns)
 
 	/* Past the owner's block limit the walk stops at the limit. */
 	ck_assert_int_eq(pkv_cache_set_owner_limits(c, OWN, 0, 10), 0);
-	ck_assert_int_eq(pkv_cache_seq_open_partial(c, OWN, test_ns(1), t, n, 8, &s, &nc), 1);
+	ck_assert_int_eq(pkv_cache_seq_open_partial(c, OWN, test_ns(1), t, n, 0, 8, &s, &nc), 1);
 	ck_assert_int_eq(pkv_cache_seq_open_more(c, OWN, s, t, n, 8, &nc), 0);
 	ck_assert_uint_eq(nc, 10 * BS);
 	test_audit_clean(c);

@@ -30,6 +30,12 @@ tests_daemon_check_liveness_SOURCES = tests/daemon/check_liveness.c
 tests_daemon_check_liveness_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_daemon_check_liveness_LDADD = $(DAEMON_TEST_LIBS)
 
+check_PROGRAMS += tests/daemon/check_inflight
+TESTS += tests/daemon/check_inflight
+tests_daemon_check_inflight_SOURCES = tests/daemon/check_inflight.c
+tests_daemon_check_inflight_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_inflight_LDADD = $(DAEMON_TEST_LIBS)
+
 check_PROGRAMS += tests/daemon/check_scope
 TESTS += tests/daemon/check_scope
 tests_daemon_check_scope_SOURCES = tests/daemon/check_scope.c

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/wait.h>
 
 #include "../../examples/llama/engine.h"
 #include "randmodel.h"
@@ -26,6 +27,8 @@ struct rig {
 	struct tokenizer tok;
 };
 
+static const char *shared_pool; /* set: every rig attaches this pool (several processes) */
+
 static void rig_up(struct rig *r, uint64_t capacity, uint32_t budget, uint32_t max_running)
 {
 	struct pkv_geometry geo;
@@ -41,6 +44,8 @@ static void rig_up(struct rig *r, uint64_t capacity, uint32_t budget, uint32_t m
 					      .window_left = -1 };
 		llama_geometry(&r->m, 4, capacity ? (uint32_t)(capacity / 4) : 1024, &pp.geo);
 		snprintf(name, sizeof name, "engine-%d-%u", (int)getpid(), pool_serial++);
+		if (shared_pool)
+			snprintf(name, sizeof name, "%s", shared_pool);
 		ck_assert_msg(pkv_attn_daemon_create(&co, &pp, &r->a, err, sizeof err) == 0, "%s", err);
 	} else {
 		llama_geometry(&r->m, 4, 1024, &geo);
@@ -170,6 +175,167 @@ START_TEST(second_turn_reuses_history)
 }
 END_TEST
 
+/* ---- bursts: conversations behind one system prompt, started together ---- */
+
+#define SYS 40   /* shared prompt: ten 4-token blocks */
+#define OWN 6    /* each conversation's own question */
+
+static void burst_prompt(int i, int32_t *t)
+{
+	prompt(100, t, SYS);
+	prompt(200 + i, t + SYS, OWN);
+}
+
+/* Runs one conversation of the burst alone in a fresh rig: the tokens it must produce. */
+static void burst_solo(int i, int32_t *out, uint32_t *n_out)
+{
+	const char *pool = shared_pool;
+	struct rig r;
+	struct sampler smp;
+	int32_t t[SYS + OWN];
+
+	shared_pool = NULL;
+	rig_up(&r, 0, 64, 1);
+	sampler_init(&smp, 0, 0, 1, 1);
+	burst_prompt(i, t);
+	struct conv *c = engine_conv_new(&r.e, &smp, NULL, NULL);
+	ck_assert_int_eq(engine_submit(&r.e, c, t, SYS + OWN, GEN), 0);
+	ck_assert_int_eq(engine_run(&r.e), 0);
+	*n_out = c->n_gen;
+	memcpy(out, c->hist + c->turn_start, c->n_gen * sizeof *out);
+	rig_down(&r);
+	shared_pool = pool;
+}
+
+/* Prompt tokens an engine computed: everything but the decodes of generated tokens. */
+static uint64_t prompt_computed(const struct engine *e)
+{
+	uint64_t dec = 0;
+
+	for (const struct conv *c = e->convs; c; c = c->next)
+		dec += c->n_gen ? c->n_gen - 1 : 0;
+	return e->tokens_computed - dec;
+}
+
+static void expect_solo(int i, const struct conv *c)
+{
+	int32_t want[GEN];
+	uint32_t nw;
+
+	burst_solo(i, want, &nw);
+	ck_assert_msg(c->state == CONV_DONE, "conversation %d: state %d err %d", i, c->state, c->err);
+	ck_assert_uint_eq(c->n_gen, nw);
+	for (uint32_t k = 0; k < nw; k++)
+		ck_assert_msg(c->hist[c->turn_start + k] == want[k], "conv %d token %u", i, k);
+}
+
+/* One process, NC conversations submitted at once: the shared prompt is computed once. */
+START_TEST(burst_in_one_process_computes_prompt_once)
+{
+	struct rig r;
+	struct sampler smp;
+	struct conv *cv[NC];
+
+	rig_up(&r, 0, 16, NC);   /* 16-token budget: the leader's prefill takes several steps */
+	r.e.share_block = 4;
+	sampler_init(&smp, 0, 0, 1, 1);
+	for (int i = 0; i < NC; i++) {
+		int32_t t[SYS + OWN];
+
+		burst_prompt(i, t);
+		cv[i] = engine_conv_new(&r.e, &smp, NULL, NULL);
+		ck_assert_int_eq(engine_submit(&r.e, cv[i], t, SYS + OWN, GEN), 0);
+	}
+	ck_assert_int_eq(engine_run(&r.e), 0);
+	ck_assert_uint_eq(prompt_computed(&r.e), SYS + NC * OWN);
+	for (int i = 1; i < NC; i++)
+		ck_assert_uint_eq(cv[i]->inflight_tokens, SYS);
+	for (int i = 0; i < NC; i++)
+		expect_solo(i, cv[i]);
+	rig_down(&r);
+}
+END_TEST
+
+struct burst_report {
+	uint32_t prompt_computed, reused, n_gen;
+	int32_t gen[GEN];
+};
+
+static void burst_client(int i, int go, int out)
+{
+	struct burst_report rep = { 0 };
+	struct rig r;
+	struct sampler smp;
+	int32_t t[SYS + OWN];
+	char c;
+
+	rig_up(&r, 0, 16, 1);
+	sampler_init(&smp, 0, 0, 1, 1);
+	burst_prompt(i, t);
+	struct conv *cv = engine_conv_new(&r.e, &smp, NULL, NULL);
+	if (read(go, &c, 1) != 1)   /* every client starts at once */
+		_exit(2);
+	if (engine_submit(&r.e, cv, t, SYS + OWN, GEN) || engine_run(&r.e) || cv->state != CONV_DONE)
+		_exit(3);
+	rep.prompt_computed = (uint32_t)prompt_computed(&r.e);
+	rep.reused = cv->reused_tokens;
+	rep.n_gen = cv->n_gen;
+	memcpy(rep.gen, cv->hist + cv->turn_start, cv->n_gen * sizeof *rep.gen);
+	_exit(write(out, &rep, sizeof rep) == sizeof rep ? 0 : 4);
+}
+
+/* NC processes, one conversation each, started together: one computes the prompt, the rest wait for it. */
+START_TEST(burst_across_processes_computes_prompt_once)
+{
+	int go[2], res[2];
+	pid_t kids[NC];
+	char pool[64];
+	uint32_t total = 0, reused = 0;
+
+	snprintf(pool, sizeof pool, "burst-%d", (int)getpid());
+	shared_pool = pool;
+	ck_assert_int_eq(pipe(go), 0);
+	ck_assert_int_eq(pipe(res), 0);
+	for (int i = 0; i < NC; i++) {
+		kids[i] = fork();
+		ck_assert_int_ge(kids[i], 0);
+		if (kids[i] == 0)
+			burst_client(i, go[0], res[1]);
+	}
+	ck_assert_int_eq(write(go[1], "gogo", NC), NC);
+	for (int i = 0; i < NC; i++) {
+		int st;
+
+		ck_assert_int_eq(waitpid(kids[i], &st, 0), kids[i]);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "client %d: status %d", i, st);
+	}
+	for (int i = 0; i < NC; i++) {
+		struct burst_report rep;
+		int32_t want[GEN];
+		uint32_t nw;
+
+		ck_assert_int_eq(read(res[0], &rep, sizeof rep), sizeof rep);
+		total += rep.prompt_computed;
+		reused += rep.reused;
+		/* Reports come in finishing order: find whose tokens these are by the solo runs. */
+		int match = 0;
+		for (int j = 0; j < NC && !match; j++) {
+			burst_solo(j, want, &nw);
+			match = nw == rep.n_gen && !memcmp(want, rep.gen, nw * sizeof *want);
+		}
+		ck_assert_msg(match, "a client's tokens match no conversation run alone");
+	}
+	/* Every opener after the first found the prompt claimed or committed. */
+	ck_assert_uint_eq(total, SYS + NC * OWN);
+	ck_assert_uint_eq(reused, (NC - 1) * SYS);
+	shared_pool = NULL;
+	close(go[0]);
+	close(go[1]);
+	close(res[0]);
+	close(res[1]);
+}
+END_TEST
+
 static struct test_daemon dmn;
 
 static void daemon_up(void)
@@ -203,6 +369,7 @@ int main(void)
 	tcase_add_test(tc, concurrent_chunked_equals_solo);
 	tcase_add_test(tc, enospc_waits_or_preempts_and_still_equals_solo);
 	tcase_add_test(tc, second_turn_reuses_history);
+	tcase_add_test(tc, burst_in_one_process_computes_prompt_once);
 	suite_add_tcase(s, tc);
 	/* The same through pagedkvd: a pool of 30 4-token blocks makes step_begin return -ENOSPC. */
 	TCase *td = tcase_create("pagedkvd");
@@ -211,6 +378,8 @@ int main(void)
 	tcase_add_test(td, concurrent_chunked_equals_solo);
 	tcase_add_test(td, enospc_waits_or_preempts_and_still_equals_solo);
 	tcase_add_test(td, second_turn_reuses_history);
+	tcase_add_test(td, burst_in_one_process_computes_prompt_once);
+	tcase_add_test(td, burst_across_processes_computes_prompt_once);
 	suite_add_tcase(s, td);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: MIT */
+/* In-flight prefix sharing: claims published as pending at open, their consumers, settling and withdrawal. */
+#include <errno.h>
+#include "cache/cache_int.h"
+
+/* Marks a block withdrawn during one pkv_inflight_withdraw, so consumers can recognise it. */
+#define JUST_WITHDRAWN (-2)
+
+static int32_t seq_index(const struct pkv_cache *c, const struct seq *s)
+{
+	return (int32_t)(s - c->seqs);
+}
+
+static bool own_claim(const struct pkv_cache *c, const struct seq *s, int32_t b)
+{
+	return c->blk[b].pending && c->blk[b].producer == seq_index(c, s);
+}
+
+/* After an open matched table entries [from, to): remembers which another sequence still computes. */
+void pkv_inflight_note_hits(struct pkv_cache *c, struct seq *s, uint32_t from, uint32_t to)
+{
+	for (uint32_t i = from; i < to; i++)
+		if (c->blk[s->tab[i]].pending) {
+			if (s->wait_lo == s->wait_hi)
+				s->wait_lo = i;
+			s->wait_hi = i + 1;
+			c->inflight_hit_tokens += c->bs;
+		}
+}
+
+/*
+ * Claims up to max_claims full blocks of tokens after the sequence's n hits
+ * (s->nblk of them): each is allocated, keyed and published as pending. No
+ * claim follows a pending hit, so a withdrawal never strands another
+ * sequence's claim under a parent that disappears. Only blocks the pool has
+ * to spare are claimed; a key already published stops the claims.
+ */
+uint32_t pkv_inflight_claim(struct pkv_cache *c, struct seq *s, const int32_t *tokens,
+			    uint32_t n_tokens, uint32_t max_claims)
+{
+	uint32_t i, bs = c->bs, full = n_tokens / bs, got = 0;
+
+	if (!c->lim.inflight_claims || !tokens || s->settled || full <= s->nblk)
+		return 0;
+	if (s->nblk && c->blk[s->tab[s->nblk - 1]].pending)
+		return 0;
+	/* The open reserved its table for the blocks a walk can match; claims may take one more. */
+	if (pkv_seq_reserve_tab(s, full))
+		return 0;
+	for (i = s->nblk; i < full && got < max_claims && pkv_blk_available(c); i++) {
+		int32_t p = i ? s->tab[i - 1] : -1, b;
+		struct pkv_key parent = p >= 0 ? c->blk[p].key : s->ns;
+		struct pkv_key key = pkv_block_key(parent, s->ns, tokens + (size_t)i * bs, bs);
+		struct blk *k;
+
+		if (pkv_prefix_find(c, key) >= 0)
+			break;
+		b = pkv_blk_alloc(c);
+		if (b < 0)
+			break;
+		k = &c->blk[b];
+		memcpy(blk_tok(c, b), tokens + (size_t)i * bs, (size_t)bs * sizeof(*tokens));
+		k->key = key;
+		k->parent_key = parent;
+		k->ns = s->ns;
+		k->parent = p;
+		k->published = 1;
+		k->pending = 1;
+		k->producer = seq_index(c, s);
+		if (p >= 0)
+			c->blk[p].nchild++;
+		pkv_prefix_insert(c, key, b);
+		s->tab[s->nblk++] = b;
+		got++;
+	}
+	c->claimed_blocks += got;
+	return got;
+}
+
+/* Cuts every sequence that waits on a block just withdrawn back to the tokens before it. */
+static void cut_consumers(struct pkv_cache *c, const struct seq *prod, uint32_t lo)
+{
+	for (uint32_t i = 0; i < c->n_seq_slots; i++) {
+		struct seq *t = &c->seqs[i];
+		uint32_t j, end;
+
+		if (!t->open || t == prod || t->wait_hi <= lo)
+			continue;
+		end = t->wait_hi < t->nblk ? t->wait_hi : t->nblk;
+		for (j = lo > t->wait_lo ? lo : t->wait_lo; j < end; j++) {
+			if (c->blk[t->tab[j]].producer != JUST_WITHDRAWN)
+				continue;
+			/* A waiting sequence has no open step (it cannot begin one): safe to cut. */
+			pkv_seq_drop_blocks(c, t, j);
+			t->len = j * c->bs;
+			t->wait_hi = j;
+			if (t->wait_lo > j)
+				t->wait_lo = j;
+			t->cut = 1;
+			break;
+		}
+	}
+}
+
+/*
+ * The producer s gives up its pending blocks at table entries >= from: they
+ * leave the prefix table (children first), their waiting consumers are cut
+ * back, and the claimed entries past s's own tokens leave its table. s has
+ * no open step.
+ */
+void pkv_inflight_withdraw(struct pkv_cache *c, struct seq *s, uint32_t from)
+{
+	uint32_t i, lo = UINT32_MAX, mine = (s->len + c->bs - 1) / c->bs;
+	bool shared = false;
+
+	for (i = s->nblk; i-- > from;) {
+		int32_t b = s->tab[i];
+		struct blk *k = &c->blk[b];
+
+		if (!own_claim(c, s, b))
+			continue;
+		pkv_prefix_remove(c, k->key);
+		k->published = 0;
+		k->pending = 0;
+		k->producer = JUST_WITHDRAWN;
+		if (k->parent >= 0) {
+			c->blk[k->parent].nchild--;
+			pkv_lru_update(c, k->parent);
+		}
+		k->parent = -1;
+		c->withdrawn_blocks++;
+		shared |= k->ref > 1;
+		lo = i;
+	}
+	if (lo == UINT32_MAX)
+		return;
+	/* Only a block someone else holds has consumers: the scan of every sequence is skipped otherwise. */
+	if (shared)
+		cut_consumers(c, s, lo);
+	for (i = lo; i < s->nblk; i++)
+		if (c->blk[s->tab[i]].producer == JUST_WITHDRAWN)
+			c->blk[s->tab[i]].producer = -1;
+	pkv_seq_drop_blocks(c, s, lo > mine ? lo : mine);
+}
+
+/*
+ * step_begin's check of one request: a sequence cut back by a withdrawal
+ * reports it once (-ESTALE); one that still waits on another's pending
+ * block cannot step yet (-EAGAIN); a producer stepping other tokens than it
+ * claimed withdraws the claim from that block on (a state change that stands
+ * even if the step then fails: the claim could never be delivered).
+ */
+int pkv_inflight_check(struct pkv_cache *c, struct seq *s, const struct pkv_step_req *r)
+{
+	uint32_t j, bs = c->bs;
+
+	if (s->cut) {
+		s->cut = 0;
+		c->blocked_seq = pkv_seq_handle(c, s);
+		return -ESTALE;
+	}
+	while (s->wait_lo < s->wait_hi && !c->blk[s->tab[s->wait_lo]].pending)
+		s->wait_lo++;
+	if (s->wait_lo < s->wait_hi) {
+		c->blocked_seq = pkv_seq_handle(c, s);
+		c->blocked_by = c->seqs[c->blk[s->tab[s->wait_lo]].producer].owner;
+		return -EAGAIN;
+	}
+	for (j = 0; j < r->n_new; j++) {
+		uint32_t pos = s->len + j, at = pos / bs;
+
+		if (at >= s->nblk)
+			break;
+		if (own_claim(c, s, s->tab[at]) && blk_tok(c, s->tab[at])[pos % bs] != r->tokens[j]) {
+			pkv_inflight_withdraw(c, s, at);
+			break;
+		}
+	}
+	return 0;
+}
+
+/* At commit: the producer's pending blocks among table entries [from, to) are now whole. */
+void pkv_inflight_settle(struct pkv_cache *c, struct seq *s, uint32_t from, uint32_t to)
+{
+	for (uint32_t i = from; i < to && i < s->nblk; i++) {
+		struct blk *k = &c->blk[s->tab[i]];
+
+		if (own_claim(c, s, s->tab[i])) {
+			k->pending = 0;
+			k->producer = -1;
+		}
+	}
+}
+
+/* The leading blocks of a walk that hold KV already (pins stop at the first pending one). */
+uint32_t pkv_inflight_trim(const struct pkv_cache *c, const int32_t *blk, uint32_t n)
+{
+	uint32_t i;
+
+	for (i = 0; i < n && !c->blk[blk[i]].pending; i++)
+		;
+	return i;
+}
+
+uint32_t pkv_cache_blocked_seq(const struct pkv_cache *c, uint32_t *producer_owner)
+{
+	if (producer_owner)
+		*producer_owner = c->blocked_by;
+	return c->blocked_seq;
+}
