@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* pagedkvd: options, lock file, listening socket, plugins, then the event loop until SIGTERM. */
 #include "config.h"
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
@@ -190,6 +192,84 @@ static void plugin_log(void *ud, int level, const char *msg)
 	pkv_log(level, "%s", msg);
 }
 
+/* True when this pagedkvd is the build tree's (run before `make install`): /proc/self/exe lies under
+ * the build directory configure was run in. */
+static int running_uninstalled(void)
+{
+#ifdef PKV_BUILD_DIR
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	if (n <= 0)
+		return 0;
+	exe[n] = 0;
+	return !strncmp(exe, PKV_BUILD_DIR "/", strlen(PKV_BUILD_DIR) + 1);
+#else
+	return 0;
+#endif
+}
+
+/* Uninstalled and left at the default plugin dir, which holds nothing of this build yet: look for
+ * pkv_NAME.so in the build tree's plugins/<dir>/.libs and use that directory. */
+static void use_build_plugins(struct pkv_daemon *d)
+{
+#ifdef PKV_BUILD_DIR
+	const char *spec = d->cfg.backend_varlen;
+	char dir[PATH_MAX], so[PATH_MAX + 64];
+	size_t name_len = strcspn(spec, ":");
+	struct dirent *e;
+	DIR *top;
+
+	if (!running_uninstalled() || strcmp(d->cfg.plugin_dir, PKV_PLUGIN_DIR) || strchr(spec, '/') ||
+	    getenv("PAGEDKV_PLUGIN_DIR"))
+		return;
+	top = opendir(PKV_BUILD_DIR "/plugins");
+	if (!top)
+		return;
+	while ((e = readdir(top))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(dir, sizeof(dir), "%s/plugins/%s/.libs", PKV_BUILD_DIR, e->d_name);
+		snprintf(so, sizeof(so), "%s/pkv_%.*s.so", dir, (int)name_len, spec);
+		if (access(so, R_OK) == 0) {
+			snprintf(d->cfg.plugin_dir, sizeof(d->cfg.plugin_dir), "%s", dir);
+			pkv_info("running from the build tree: plugins from %s", dir);
+			break;
+		}
+	}
+	closedir(top);
+#else
+	(void)d;
+#endif
+}
+
+/* After a failed load: names the backends the plugin dir does have, and how to point at others. */
+static void explain_plugin_dir(const struct pkv_daemon *d)
+{
+	char names[1024] = "";
+	size_t used = 0;
+	struct dirent *e;
+	DIR *dir = opendir(d->cfg.plugin_dir);
+
+	while (dir && (e = readdir(dir))) {
+		size_t n = strlen(e->d_name);
+
+		if (n > 7 && !strncmp(e->d_name, "pkv_", 4) && !strcmp(e->d_name + n - 3, ".so") &&
+		    used + n < sizeof(names) - 8)
+			used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%.*s", used ? ", " : "",
+						 (int)(n - 7), e->d_name + 4);
+	}
+	if (dir)
+		closedir(dir);
+	pkv_err("installed backends in %s: %s", d->cfg.plugin_dir, used ? names : "none");
+	if (running_uninstalled())
+		pkv_err("this pagedkvd runs from the build tree: pass --plugin-dir BUILDDIR/plugins/cpu/.libs "
+			"(or another plugins/*/.libs), or run make install");
+	else
+		pkv_err("choose one with --backend NAME, another directory with --plugin-dir DIR, "
+			"or a plugin file with --backend /path/to/pkv_NAME.so");
+}
+
 static int load_plugins(struct pkv_daemon *d)
 {
 	char err[512];
@@ -201,10 +281,12 @@ static int load_plugins(struct pkv_daemon *d)
 		return r;
 	}
 	pkv_host_set_log_sink(d->host, plugin_log, NULL);
+	use_build_plugins(d);
 	r = pkv_plugin_load(d->cfg.backend_varlen, NULL, d->cfg.plugin_dir, d->host, &d->plug_varlen,
 			    err, sizeof(err));
 	if (r) {
 		pkv_err("backend for varlen: %s", err);
+		explain_plugin_dir(d);
 		return r;
 	}
 	d->same_plugin = !strcmp(d->cfg.backend_varlen, d->cfg.backend_decode);
@@ -213,6 +295,7 @@ static int load_plugins(struct pkv_daemon *d)
 				    &d->plug_decode, err, sizeof(err));
 		if (r) {
 			pkv_err("backend for decode: %s", err);
+			explain_plugin_dir(d);
 			pkv_plugin_unload(&d->plug_varlen);
 			return r;
 		}
