@@ -10,7 +10,8 @@ examples_llama_libpkvmodel_la_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS)
 examples_llama_libpkvmodel_la_LIBADD = src/client/libpagedkv.la $(XXHASH_LIBS) $(PTHREAD_LIBS) $(LIBM)
 noinst_HEADERS += examples/llama/gguf.h examples/llama/quant.h examples/llama/matmul.h \
 	examples/llama/threadpool.h examples/llama/attn.h examples/llama/llama.h examples/llama/tokenizer.h \
-	examples/llama/sampler.h examples/llama/engine.h examples/llama/session.h
+	examples/llama/sampler.h examples/llama/engine.h examples/llama/session.h examples/llama/unicode_cats.h
+EXTRA_DIST += examples/llama/gen_unicode.py
 
 bin_PROGRAMS += examples/llama/pkv-generate
 examples_llama_pkv_generate_SOURCES = examples/llama/generate.c
