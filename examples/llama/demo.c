@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "opts.h"
 #include "session.h"
 
 #define MAX_CLIENTS 8
@@ -65,6 +66,7 @@ struct rec { /* child -> parent over a pipe */
 	double ttft, tok_s;
 	char piece[64];
 	uint32_t piece_len;
+	char err[448];    /* kind 3: why */
 };
 
 struct client {
@@ -114,19 +116,25 @@ static int child_main(int fd, const struct session_opts *so, const char *questio
 	struct rec r = { .kind = 3 };
 	int32_t *ids;
 	if (session_open(&s, so, err, sizeof err)) {
-		snprintf(r.piece, sizeof r.piece, "%.63s", err);
-		fprintf(stderr, "pkv-demo client: %s\n", err);
+		snprintf(r.err, sizeof r.err, "%.447s", err);
 		wr_all(fd, &r, sizeof r);
 		return 1;
 	}
-	if (engine_init(&e, &s.lc, &s.tok, 256, 1))
+	if (engine_init(&e, &s.lc, &s.tok, 256, 1)) {
+		snprintf(r.err, sizeof r.err, "out of memory");
+		wr_all(fd, &r, sizeof r);
 		return 1;
+	}
 	sampler_init(&smp, 0, 0, 1, 1);
 	struct child_ctx cc = { .fd = fd, .tok = &s.tok };
 	struct conv *cv = engine_conv_new(&e, &smp, child_tok, &cc);
 	int n = chatml_turn(&s.tok, system_prompt, question, 1, 0, &ids);
-	if (n <= 0 || engine_submit(&e, cv, ids, (uint32_t)n, max_new) || engine_run(&e) < 0 ||
-	    cv->state != CONV_DONE) {
+	int er = n <= 0 ? n : engine_submit(&e, cv, ids, (uint32_t)n, max_new);
+	if (!er)
+		er = engine_run(&e);
+	if (er < 0 || cv->state != CONV_DONE) {
+		/* most often pagedkvd went away or refused a step: its reason is in the attention's error */
+		snprintf(r.err, sizeof r.err, "generation stopped: %s", er < 0 ? strerror(-er) : "conversation failed");
 		wr_all(fd, &r, sizeof r);
 		return 1;
 	}
@@ -177,27 +185,43 @@ int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "model", 1, 0, 'm' }, { "socket", 1, 0, 1 }, { "clients", 1, 0, 'c' },
-		{ "max-new", 1, 0, 'n' }, { "threads", 1, 0, 't' }, { "help", 0, 0, 'h' }, { 0 } };
+		{ "max-new", 1, 0, 'n' }, { "threads", 1, 0, 't' }, { "help", 0, 0, 'h' },
+		{ "ctx", 1, 0, 8 }, { "max-seqs", 1, 0, 9 }, { 0 } };
+	static const char prog[] = "pkv-demo";
 	struct session_opts so = { .threads = 1 };
-	uint32_t max_new = 96;
-	int nc = 4, c, tty = isatty(1);
+	uint32_t max_new = 96, nc32 = 4;
+	int nc, c, tty = isatty(1), bad = 0;
 	struct client cl[MAX_CLIENTS] = { 0 };
 	while ((c = getopt_long(argc, argv, "m:c:n:t:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'm': so.model = optarg; break;
 		case 1: so.socket = optarg; break;
-		case 'c': nc = atoi(optarg); break;
-		case 'n': max_new = (uint32_t)strtoul(optarg, NULL, 10); break;
-		case 't': so.threads = atoi(optarg); break;
+		case 'c': bad |= opt_u32(prog, "-c/--clients", optarg, 1, MAX_CLIENTS, &nc32); break;
+		case 'n': bad |= opt_u32(prog, "-n/--max-new", optarg, 1, 4096, &max_new); break;
+		case 't': bad |= opt_int(prog, "-t/--threads", optarg, 0, 1024, &so.threads); break;
+		case 8: bad |= opt_u32(prog, "--ctx", optarg, 16, 1u << 20, &so.ctx); break;
+		case 9: bad |= opt_u32(prog, "--max-seqs", optarg, 1, 4096, &so.max_seqs); break;
 		case 'h':
 		default:
 			fprintf(c == 'h' ? stdout : stderr,
-				"usage: pkv-demo -m MODEL [--socket PATH] [-c CLIENTS (1..8)] [-n MAX_NEW] [-t THREADS]\n");
+				"usage: pkv-demo -m MODEL [options]\n"
+				"  -m, --model PATH       GGUF model with a ChatML template (SmolLM2-135M-Instruct)\n"
+				"      --socket PATH      pagedkvd socket (default $PAGEDKV_SOCKET, "
+				"$XDG_RUNTIME_DIR/pagedkv.sock)\n"
+				"  -c, --clients N        client processes, 1 to %d (default 4)\n"
+				"  -n, --max-new N        tokens per answer at most, 1 to 4096 (default 96)\n"
+				"  -t, --threads N        compute threads per client, 0 to 1024 (default 1; 0: all CPUs)\n"
+				OPT_POOL_HELP
+				"  -h, --help             this text\n"
+				"Needs a running pagedkvd (scripts/demo starts one).\n", MAX_CLIENTS);
 			return c == 'h' ? 0 : 2;
 		}
 	}
-	if (!so.model || nc < 1 || nc > MAX_CLIENTS) {
-		fprintf(stderr, "pkv-demo: -m MODEL is required and -c must be 1..%d\n", MAX_CLIENTS);
+	if (bad)
+		return 2;
+	nc = (int)nc32;
+	if (!so.model) {
+		fprintf(stderr, "pkv-demo: -m MODEL is required (scripts/fetch-model prints its path)\n");
 		return 2;
 	}
 	/* The parent attaches to the same pool to watch the blocks in use. */
@@ -285,8 +309,19 @@ int main(int argc, char **argv)
 	int failed = 0;
 	for (int i = 0; i < nc; i++) {
 		printf("--- client %d: %s\n%s\n\n", i, default_questions[i], cl[i].text ? cl[i].text : "");
+		if (!cl[i].done)
+			printf("    FAILED: %s\n\n", cl[i].last.err[0] ? cl[i].last.err :
+			       cl[i].started ? "the client process ended without a result (see above)" : "not started");
 		failed += !cl[i].done;
 		unshared += (cl[i].last.prompt + cl[i].last.n_gen + bs - 1) / bs;
+	}
+	if (failed == nc) {
+		fprintf(stderr, "pkv-demo: every client failed; the first error: %s\n",
+			cl[0].last.err[0] ? cl[0].last.err : "unknown (see above)");
+		session_close(&mon);
+		for (int i = 0; i < nc; i++)
+			free(cl[i].text);
+		return 1;
 	}
 	printf("%-7s %8s %14s %9s %8s\n", "client", "prompt", "from_shared", "ttft_ms", "tok/s");
 	for (int i = 0; i < nc; i++)

@@ -12,3 +12,8 @@ TESTS += tests/service/check_settings
 tests_service_check_settings_SOURCES = tests/service/check_settings.c src/daemon/conf.c
 tests_service_check_settings_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_service_check_settings_LDADD = src/common/libpkvcommon.la $(CHECK_LIBS)
+
+TESTS += tests/service/man-flags
+dist_check_SCRIPTS += tests/service/man-flags
+TESTS += tests/service/cli-messages
+dist_check_SCRIPTS += tests/service/cli-messages
