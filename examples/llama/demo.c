@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* pkv-demo: N client processes share one long system prompt through pagedkvd. Client 0 starts cold;
  * the others start once it has its first token and find the prompt's KV in the daemon's cache.
- * Shows live progress, then each answer and a table (TTFT, tokens/s, prompt tokens from the shared
- * prefix) and the daemon's peak blocks in use against what unshared caches would need. */
+ * Shows live progress (a redrawn table on a terminal, one line per phase otherwise), then each answer,
+ * a table (TTFT, tokens/s, prompt tokens from the shared prefix) and the daemon's peak KV memory
+ * against what unshared caches would need. Samples as SmolLM2's model card recommends (temperature
+ * 0.2, top-p 0.9) unless --greedy. */
 #include <errno.h>
 #include <getopt.h>
 #include <poll.h>
@@ -18,6 +20,9 @@
 #include "session.h"
 
 #define MAX_CLIENTS 8
+/* Even at the model card's temperature, client 0's answer loops ("then Select Account" over and
+ * over) without a penalty; 1.3 ends the loop on all eight questions. */
+#define REPEAT_PENALTY 1.3
 
 static const char *const default_questions[] = {
 	"How do I reset my password?",
@@ -61,7 +66,7 @@ static const char system_prompt[] =
 	"password. Thank the user at the end of the answer.";
 
 struct rec { /* child -> parent over a pipe */
-	int kind; /* 1 token, 2 done, 3 failed */
+	int kind; /* 1 token, 2 done, 3 failed, 4 model loaded: reading the prompt (prompt = its tokens) */
 	uint32_t n_gen, prompt, reused;
 	double ttft, tok_s;
 	char piece[64];
@@ -72,7 +77,8 @@ struct rec { /* child -> parent over a pipe */
 struct client {
 	pid_t pid;
 	int fd;
-	int started, done, failed;
+	int started, prefilling, done, failed;
+	double t_start;
 	struct rec last;
 	char *text;
 	size_t len;
@@ -107,7 +113,13 @@ static void child_tok(struct conv *cv, int32_t t, void *arg)
 	wr_all(c->fd, &r, sizeof r);
 }
 
-static int child_main(int fd, const struct session_opts *so, const char *question, uint32_t max_new)
+struct sampling {
+	float temp, top_p, repeat_penalty;
+	uint64_t seed;
+};
+
+static int child_main(int fd, const struct session_opts *so, const char *question, uint32_t max_new,
+		      const struct sampling *sp, int idx)
 {
 	struct session s;
 	struct engine e;
@@ -125,11 +137,14 @@ static int child_main(int fd, const struct session_opts *so, const char *questio
 		wr_all(fd, &r, sizeof r);
 		return 1;
 	}
-	sampler_init(&smp, 0, 0, 1, 1);
+	sampler_init(&smp, sp->temp, 0, sp->top_p, sp->seed + (uint64_t)idx);
+	smp.repeat_penalty = sp->repeat_penalty;
 	struct child_ctx cc = { .fd = fd, .tok = &s.tok };
 	struct conv *cv = engine_conv_new(&e, &smp, child_tok, &cc);
 	int n = chatml_turn(&s.tok, system_prompt, question, 1, 0, &ids);
 	int er = n <= 0 ? n : engine_submit(&e, cv, ids, (uint32_t)n, max_new);
+	struct rec pre = { .kind = 4, .prompt = n > 0 ? (uint32_t)n : 0 };
+	wr_all(fd, &pre, sizeof pre);
 	if (!er)
 		er = engine_run(&e);
 	if (er < 0 || cv->state != CONV_DONE) {
@@ -151,7 +166,8 @@ static int child_main(int fd, const struct session_opts *so, const char *questio
 	return 0;
 }
 
-static int spawn(struct client *c, const struct session_opts *so, const char *q, uint32_t max_new)
+static int spawn(struct client *c, const struct session_opts *so, const char *q, uint32_t max_new,
+		 const struct sampling *sp, int idx)
 {
 	int p[2];
 	if (pipe(p))
@@ -161,23 +177,47 @@ static int spawn(struct client *c, const struct session_opts *so, const char *q,
 		return -errno;
 	if (c->pid == 0) {
 		close(p[0]);
-		_exit(child_main(p[1], so, q, max_new));
+		_exit(child_main(p[1], so, q, max_new, sp, idx));
 	}
 	close(p[1]);
 	c->fd = p[0];
 	c->started = 1;
+	c->t_start = engine_now();
 	return 0;
+}
+
+static const char *state(const struct client *c, char *buf, size_t len)
+{
+	if (!c->started)
+		return "waiting for client 0's first token";
+	if (c->failed)
+		return "FAILED";
+	if (c->done)
+		return "done";
+	if (c->last.n_gen)
+		return "generating";
+	if (c->prefilling) {
+		snprintf(buf, len, "reading its %u-token prompt (%.0f s)", c->last.prompt, engine_now() - c->t_start);
+		return buf;
+	}
+	return "loading the model";
 }
 
 static void draw(struct client *c, int n, const char *const *q, int first)
 {
+	char buf[96];
 	if (!first)
 		printf("\033[%dA", n);
-	for (int i = 0; i < n; i++) {
-		const char *st = !c[i].started ? "waiting for client 0's first token" :
-				 c[i].failed ? "FAILED" : c[i].done ? "done" : "generating";
-		printf("\033[2K  client %d  %-42.42s  %4u tokens  %s\n", i, q[i], c[i].last.n_gen, st);
-	}
+	for (int i = 0; i < n; i++)
+		printf("\033[2K  client %d  %-42.42s  %4u tokens  %s\n", i, q[i], c[i].last.n_gen,
+		       state(&c[i], buf, sizeof buf));
+	fflush(stdout);
+}
+
+/* Not a terminal: one line per phase of each client instead of a redrawn table. */
+static void log_phase(const struct client *c, int i, const char *what)
+{
+	printf("  client %d: %s (%.1f s)\n", i, what, engine_now() - c->t_start);
 	fflush(stdout);
 }
 
@@ -186,8 +226,12 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "model", 1, 0, 'm' }, { "socket", 1, 0, 1 }, { "clients", 1, 0, 'c' },
 		{ "max-new", 1, 0, 'n' }, { "threads", 1, 0, 't' }, { "help", 0, 0, 'h' },
-		{ "ctx", 1, 0, 8 }, { "max-seqs", 1, 0, 9 }, { 0 } };
+		{ "ctx", 1, 0, 8 }, { "max-seqs", 1, 0, 9 }, { "temp", 1, 0, 10 }, { "top-p", 1, 0, 11 },
+		{ "seed", 1, 0, 12 }, { "greedy", 0, 0, 13 }, { "repeat-penalty", 1, 0, 14 }, { 0 } };
 	static const char prog[] = "pkv-demo";
+	/* SmolLM2-Instruct's model card samples with temperature 0.2 and top-p 0.9; greedy loops
+	 * ("then Select Account" twenty times) on client 0's question. */
+	struct sampling sp = { .temp = 0.2f, .top_p = 0.9f, .repeat_penalty = REPEAT_PENALTY, .seed = 1 };
 	struct session_opts so = { .threads = 1 };
 	uint32_t max_new = 96, nc32 = 4;
 	int nc, c, tty = isatty(1), bad = 0;
@@ -201,6 +245,11 @@ int main(int argc, char **argv)
 		case 't': bad |= opt_int(prog, "-t/--threads", optarg, 0, 1024, &so.threads); break;
 		case 8: bad |= opt_u32(prog, "--ctx", optarg, 16, 1u << 20, &so.ctx); break;
 		case 9: bad |= opt_u32(prog, "--max-seqs", optarg, 1, 4096, &so.max_seqs); break;
+		case 10: bad |= opt_float(prog, "--temp", optarg, 0, 10, &sp.temp); break;
+		case 11: bad |= opt_float(prog, "--top-p", optarg, 0, 1, &sp.top_p); break;
+		case 12: bad |= opt_u64(prog, "--seed", optarg, &sp.seed); break;
+		case 13: sp.temp = 0; sp.repeat_penalty = 1; break;
+		case 14: bad |= opt_float(prog, "--repeat-penalty", optarg, 1, 10, &sp.repeat_penalty); break;
 		case 'h':
 		default:
 			fprintf(c == 'h' ? stdout : stderr,
@@ -211,9 +260,15 @@ int main(int argc, char **argv)
 				"  -c, --clients N        client processes, 1 to %d (default 4)\n"
 				"  -n, --max-new N        tokens per answer at most, 1 to 4096 (default 96)\n"
 				"  -t, --threads N        compute threads per client, 0 to 1024 (default 1; 0: all CPUs)\n"
+				"      --temp T           sampling temperature, 0 to 10 (default 0.2, the model card's)\n"
+				"      --top-p P          nucleus sampling, 0 to 1 (default 0.9, the model card's)\n"
+				"      --seed S           random seed; client i uses S+i (default 1)\n"
+				"      --repeat-penalty R the reply's repeated tokens weigh R times less, 1 to 10\n"
+				"                         (default %.1f; 1: off)\n"
+				"      --greedy           greedy decoding without penalty: the same answers every run\n"
 				OPT_POOL_HELP
 				"  -h, --help             this text\n"
-				"Needs a running pagedkvd (scripts/demo starts one).\n", MAX_CLIENTS);
+				"Needs a running pagedkvd (scripts/demo starts one).\n", MAX_CLIENTS, REPEAT_PENALTY);
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -241,12 +296,14 @@ int main(int argc, char **argv)
 	if (n_sys > 0)
 		free(sys_ids);
 	signal(SIGPIPE, SIG_IGN);
-	if (spawn(&cl[0], &so, default_questions[0], max_new)) {
+	if (spawn(&cl[0], &so, default_questions[0], max_new, &sp, 0)) {
 		fprintf(stderr, "pkv-demo: fork failed\n");
 		return 1;
 	}
 	if (tty)
 		draw(cl, nc, default_questions, 1);
+	else
+		log_phase(&cl[0], 0, "started, loading the model");
 	int remaining = nc;
 	while (remaining > 0) {
 		struct pollfd pf[MAX_CLIENTS];
@@ -269,9 +326,19 @@ int main(int argc, char **argv)
 			if (got != (ssize_t)sizeof r) {
 				x->failed = 1;
 				remaining--;
+				if (!tty)
+					log_phase(x, idx[k], "FAILED: the client process ended");
 				continue;
 			}
-			if (r.kind == 1) {
+			if (r.kind == 4) {
+				x->prefilling = 1;
+				x->last.prompt = r.prompt;
+				if (!tty) {
+					char what[96];
+					snprintf(what, sizeof what, "model loaded, reading its %u-token prompt", r.prompt);
+					log_phase(x, idx[k], what);
+				}
+			} else if (r.kind == 1) {
 				char *t = realloc(x->text, x->len + r.piece_len + 1);
 				if (t) {
 					x->text = t;
@@ -280,16 +347,29 @@ int main(int argc, char **argv)
 					t[x->len] = 0;
 				}
 				x->last.n_gen = r.n_gen;
+				if (!tty && r.n_gen == 1)
+					log_phase(x, idx[k], "first token");
 				/* client 0's first token: its prompt is in the cache, start the others */
 				if (idx[k] == 0 && r.n_gen == 1)
-					for (int i = 1; i < nc; i++)
-						if (spawn(&cl[i], &so, default_questions[i], max_new))
+					for (int i = 1; i < nc; i++) {
+						if (spawn(&cl[i], &so, default_questions[i], max_new, &sp, i))
 							cl[i].failed = 1, remaining--;
+						else if (!tty)
+							log_phase(&cl[i], i, "started");
+					}
 			} else {
 				x->last = r;
 				x->done = r.kind == 2;
 				x->failed = r.kind == 3;
 				remaining--;
+				if (!tty) {
+					char what[512];
+					if (x->done)
+						snprintf(what, sizeof what, "done, %u tokens", r.n_gen);
+					else
+						snprintf(what, sizeof what, "FAILED: %.400s", r.err);
+					log_phase(x, idx[k], what);
+				}
 			}
 		}
 		struct pkv_stats st;
@@ -323,12 +403,20 @@ int main(int argc, char **argv)
 			free(cl[i].text);
 		return 1;
 	}
-	printf("%-7s %8s %14s %9s %8s\n", "client", "prompt", "from_shared", "ttft_ms", "tok/s");
+	printf("%-7s %8s %12s %9s %8s\n", "client", "prompt", "from_shared", "ttft_ms", "tok/s");
 	for (int i = 0; i < nc; i++)
-		printf("%-7d %8u %14u %9.1f %8.1f%s\n", i, cl[i].last.prompt, cl[i].last.reused, cl[i].last.ttft * 1e3,
-		       cl[i].last.tok_s, cl[i].done ? "" : "  (failed)");
-	printf("\ndaemon: peak %u KV blocks in use (%u tokens per block); without sharing the same "
-	       "conversations need %u\n", peak, bs, unshared);
+		printf("%-7d %8u %12u %9.1f %8.1f%s\n", i, cl[i].last.prompt, cl[i].last.reused, cl[i].last.ttft * 1e3,
+		       cl[i].last.tok_s, cl[i].done ? "" : "  (failed, see above)");
+	printf("\n  prompt       tokens in the client's prompt (the shared system prompt and its question)\n"
+	       "  from_shared  prompt tokens whose KV was already in pagedkvd's cache: not computed again\n"
+	       "  ttft_ms      time to first token, milliseconds (client 0 computes the whole prompt)\n"
+	       "  tok/s        generation speed after the first token\n\n");
+	/* One block holds K and V of bs tokens for every layer and KV head, f32 (the pool's dtype). */
+	double block_mib = 2.0 * mon.m.hp.n_layers * mon.m.hp.n_kv_heads * mon.m.hp.head_dim * 4 * bs / (1 << 20);
+	printf("KV memory: %u blocks = %.1f MiB instead of %u = %.1f MiB without sharing: %.1f× less\n"
+	       "(peak blocks in use in pagedkvd; %u tokens per block, %.2f MiB each)\n",
+	       peak, peak * block_mib, unshared, unshared * block_mib, peak ? (double)unshared / peak : 0.0, bs,
+	       block_mib);
 	session_close(&mon);
 	for (int i = 0; i < nc; i++)
 		free(cl[i].text);
