@@ -74,3 +74,4 @@ TESTS += tests/model/test_penalty
 tests_model_test_penalty_SOURCES = tests/model/test_penalty.c
 tests_model_test_penalty_CFLAGS = $(MODEL_TEST_CFLAGS)
 tests_model_test_penalty_LDADD = $(MODEL_TEST_LIBS)
+EXTRA_DIST += tests/data/stories260K.gguf tests/data/README.md
