@@ -85,9 +85,10 @@ static int parse_args(int argc, char **argv, struct pkv_config *cfg, int quiet)
 	char so[3 * 64 + 8], why[512], flag[80];
 	int c, idx, print = 0;
 
-	_Static_assert(sizeof(lo) / sizeof(lo[0]) >= 5, "option table");
-	if (pkv_conf_nkeys > 64)
+	if (pkv_conf_nkeys > 64) { /* g_flag_names and lo have room for 64 settings */
+		fprintf(stderr, "pagedkvd: %zu settings; raise the option table sizes in main.c\n", pkv_conf_nkeys);
 		return -1;
+	}
 	build_opts(lo, so);
 	opterr = 0;
 	optind = 1;

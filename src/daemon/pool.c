@@ -61,7 +61,7 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, struct poo
 {
 	struct pkv_pool_desc desc;
 	struct pool *p;
-	uint64_t bytes;
+	uint64_t bytes, left;
 	int r;
 
 	for (p = d->pools; p; p = p->next)
@@ -76,10 +76,11 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, struct poo
 	if (r)
 		return r;
 	bytes = pool_bytes(&m->geo);
-	if (!bytes || bytes > d->cfg.memory_budget - d->budget_used) {
+	/* SIGHUP may have lowered the budget below what existing pools use: then nothing is left */
+	left = d->budget_used < d->cfg.memory_budget ? d->cfg.memory_budget - d->budget_used : 0;
+	if (!bytes || bytes > left) {
 		snprintf(why, why_len, "pool '%s' needs %llu bytes of KV cache; %llu of the %llu-byte budget are left",
-			 m->name, (unsigned long long)bytes,
-			 (unsigned long long)(d->cfg.memory_budget - d->budget_used),
+			 m->name, (unsigned long long)bytes, (unsigned long long)left,
 			 (unsigned long long)d->cfg.memory_budget);
 		return -ENOMEM;
 	}
