@@ -2,7 +2,7 @@
 # Shared by scripts/check and scripts/demo: install build dependencies, configure and build a tree.
 
 top=$(cd "$(dirname "$0")/.." && pwd)
-jobs=$(nproc 2>/dev/null || echo 2)
+jobs=${PKV_JOBS:-$(nproc 2>/dev/null || echo 2)}
 
 # Debian packages the build and the tests need. Installed only when missing, only as root.
 deps="autoconf automake libtool pkg-config make gcc liburing-dev check libxxhash-dev python3"
@@ -25,24 +25,42 @@ ensure_deps() {
 	} || { echo "pagedkv: apt-get install$missing failed" >&2; exit 1; }
 }
 
-# Regenerates configure only when it is missing or older than its inputs.
+# Regenerates configure only when it is missing or older than its inputs. autoreconf -fi installs
+# build-aux/tap-driver.sh itself (configure.ac requires it), so a plain clone needs nothing else.
 ensure_configure() {
-	if [ ! -x "$top/configure" ] || [ "$top/configure.ac" -nt "$top/configure" ]; then
-		(cd "$top" && autoreconf -fi >/dev/null) || { echo "pagedkv: autoreconf failed" >&2; exit 1; }
-	fi
-	# automake ships the TAP driver but does not install it by itself.
-	if [ ! -f "$top/build-aux/tap-driver.sh" ]; then
-		cp "$(ls -d /usr/share/automake-*/tap-driver.sh | tail -n 1)" "$top/build-aux/" ||
-			{ echo "pagedkv: automake's tap-driver.sh not found" >&2; exit 1; }
+	if [ ! -x "$top/configure" ] || [ "$top/configure.ac" -nt "$top/configure" ] ||
+	   [ ! -f "$top/build-aux/tap-driver.sh" ]; then
+		(cd "$top" && autoreconf -fi >/dev/null 2>&1) || { echo "pagedkv: autoreconf failed" >&2; exit 1; }
 	fi
 }
 
-# build_tree DIR [configure args...]: configures DIR once (again if configure changed), then makes.
+# True when someone ran ./configure inside the source tree: automake then refuses out-of-tree builds.
+configured_in_tree() {
+	[ -f "$top/config.status" ]
+}
+
+# build_tree DIR [configure args...]: configures DIR when it is new, when configure changed, or when it
+# was configured with other arguments (scripts/demo's build has no -Werror; scripts/check's must),
+# then makes. The arguments of the last configure are kept in DIR/.pkv-configure-args.
 build_tree() {
 	dir=$1; shift
 	mkdir -p "$dir"
-	if [ ! -f "$dir/Makefile" ] || [ "$top/configure" -nt "$dir/config.status" ]; then
+	want=$(printf '%s\n' "$@")
+	have=$(cat "$dir/.pkv-configure-args" 2>/dev/null)
+	if [ ! -f "$dir/Makefile" ] || [ "$top/configure" -nt "$dir/config.status" ] || [ "$want" != "$have" ]; then
+		[ -f "$dir/Makefile" ] && [ "$want" != "$have" ] && echo "pagedkv: reconfiguring $dir with: $*"
 		(cd "$dir" && "$top/configure" -q "$@") || { echo "pagedkv: configure failed in $dir (see $dir/config.log)" >&2; exit 1; }
+		printf '%s\n' "$@" >"$dir/.pkv-configure-args"
 	fi
-	make -C "$dir" -s -j"$jobs" >/dev/null || make -C "$dir" -j1 || exit 1
+	make_tree "$dir"
+}
+
+# make_tree DIR: builds an already configured tree quietly; on failure shows the errors (serial make).
+make_tree() {
+	make -C "$1" -s -j"$jobs" >/dev/null || make -C "$1" -j1 || exit 1
+}
+
+# phase TEXT: one line per phase, so a log (stdout not a terminal) shows what is going on.
+phase() {
+	echo "pagedkv: $*"
 }

@@ -85,7 +85,7 @@ int pkv_attn_daemon_create(const struct pkv_connect_opts *co, const struct pkv_p
 	struct pkv_client *c;
 	int r = pkv_connect(co, &c);
 	if (r) {
-		snprintf(err, errlen, "cannot connect to pagedkvd%s%s: %s (start pagedkvd, give --socket, or use --in-process)",
+		snprintf(err, errlen, "cannot connect to pagedkvd%s%s: %s (start pagedkvd, or give its socket with --socket)",
 			 co && co->socket_path ? " at " : "", co && co->socket_path ? co->socket_path : "",
 			 strerror(-r)); /* a socket errno here, not a daemon status */
 		return r;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "opts.h"
 #include "session.h"
 
 struct stream {
@@ -25,9 +26,17 @@ static void on_tok(struct conv *cv, int32_t t, void *arg)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: pkv-chat -m MODEL [--system TEXT] [--socket PATH | --in-process] [-n MAX_NEW]\n"
-		"       [--temp T] [--top-k K] [--top-p P] [--seed S] [-t THREADS]\n"
-		"Type a message and press Enter. /stats shows prefix reuse and speed, /quit leaves.\n");
+		"usage: pkv-chat -m MODEL [options]\n"
+		"  -m, --model PATH       GGUF model with a ChatML template (SmolLM2-Instruct)\n"
+		"  -s, --system TEXT      system prompt (default: the model's)\n"
+		"      --socket PATH      pagedkvd socket (default $PAGEDKV_SOCKET, $XDG_RUNTIME_DIR/pagedkv.sock)\n"
+		"      --in-process       contiguous in-process attention instead of the daemon\n"
+		"  -n, --max-new N        tokens per answer at most, 1 to 1048576 (default 256)\n"
+		OPT_SAMPLING_HELP OPT_POOL_HELP
+		"  -t, --threads N        compute threads, 0 to 1024 (default 0: $PKV_THREADS or all CPUs)\n"
+		"  -h, --help             this text\n"
+		"Sampling defaults: --temp 0.7 --top-k 40 --top-p 0.9. Type a message and press Enter;\n"
+		"/stats shows prefix reuse and speed, /quit leaves.\n");
 }
 
 int main(int argc, char **argv)
@@ -35,7 +44,9 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "model", 1, 0, 'm' }, { "system", 1, 0, 's' }, { "socket", 1, 0, 1 },
 		{ "in-process", 0, 0, 2 }, { "max-new", 1, 0, 'n' }, { "temp", 1, 0, 4 }, { "top-k", 1, 0, 5 },
-		{ "top-p", 1, 0, 6 }, { "seed", 1, 0, 7 }, { "threads", 1, 0, 't' }, { "help", 0, 0, 'h' }, { 0 } };
+		{ "top-p", 1, 0, 6 }, { "seed", 1, 0, 7 }, { "threads", 1, 0, 't' }, { "help", 0, 0, 'h' },
+		{ "ctx", 1, 0, 8 }, { "max-seqs", 1, 0, 9 }, { 0 } };
+	static const char prog[] = "pkv-chat";
 	struct session_opts so = { 0 };
 	const char *system = NULL;
 	uint32_t max_new = 256, top_k = 40;
@@ -43,7 +54,7 @@ int main(int argc, char **argv)
 	uint64_t seed = 1;
 	char err[512], *line = NULL;
 	size_t cap = 0;
-	int c, rc = 1;
+	int c, rc = 1, bad = 0;
 
 	while ((c = getopt_long(argc, argv, "m:s:n:t:h", lo, NULL)) != -1) {
 		switch (c) {
@@ -51,20 +62,25 @@ int main(int argc, char **argv)
 		case 's': system = optarg; break;
 		case 1: so.socket = optarg; break;
 		case 2: so.in_process = 1; break;
-		case 'n': max_new = (uint32_t)strtoul(optarg, NULL, 10); break;
-		case 4: temp = strtof(optarg, NULL); break;
-		case 5: top_k = (uint32_t)strtoul(optarg, NULL, 10); break;
-		case 6: top_p = strtof(optarg, NULL); break;
-		case 7: seed = strtoull(optarg, NULL, 10); break;
-		case 't': so.threads = atoi(optarg); break;
+		case 'n': bad |= opt_u32(prog, "-n/--max-new", optarg, 1, 1u << 20, &max_new); break;
+		case 4: bad |= opt_float(prog, "--temp", optarg, 0, 10, &temp); break;
+		case 5: bad |= opt_u32(prog, "--top-k", optarg, 0, 1000000, &top_k); break;
+		case 6: bad |= opt_float(prog, "--top-p", optarg, 0, 1, &top_p); break;
+		case 7: bad |= opt_u64(prog, "--seed", optarg, &seed); break;
+		case 8: bad |= opt_u32(prog, "--ctx", optarg, 16, 1u << 20, &so.ctx); break;
+		case 9: bad |= opt_u32(prog, "--max-seqs", optarg, 1, 4096, &so.max_seqs); break;
+		case 't': bad |= opt_int(prog, "-t/--threads", optarg, 0, 1024, &so.threads); break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
+	if (bad)
+		return 2;
 	if (!so.model) {
 		usage(stderr);
 		return 2;
 	}
+	so.offer_in_process = 1;
 	struct session s;
 	if (session_open(&s, &so, err, sizeof err)) {
 		fprintf(stderr, "pkv-chat: %s\n", err);

@@ -332,7 +332,11 @@ again:
 		c->n_cached += n_new[i];
 		if (c->n_cached < c->n_hist)
 			continue; /* more prompt to prefill */
-		int32_t t = sampler_pick(&c->smp, e->logits + (size_t)i * e->lc->m->hp.n_vocab, e->lc->m->hp.n_vocab);
+		float *lg = e->logits + (size_t)i * e->lc->m->hp.n_vocab;
+		/* the penalty looks at this reply's last 64 tokens, not the prompt the answer may quote */
+		uint32_t gen0 = c->n_hist - c->n_gen, from = c->n_gen > 64 ? c->n_hist - 64 : gen0;
+		sampler_penalize(&c->smp, lg, e->lc->m->hp.n_vocab, c->hist + from, c->n_hist - from);
+		int32_t t = sampler_pick(&c->smp, lg, e->lc->m->hp.n_vocab);
 		if (c->n_gen == 0)
 			c->t_first = engine_now();
 		c->n_gen++;

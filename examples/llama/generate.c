@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "opts.h"
 #include "session.h"
 
 static void usage(FILE *f)
@@ -15,18 +16,20 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: pkv-generate -m MODEL [options] [PROMPT...]\n"
 		"  -m, --model PATH       GGUF model (llama architecture)\n"
-		"  -n, --max-new N        tokens to generate per prompt (default 64)\n"
+		"  -n, --max-new N        tokens to generate per prompt, 1 to 1048576 (default 64)\n"
 		"  -f, --file PATH        read prompts from PATH, one per line\n"
 		"      --socket PATH      pagedkvd socket (default $PAGEDKV_SOCKET, $XDG_RUNTIME_DIR/pagedkv.sock)\n"
 		"      --in-process       contiguous in-process attention instead of the daemon\n"
-		"  -P, --parallel N       conversations running at once (default: all)\n"
-		"  -b, --budget N         tokens per forward step (default 256)\n"
+		"  -P, --parallel N       conversations running at once, 0 to 65536 (default 0: all)\n"
+		"  -b, --budget N         tokens per forward step, 1 to 65536 (default 256)\n"
 		"  -s, --system TEXT      system prompt (chat models)\n"
 		"      --raw              no chat template: prompts are plain text (BOS per the model)\n"
-		"      --temp T, --top-k K, --top-p P, --seed S   sampling (default greedy)\n"
-		"  -t, --threads N        compute threads (default $PKV_THREADS or all CPUs)\n"
+		OPT_SAMPLING_HELP OPT_POOL_HELP
+		"  -t, --threads N        compute threads, 0 to 1024 (default 0: $PKV_THREADS or all CPUs)\n"
 		"  -q, --quiet            print only the statistics table\n"
-		"  -S, --stream           print conversation 0's tokens as they come\n");
+		"  -S, --stream           print conversation 0's tokens as they come\n"
+		"  -h, --help             this text\n"
+		"Sampling is greedy unless --temp is given.\n");
 }
 
 static char *read_line_list(const char *path, char ***lines, int *n)
@@ -60,42 +63,49 @@ int main(int argc, char **argv)
 		{ "socket", 1, 0, 1 }, { "in-process", 0, 0, 2 }, { "parallel", 1, 0, 'P' },
 		{ "budget", 1, 0, 'b' }, { "system", 1, 0, 's' }, { "raw", 0, 0, 3 }, { "temp", 1, 0, 4 },
 		{ "top-k", 1, 0, 5 }, { "top-p", 1, 0, 6 }, { "seed", 1, 0, 7 }, { "threads", 1, 0, 't' },
-		{ "quiet", 0, 0, 'q' }, { "stream", 0, 0, 'S' }, { "help", 0, 0, 'h' }, { 0 } };
+		{ "quiet", 0, 0, 'q' }, { "stream", 0, 0, 'S' }, { "help", 0, 0, 'h' }, { "ctx", 1, 0, 8 },
+		{ "max-seqs", 1, 0, 9 }, { 0 } };
+	static const char prog[] = "pkv-generate";
 	struct session_opts so = { 0 };
 	const char *file = NULL, *system = NULL;
 	uint32_t max_new = 64, parallel = 0, budget = 256, top_k = 0;
 	float temp = 0, top_p = 1;
 	uint64_t seed = 1;
-	int raw = 0, quiet = 0, stream = 0, c, rc = 1;
+	int raw = 0, quiet = 0, stream = 0, c, rc = 1, bad = 0;
 	char **prompts = NULL, err[512];
 	int n_prompts = 0;
 
 	while ((c = getopt_long(argc, argv, "m:n:f:P:b:s:t:qSh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'm': so.model = optarg; break;
-		case 'n': max_new = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 'n': bad |= opt_u32(prog, "-n/--max-new", optarg, 1, 1u << 20, &max_new); break;
 		case 'f': file = optarg; break;
 		case 1: so.socket = optarg; break;
 		case 2: so.in_process = 1; break;
-		case 'P': parallel = (uint32_t)strtoul(optarg, NULL, 10); break;
-		case 'b': budget = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 'P': bad |= opt_u32(prog, "-P/--parallel", optarg, 0, 65536, &parallel); break;
+		case 'b': bad |= opt_u32(prog, "-b/--budget", optarg, 1, 65536, &budget); break;
 		case 's': system = optarg; break;
 		case 3: raw = 1; break;
-		case 4: temp = strtof(optarg, NULL); break;
-		case 5: top_k = (uint32_t)strtoul(optarg, NULL, 10); break;
-		case 6: top_p = strtof(optarg, NULL); break;
-		case 7: seed = strtoull(optarg, NULL, 10); break;
-		case 't': so.threads = atoi(optarg); break;
+		case 4: bad |= opt_float(prog, "--temp", optarg, 0, 10, &temp); break;
+		case 5: bad |= opt_u32(prog, "--top-k", optarg, 0, 1000000, &top_k); break;
+		case 6: bad |= opt_float(prog, "--top-p", optarg, 0, 1, &top_p); break;
+		case 7: bad |= opt_u64(prog, "--seed", optarg, &seed); break;
+		case 8: bad |= opt_u32(prog, "--ctx", optarg, 16, 1u << 20, &so.ctx); break;
+		case 9: bad |= opt_u32(prog, "--max-seqs", optarg, 1, 4096, &so.max_seqs); break;
+		case 't': bad |= opt_int(prog, "-t/--threads", optarg, 0, 1024, &so.threads); break;
 		case 'q': quiet = 1; break;
 		case 'S': stream = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
+	if (bad)
+		return 2;
 	if (!so.model) {
 		usage(stderr);
 		return 2;
 	}
+	so.offer_in_process = 1;
 	if (file) {
 		char *e = read_line_list(file, &prompts, &n_prompts);
 		if (e) {
@@ -114,8 +124,6 @@ int main(int argc, char **argv)
 		fprintf(stderr, "pkv-generate: no prompts (give them as arguments or with -f)\n");
 		return 2;
 	}
-	if (budget < 1)
-		budget = 1;
 	so.max_tokens = budget;
 	struct session s;
 	if (session_open(&s, &so, err, sizeof err)) {

@@ -17,6 +17,22 @@ void sampler_init(struct sampler *s, float temperature, uint32_t top_k, float to
 	s->top_k = top_k;
 	s->top_p = top_p;
 	s->rng = seed ? seed : 0x9e3779b97f4a7c15ull;
+	s->repeat_penalty = 1;
+}
+
+void sampler_penalize(const struct sampler *s, float *logits, uint32_t n, const int32_t *recent, uint32_t n_recent)
+{
+	if (!(s->repeat_penalty > 1))
+		return;
+	for (uint32_t i = 0; i < n_recent; i++) {
+		int32_t t = recent[i];
+		uint32_t j;
+		for (j = 0; j < i && recent[j] != t; j++)
+			;
+		if (j < i || t < 0 || (uint32_t)t >= n)
+			continue; /* seen already, or not a token */
+		logits[t] = logits[t] > 0 ? logits[t] / s->repeat_penalty : logits[t] * s->repeat_penalty;
+	}
 }
 
 static double next_unit(struct sampler *s)

@@ -27,6 +27,10 @@ int session_open(struct session *s, const struct session_opts *o, char *err, siz
 		/* Default pool size: kv_mib of f32 KV (a pool the daemon's default 1 GiB budget fits). */
 		uint32_t bs = o->block_size ? o->block_size : 16, nb = o->num_blocks;
 		uint64_t block_bytes = (uint64_t)2 * s->m.hp.n_layers * s->m.hp.n_kv_heads * s->m.hp.head_dim * 4 * bs;
+		if (!nb && (o->ctx || o->max_seqs)) {
+			uint64_t want = (uint64_t)((o->ctx ? o->ctx : 2048) + bs - 1) / bs * (o->max_seqs ? o->max_seqs : 4);
+			nb = want > (1u << 24) ? 1u << 24 : (uint32_t)want;
+		}
 		if (!nb) {
 			uint64_t budget = (uint64_t)(o->kv_mib ? o->kv_mib : 256) << 20;
 			nb = (uint32_t)(budget / block_bytes);
@@ -49,6 +53,20 @@ int session_open(struct session *s, const struct session_opts *o, char *err, siz
 			snprintf(s->pool_name, sizeof s->pool_name, "model-%016" PRIx64, s->m.model_id);
 		pp.name = s->pool_name;
 		r = pkv_attn_daemon_create(&co, &pp, &s->attn, err, errlen);
+		if (r == -ENOMEM) {
+			/* the daemon's budget cannot hold this pool: say what each side can change */
+			uint64_t bytes = (uint64_t)2 * geo.num_layers * geo.num_kv_heads * geo.head_dim * 4 *
+					 geo.block_size * geo.num_blocks;
+			size_t n = strlen(err);
+			snprintf(err + n, errlen - n,
+				 "\n  this pool is %u blocks of %u tokens = %.1f MiB: ask for less with --ctx N and "
+				 "--max-seqs N, or give pagedkvd a larger --memory-budget (memory_budget in "
+				 "pagedkvd.conf; `systemctl reload pagedkvd` applies it)",
+				 geo.num_blocks, geo.block_size, (double)bytes / (1 << 20));
+		} else if (r && o->offer_in_process) {
+			size_t n = strlen(err);
+			snprintf(err + n, errlen - n, "\n  or run without the daemon: --in-process");
+		}
 #else
 		snprintf(err, errlen, "this build has no libpagedkv; use --in-process");
 		r = -ENOTSUP;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* SentencePiece-style and byte-level BPE tokenizers, driven entirely by the GGUF vocabulary. */
 #include "tokenizer.h"
+#include "unicode_cats.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -69,30 +70,30 @@ static int32_t vocab_get(const struct tokenizer *t, const char *s, size_t len)
 	return e->used ? e->a : -1;
 }
 
-/* ---- GPT-2 byte <-> unicode mapping (printable bytes stand for themselves) ---- */
+/* ---- GPT-2 byte <-> unicode mapping (printable bytes stand for themselves) ----
+ * The 68 other bytes (0-32, 127-160, 173) map in order to U+0100.. A pure function, not a table
+ * filled at load time: two models loading in two threads share nothing. */
 
-static uint32_t byte_cp[256];
-
-static void init_byte_map(void)
+static uint32_t byte_cp(uint8_t b)
 {
-	uint32_t n = 0;
-	for (int b = 0; b < 256; b++) {
-		if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))
-			byte_cp[b] = (uint32_t)b;
-		else
-			byte_cp[b] = 256 + n++;
-	}
+	if (b <= 32)
+		return 256u + b;
+	if (b >= 127 && b <= 160)
+		return 256u + 33 + (b - 127u);
+	if (b == 173)
+		return 256u + 67;
+	return b;
 }
 
 static int cp_to_byte(uint32_t cp)
 {
-	if (cp < 256 && byte_cp[cp] == cp)
-		return (int)cp;
-	if (cp >= 256 && cp < 256 + 68)
-		for (int b = 0; b < 256; b++)
-			if (byte_cp[b] == cp)
-				return b;
-	return -1;
+	if (cp < 256)
+		return byte_cp((uint8_t)cp) == cp ? (int)cp : -1;
+	if (cp < 256 + 33)
+		return (int)(cp - 256);
+	if (cp < 256 + 67)
+		return (int)(cp - 256 - 33 + 127);
+	return cp == 256 + 67 ? 173 : -1;
 }
 
 static size_t utf8_put(uint32_t cp, char *o)
@@ -148,7 +149,6 @@ int tok_load(struct tokenizer *t, const struct gguf *g, char *err, size_t errlen
 	int r = -EINVAL;
 
 	memset(t, 0, sizeof *t);
-	init_byte_map();
 	if (gguf_get_str(g, "tokenizer.ggml.model", &model)) {
 		snprintf(err, errlen, "no tokenizer.ggml.model in the model file");
 		return -EINVAL;
@@ -397,7 +397,12 @@ static void spm_text(const struct tokenizer *t, const char *text, size_t len, in
 	free(b);
 }
 
-/* ---- byte-level BPE with the SmolLM pre-tokenizer (digits split, then the GPT-2 pattern) ---- */
+/* ---- byte-level BPE with the SmolLM pre-tokenizer ----
+ * llama.cpp's "smollm" pre-tokenizer (and HF's Digits(individual_digits) + ByteLevel): first every
+ * \p{N} code point becomes its own chunk, then each chunk is split by the GPT-2 pattern
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * so no lookahead crosses a digit: "\n\n1" is "\n\n" + "1". \p{L} and \p{N} come from
+ * unicode_cats.h (generated, Unicode version there); \s is the White_Space property. */
 
 static int is_space(uint32_t c)
 {
@@ -406,26 +411,37 @@ static int is_space(uint32_t c)
 	       c == 0x3000;
 }
 
-static int is_digit(uint32_t c)
+static int in_ranges(const struct ucat_range *r, size_t n, uint32_t c)
 {
-	return c >= '0' && c <= '9';
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (c < r[mid].lo)
+			hi = mid;
+		else if (c > r[mid].hi)
+			lo = mid + 1;
+		else
+			return 1;
+	}
+	return 0;
 }
 
-/* Letters: ASCII letters, and non-ASCII code points outside the common punctuation/symbol blocks
- * (an approximation of \p{L} that is exact for ASCII text). */
+/* \p{N}; a raw (invalid UTF-8) byte carries bit 31 and is in no category */
+static int is_number(uint32_t c)
+{
+	if (c < 0x80)
+		return c >= '0' && c <= '9';
+	return in_ranges(ucat_number, sizeof(ucat_number) / sizeof(ucat_number[0]), c);
+}
+
+/* \p{L} */
 static int is_letter(uint32_t c)
 {
-	if (c & 0x80000000u)
-		return 0;
 	if (c < 0x80)
 		return (c | 32) >= 'a' && (c | 32) <= 'z';
-	if (is_space(c))
-		return 0;
-	if ((c >= 0xa1 && c <= 0xbf) || c == 0xd7 || c == 0xf7 || (c >= 0x2000 && c <= 0x2bff) ||
-	    (c >= 0x3000 && c <= 0x303f) || (c >= 0xfe30 && c <= 0xfe4f) || (c >= 0xff00 && c <= 0xff0f) ||
-	    (c >= 0x1f000 && c <= 0x1faff))
-		return 0;
-	return 1;
+	return in_ranges(ucat_letter, sizeof(ucat_letter) / sizeof(ucat_letter[0]), c);
 }
 
 static void bpe_word(const struct tokenizer *t, const char *w, size_t len, struct obuf *o)
@@ -439,7 +455,7 @@ static void bpe_word(const struct tokenizer *t, const char *w, size_t len, struc
 	}
 	for (size_t i = 0; i < len; i++) {
 		char u[4];
-		size_t l = utf8_put(byte_cp[(uint8_t)w[i]], u);
+		size_t l = utf8_put(byte_cp((uint8_t)w[i]), u);
 		int32_t id = vocab_get(t, u, l);
 		ids[n++] = id >= 0 ? id : (t->unk >= 0 ? t->unk : 0);
 	}
@@ -466,7 +482,8 @@ static void bpe_word(const struct tokenizer *t, const char *w, size_t len, struc
 	free(ids);
 }
 
-static void bpe_text(const struct tokenizer *t, const char *s, size_t len, struct obuf *o)
+/* One chunk without \p{N} in it (or a single \p{N}): the GPT-2 pattern, chunk end = text end. */
+static void bpe_chunk(const struct tokenizer *t, const char *s, size_t len, struct obuf *o)
 {
 	size_t i = 0;
 	while (i < len) {
@@ -474,7 +491,7 @@ static void bpe_text(const struct tokenizer *t, const char *s, size_t len, struc
 		size_t l = utf8_get(s + i, len - i, &c), l2 = 0, j;
 		if (i + l < len)
 			l2 = utf8_get(s + i + l, len - i - l, &c2);
-		if (is_digit(c)) { /* Digits(individual_digits) runs before the GPT-2 pattern */
+		if (is_number(c)) {
 			bpe_word(t, s + i, l, o);
 			i += l;
 			continue;
@@ -493,19 +510,19 @@ static void bpe_text(const struct tokenizer *t, const char *s, size_t len, struc
 				continue;
 			}
 		}
-		/* " ?X+" for X = letters or other symbols (numbers never extend: digits split above) */
+		/* " ?X+" for X = letters or other symbols */
 		j = i;
 		uint32_t head = c;
-		if (c == ' ' && l2 && !is_space(c2) && !is_digit(c2)) {
+		if (c == ' ' && l2 && !is_space(c2)) {
 			j += l;
 			head = c2;
 		}
-		if (is_letter(head) || (!is_space(head) && !is_digit(head))) {
+		if (!is_space(head)) {
 			int letters = is_letter(head);
 			while (j < len) {
 				uint32_t d;
 				size_t dl = utf8_get(s + j, len - j, &d);
-				if (letters ? !is_letter(d) : (is_letter(d) || is_space(d) || is_digit(d)))
+				if (letters ? !is_letter(d) : (is_letter(d) || is_space(d) || is_number(d)))
 					break;
 				j += dl;
 			}
@@ -529,6 +546,24 @@ static void bpe_text(const struct tokenizer *t, const char *s, size_t len, struc
 		bpe_word(t, s + i, j - i, o);
 		i = j;
 	}
+}
+
+static void bpe_text(const struct tokenizer *t, const char *s, size_t len, struct obuf *o)
+{
+	size_t start = 0, i = 0;
+
+	while (i < len) {
+		uint32_t c;
+		size_t l = utf8_get(s + i, len - i, &c);
+
+		if (is_number(c)) {
+			bpe_chunk(t, s + start, i - start, o);
+			bpe_word(t, s + i, l, o);
+			start = i + l;
+		}
+		i += l;
+	}
+	bpe_chunk(t, s + start, len - start, o);
 }
 
 static void encode_plain(const struct tokenizer *t, const char *s, size_t len, int first, struct obuf *o)

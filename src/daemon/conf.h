@@ -1,16 +1,19 @@
 /* SPDX-License-Identifier: MIT */
-/* pagedkvd's configuration: defaults, `key = value` files and command-line flags share one setter. */
+/* pagedkvd's settings: one table (conf.c) gives each its config key, flag, type, range, default and
+ * help; the defaults, the file parser, the flags and --help are all read from it. */
 #ifndef PKV_DAEMON_CONF_H
 #define PKV_DAEMON_CONF_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 struct pkv_config {
 	char socket_path[108];
 	mode_t socket_mode;
 	char socket_group[64];          /* "" = leave the group alone */
+	char pid_file[4096];            /* "" = none */
 	char plugin_dir[4096];
 	char backend_varlen[256];       /* plugin spec: name (pkv_NAME.so in plugin_dir) or path */
 	char backend_decode[256];
@@ -35,11 +38,54 @@ struct pkv_config {
 	int inflight_sharing;           /* opens claim their prompt's blocks for later opens (cache.h) */
 };
 
+enum pkv_conf_type {
+	PKV_CONF_STRING,
+	PKV_CONF_MODE,    /* octal permissions */
+	PKV_CONF_SIZE,    /* bytes, with K/M/G/T suffixes */
+	PKV_CONF_UINT,
+	PKV_CONF_BOOL,
+	PKV_CONF_LOGLEVEL,
+};
+
+enum {
+	PKV_CONF_RELOAD = 1 << 0,  /* SIGHUP applies a new value; others need a restart */
+};
+
+struct pkv_conf_key {
+	const char *key;           /* in the file: `key = value` */
+	const char *flag;          /* long flag without "--"; NULL: the key with '-' for '_' */
+	int short_flag;            /* 0: none */
+	enum pkv_conf_type type;
+	size_t off, size;          /* the field in struct pkv_config */
+	size_t also_off;           /* a second field set to the same value (0: none) */
+	uint64_t lo, hi;           /* numbers: valid range; a SIZE with hi 0 is capped at physical memory */
+	const char *def;           /* default as a value string; NULL: computed (said in help) */
+	const char *arg;           /* placeholder in --help; NULL for a boolean flag */
+	int flag_sets;             /* boolean flag: the value the flag sets (--no-coalesce sets 0) */
+	unsigned flags;
+	const char *help;
+};
+
+extern const struct pkv_conf_key pkv_conf_keys[];
+extern const size_t pkv_conf_nkeys;
+
 void pkv_config_defaults(struct pkv_config *cfg);
-/* Sets one key (file syntax: underscores; flags use dashes and are mapped). -EINVAL with why. */
-int pkv_config_set(struct pkv_config *cfg, const char *key, const char *value, char *why, size_t why_len);
-/* Reads a `key = value` file ('#' comments, blank lines). -errno with "FILE:LINE: reason". */
+/* Sets one setting. NAME may be a file key, a flag ("--memory-budget" or "memory-budget") or an
+ * alias; errors name it as given, with the valid values or range. -EINVAL with why. */
+int pkv_config_set(struct pkv_config *cfg, const char *name, const char *value, char *why, size_t why_len);
+/* The same for a known entry, shown in errors as NAME (say "-m" for the short flag). */
+int pkv_config_set_key(struct pkv_config *cfg, const struct pkv_conf_key *k, const char *name, const char *value,
+		       char *why, size_t why_len);
+const struct pkv_conf_key *pkv_config_find(const char *name);
+/* Reads a `key = value` file ('#' starts a comment anywhere after whitespace, blank lines are skipped).
+ * -errno with "FILE:LINE: reason". */
 int pkv_config_load(struct pkv_config *cfg, const char *path, char *why, size_t why_len);
+/* Formats the value of one setting as the file would spell it. */
+void pkv_config_format(const struct pkv_config *cfg, const struct pkv_conf_key *k, char *buf, size_t len);
+/* Writes every setting as a commented config file (pagedkvd --print-config). */
+void pkv_config_print(const struct pkv_config *cfg, FILE *f);
+/* Writes the flags part of --help from the table. */
+void pkv_config_usage(FILE *f);
 /* Parses "123", "64K", "512M", "2G" into bytes. */
 int pkv_parse_size(const char *s, uint64_t *out);
 

@@ -218,6 +218,8 @@ struct pkv_daemon {
 	struct pkv_config cfg;
 	struct io_uring ring;
 	int listen_fd, signal_fd, wake_fd, lock_fd;
+	int activated;                /* the listening socket came from systemd (LISTEN_FDS) */
+	char lock_path[sizeof(((struct pkv_config *)0)->socket_path) + 8];
 	struct watch w_listen, w_signal, w_wake, w_timer;
 	uint64_t wake_buf;
 	struct __kernel_timespec tick;
@@ -262,6 +264,8 @@ int ctl_run(struct pkv_daemon *d, uint32_t cmd, uint32_t format, char **out);
 /* Daemon-wide audit: returns problems found, text appended to buf. */
 
 int loop_run(struct pkv_daemon *d);
+/* main.c: SIGHUP's re-read of the config file and flags (called on the loop thread). */
+int daemon_reload(struct pkv_daemon *d);
 void loop_arm_session(struct pkv_daemon *d, struct session *s);
 int loop_over_uid_limit(const struct pkv_daemon *d, const struct session *s, char *why, size_t why_len);
 

@@ -189,6 +189,8 @@ static void on_signal(struct pkv_daemon *d)
 	while (read(d->signal_fd, &si, sizeof(si)) == sizeof(si)) {
 		if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT)
 			begin_stop(d);
+		else if (si.ssi_signo == SIGHUP && !d->stopping)
+			daemon_reload(d);
 	}
 }
 
@@ -198,7 +200,7 @@ static void on_timer(struct pkv_daemon *d)
 
 	for (struct session *s = d->sessions; s; s = s->next)
 		if (!s->role && !s->closing && now - s->created_ns > HELLO_TIMEOUT_NS) {
-			pkv_info("client %u (pid %d): no hello within 5 s; closing", s->id, (int)s->pid);
+			pkv_info("client %u (uid %u, pid %d): no hello within 5 s; closing", s->id, (unsigned)s->uid, (int)s->pid);
 			session_hangup(d, s);
 		}
 	pool_reap(d, now);
@@ -278,7 +280,7 @@ static int process_done(struct pkv_daemon *d)
 			s->ops += j->ops;
 			s->errors += j->errors;
 			if (j->res < 0 && !s->closing) {
-				pkv_warn("client %u (pid %d): %s; disconnecting", s->id, (int)s->pid,
+				pkv_warn("client %u (uid %u, pid %d): %s; disconnecting", s->id, (unsigned)s->uid, (int)s->pid,
 					 j->res == -ENOMEM ? "out of memory" : "rings corrupted or overrun");
 				session_hangup(d, s);
 			}

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* pagedkvd: options, lock file, listening socket, plugins, then the event loop until SIGTERM. */
 #include "config.h"
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
@@ -18,140 +20,234 @@
 #include <unistd.h>
 #include "common/log.h"
 #include "daemon/daemon.h"
+#include "daemon/sd.h"
+#include "daemon/tenant.h"
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-"usage: pagedkvd [options]\n"
-"  -c, --config FILE           read `key = value` settings (flags override them)\n"
-"  -s, --socket PATH           listening socket (default: $PAGEDKV_SOCKET, else\n"
-"                              $XDG_RUNTIME_DIR/pagedkv.sock, else /run/pagedkv.sock)\n"
-"      --socket-mode MODE      octal permissions of the socket (default 0660)\n"
-"      --socket-group GROUP    group owning the socket\n"
-"      --plugin-dir DIR        where backend plugins pkv_NAME.so live (default %s)\n"
-"      --backend SPEC          plugin for both paths (name or path; default cpu)\n"
-"      --backend-varlen SPEC   plugin for batches with prefill\n"
-"      --backend-decode SPEC   plugin for one-token-per-sequence batches\n"
-"  -m, --memory-budget SIZE    KV memory for all pools, e.g. 512M, 4G (default 1G)\n"
-"  -w, --workers N             threads a backend may use (0 = one per CPU)\n"
-"      --client-max-seqs N     sequences one connection may hold (default 1024)\n"
-"      --max-clients-per-uid N connections one user may hold at once (default 64)\n"
-"      --spin-us N             busy-poll this long after activity before sleeping (default 50)\n"
-"      --no-coalesce           run every attend as its own backend call\n"
-"      --gather-us N           wait up to N us for clients in lockstep to fill a batch (default 20)\n"
-"      --uid-max-seqs N        sequences one uid may hold, all connections (default 4096)\n"
-"      --uid-block-share P     percent of a shared pool's blocks one uid may hold (default 50)\n"
-"      --uid-max-pins N        prefix pins one uid may hold (default 256)\n"
-"      --uid-max-region SIZE   shared-region bytes of one uid's connections (default 16G)\n"
-"      --uid-max-pools N       pools one uid may own at once (default 8)\n"
-"      --uid-budget-share P    percent of the memory budget one uid's pools may take (default 50)\n"
-"      --pool-idle-grace-s N   free a pool N s after its last client left (default 60)\n"
-"      --attend-slice-us N     split attends longer than this so others get a turn (default 500)\n"
-"      --no-inflight-sharing   an open finds only committed prefixes, not ones being computed\n"
-"  -l, --log-level LEVEL       error, warn, info (default) or debug\n"
-"  -f, --foreground            stay in the foreground, log to stderr\n"
-"  -h, --help                  this text\n"
-"  -V, --version               print the version\n", PKV_PLUGIN_DIR);
+	fprintf(f, "usage: pagedkvd [options]\n"
+		   "%-32s%s\n%32s%s\n", "  -c, --config FILE", "read `key = value` settings (flags override them;",
+		   "", "SIGHUP re-reads both)");
+	pkv_config_usage(f);
+	fprintf(f, "%-32s%s\n%-32s%s\n%-32s%s\n", "      --print-config", "print the settings in effect as a config file",
+		"  -h, --help", "this text", "  -V, --version", "print the version");
 }
 
-static const struct option longopts[] = {
-	{ "config", required_argument, NULL, 'c' },
-	{ "socket", required_argument, NULL, 's' },
-	{ "socket-mode", required_argument, NULL, 1 },
-	{ "socket-group", required_argument, NULL, 1 },
-	{ "plugin-dir", required_argument, NULL, 1 },
-	{ "backend", required_argument, NULL, 1 },
-	{ "backend-varlen", required_argument, NULL, 1 },
-	{ "backend-decode", required_argument, NULL, 1 },
-	{ "memory-budget", required_argument, NULL, 'm' },
-	{ "workers", required_argument, NULL, 'w' },
-	{ "client-max-seqs", required_argument, NULL, 1 },
-	{ "client-block-share", required_argument, NULL, 1 },
-	{ "uid-max-seqs", required_argument, NULL, 1 },
-	{ "uid-block-share", required_argument, NULL, 1 },
-	{ "uid-max-pins", required_argument, NULL, 1 },
-	{ "uid-max-region", required_argument, NULL, 1 },
-	{ "uid-max-pools", required_argument, NULL, 1 },
-	{ "uid-budget-share", required_argument, NULL, 1 },
-	{ "pool-idle-grace-s", required_argument, NULL, 1 },
-	{ "attend-slice-us", required_argument, NULL, 1 },
-	{ "max-clients-per-uid", required_argument, NULL, 1 },
-	{ "spin-us", required_argument, NULL, 1 },
-	{ "no-coalesce", no_argument, NULL, 2 },
-	{ "gather-us", required_argument, NULL, 1 },
-	{ "no-inflight-sharing", no_argument, NULL, 3 },
-	{ "log-level", required_argument, NULL, 'l' },
-	{ "foreground", no_argument, NULL, 'f' },
-	{ "help", no_argument, NULL, 'h' },
-	{ "version", no_argument, NULL, 'V' },
-	{ NULL, 0, NULL, 0 }
-};
+/* What the first parse saw, for SIGHUP to parse again. */
+static int g_argc;
+static char **g_argv;
+static const char *g_config;
 
-/* Parses options twice: --config first, so that flags override the file. Returns 0, 1 (exit 0) or -1. */
-static int parse_args(int argc, char **argv, struct pkv_config *cfg)
+enum { OPT_PRINT_CONFIG = 1, OPT_KEY = 256 };
+
+static char g_flag_names[64][64];
+
+/* getopt's tables, built from the settings table. */
+static void build_opts(struct option *lo, char *so)
 {
-	const char *config = NULL;
-	char why[512];
-	int c, idx;
+	char (*names)[64] = g_flag_names;
+	size_t i, n = 0;
 
-	opterr = 0;
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "c:s:m:w:l:fhV", longopts, &idx)) != -1)
-		if (c == 'c')
-			config = optarg;
-	if (config && pkv_config_load(cfg, config, why, sizeof(why))) {
-		fprintf(stderr, "pagedkvd: %s\n", why);
+	so += sprintf(so, "c:hV");
+	for (i = 0; i < pkv_conf_nkeys; i++) {
+		const struct pkv_conf_key *k = &pkv_conf_keys[i];
+
+		if (k->flag)
+			snprintf(names[i], sizeof(names[i]), "%s", k->flag);
+		else
+			for (size_t j = 0; j < sizeof(names[i]); j++)
+				if (!(names[i][j] = k->key[j] == '_' ? '-' : k->key[j]))
+					break;
+		lo[n++] = (struct option){ names[i], k->arg ? required_argument : no_argument, NULL,
+					   OPT_KEY + (int)i };
+		if (k->short_flag)
+			so += sprintf(so, "%c%s", k->short_flag, k->arg ? ":" : "");
+	}
+	lo[n++] = (struct option){ "config", required_argument, NULL, 'c' };
+	lo[n++] = (struct option){ "print-config", no_argument, NULL, OPT_PRINT_CONFIG };
+	lo[n++] = (struct option){ "help", no_argument, NULL, 'h' };
+	lo[n++] = (struct option){ "version", no_argument, NULL, 'V' };
+	lo[n] = (struct option){ NULL, 0, NULL, 0 };
+}
+
+static int key_of_short(int c)
+{
+	for (size_t i = 0; i < pkv_conf_nkeys; i++)
+		if (pkv_conf_keys[i].short_flag == c)
+			return (int)i;
+	return -1;
+}
+
+/* Parses options twice: --config first, so that flags override the file. Returns 0, 1 (exit 0) or -1.
+ * quiet: a SIGHUP re-parse, which prints nothing and acts on no --help. */
+static int parse_args(int argc, char **argv, struct pkv_config *cfg, int quiet)
+{
+	struct option lo[64 + 5];
+	char so[3 * 64 + 8], why[512], flag[80];
+	int c, idx, print = 0;
+
+	if (pkv_conf_nkeys > 64) { /* g_flag_names and lo have room for 64 settings */
+		fprintf(stderr, "pagedkvd: %zu settings; raise the option table sizes in main.c\n", pkv_conf_nkeys);
 		return -1;
 	}
-	opterr = 1;
+	build_opts(lo, so);
+	opterr = 0;
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "c:s:m:w:l:fhV", longopts, &idx)) != -1) {
-		const char *key = NULL;
-
-		switch (c) {
-		case 'c': continue;
-		case 's': key = "socket"; break;
-		case 'm': key = "memory_budget"; break;
-		case 'w': key = "worker_threads"; break;
-		case 'l': key = "log_level"; break;
-		case 'f': cfg->foreground = 1; continue;
-		case 2: cfg->coalesce = 0; continue;
-		case 3: cfg->inflight_sharing = 0; continue;
-		case 1: key = longopts[idx].name; break;
-		case 'h': usage(stdout); return 1;
-		case 'V': printf("pagedkvd %s (protocol %u)\n", PACKAGE_VERSION, PKV_PROTO_VERSION); return 1;
-		default: usage(stderr); return -1;
-		}
-		if (pkv_config_set(cfg, key, optarg, why, sizeof(why))) {
+	g_config = NULL;
+	while ((c = getopt_long(argc, argv, so, lo, &idx)) != -1)
+		if (c == 'c')
+			g_config = optarg;
+	if (g_config && pkv_config_load(cfg, g_config, why, sizeof(why))) {
+		if (quiet)
+			pkv_err("%s", why);
+		else
 			fprintf(stderr, "pagedkvd: %s\n", why);
+		return -1;
+	}
+	opterr = !quiet;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, so, lo, &idx)) != -1) {
+		const struct pkv_conf_key *k;
+		int ki = c >= OPT_KEY ? c - OPT_KEY : key_of_short(c);
+
+		if (c == 'c')
+			continue;
+		if (ki < 0) {
+			if (quiet)
+				continue;
+			switch (c) {
+			case OPT_PRINT_CONFIG: print = 1; continue;
+			case 'h': usage(stdout); return 1;
+			case 'V': printf("pagedkvd %s (protocol %u)\n", PACKAGE_VERSION, PKV_PROTO_VERSION); return 1;
+			default: usage(stderr); return -1;
+			}
+		}
+		k = &pkv_conf_keys[ki];
+		if (c >= OPT_KEY)
+			snprintf(flag, sizeof(flag), "--%s", lo[ki].name);
+		else
+			snprintf(flag, sizeof(flag), "-%c", c);
+		if (pkv_config_set_key(cfg, k, flag, k->arg ? optarg : k->flag_sets ? "yes" : "no", why, sizeof(why))) {
+			if (quiet)
+				pkv_err("%s", why);
+			else
+				fprintf(stderr, "pagedkvd: %s\n", why);
 			return -1;
 		}
 	}
 	if (optind < argc) {
-		fprintf(stderr, "pagedkvd: unexpected argument '%s'\n", argv[optind]);
+		if (!quiet)
+			fprintf(stderr, "pagedkvd: unexpected argument '%s'\n", argv[optind]);
 		return -1;
+	}
+	if (print) {
+		pkv_config_print(cfg, stdout);
+		return 1;
 	}
 	return 0;
 }
 
-/* Takes the lock beside the socket; a second daemon on the same socket stops here. */
+/* SIGHUP: defaults, the config file and the flags again; the limits and the log level take effect at
+ * once (new connections, attaches and pools see them; nothing connected is dropped), the rest is
+ * reported as needing a restart. */
+int daemon_reload(struct pkv_daemon *d)
+{
+	struct pkv_config *n = malloc(sizeof(*n));
+	char old[4200], new[4200];
+
+	if (!n)
+		return -ENOMEM;
+	pkv_sd_notify("RELOADING=1");
+	pkv_config_defaults(n);
+	if (parse_args(g_argc, g_argv, n, 1)) {
+		pkv_err("reload: keeping the current settings");
+		goto out;
+	}
+	for (size_t i = 0; i < pkv_conf_nkeys; i++) {
+		const struct pkv_conf_key *k = &pkv_conf_keys[i];
+
+		pkv_config_format(&d->cfg, k, old, sizeof(old));
+		pkv_config_format(n, k, new, sizeof(new));
+		if (!strcmp(old, new))
+			continue;
+		if (!(k->flags & PKV_CONF_RELOAD)) {
+			if (strcmp(k->key, "socket") || !d->activated)
+				pkv_warn("reload: %s changed to '%s'; restart pagedkvd to apply it", k->key, new);
+			continue;
+		}
+		memcpy((char *)&d->cfg + k->off, (char *)n + k->off, k->size);
+		pkv_info("reload: %s = %s (was %s)", k->key, new, old);
+	}
+	pkv_log_setup("pagedkvd", d->cfg.log_level, !d->cfg.foreground);
+out:
+	free(n);
+	pkv_sd_notify("READY=1");
+	return 0;
+}
+
+/* Takes the lock beside the socket; a second daemon on the same socket stops here. The file is
+ * removed at a clean stop, so after flock we check that the path still names the file we locked (a
+ * stopping daemon may have unlinked it between our open and our flock); if not, we try again. */
 static int take_lock(struct pkv_daemon *d)
 {
-	char path[sizeof(d->cfg.socket_path) + 8];
+	char *path = d->lock_path;
 
-	snprintf(path, sizeof(path), "%s.lock", d->cfg.socket_path);
-	d->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (d->lock_fd < 0) {
-		pkv_err("cannot open lock file %s: %s", path, strerror(errno));
-		return -errno;
-	}
-	if (flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
-		int e = errno;
+	snprintf(path, sizeof(d->lock_path), "%s.lock", d->cfg.socket_path);
+	for (int tries = 0; tries < 8; tries++) {
+		struct stat a, b;
 
-		pkv_err("another pagedkvd is running on %s (lock %s held)", d->cfg.socket_path, path);
-		return e == EWOULDBLOCK ? -EADDRINUSE : -e;
+		d->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		if (d->lock_fd < 0) {
+			pkv_err("cannot open lock file %s: %s", path, strerror(errno));
+			return -errno;
+		}
+		if (flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+			int e = errno;
+
+			pkv_err("another pagedkvd is running on %s (lock %s held)", d->cfg.socket_path, path);
+			return e == EWOULDBLOCK ? -EADDRINUSE : -e;
+		}
+		if (fstat(d->lock_fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+			return 0;
+		close(d->lock_fd);
+		d->lock_fd = -1;
 	}
+	pkv_err("lock file %s keeps being replaced", path);
+	return -EAGAIN;
+}
+
+/* Removes the lock file while still holding the lock (see take_lock). */
+static void drop_lock(struct pkv_daemon *d)
+{
+	if (d->lock_fd < 0)
+		return;
+	unlink(d->lock_path);
+	close(d->lock_fd);
+	d->lock_fd = -1;
+}
+
+static int write_pid_file(const struct pkv_daemon *d)
+{
+	char tmp[sizeof(d->cfg.pid_file) + 8];
+	FILE *f;
+
+	if (!d->cfg.pid_file[0])
+		return 0;
+	snprintf(tmp, sizeof(tmp), "%s.new", d->cfg.pid_file);
+	f = fopen(tmp, "we");
+	if (!f)
+		goto err;
+	if (fprintf(f, "%d\n", (int)getpid()) < 0) {
+		fclose(f);
+		goto err;
+	}
+	if (fclose(f) != 0 || rename(tmp, d->cfg.pid_file) < 0)
+		goto err;
 	return 0;
+err:
+	pkv_err("cannot write pid file %s: %s", d->cfg.pid_file, strerror(errno));
+	unlink(tmp);
+	return -1;
 }
 
 static int open_socket(struct pkv_daemon *d)
@@ -208,6 +304,84 @@ static void plugin_log(void *ud, int level, const char *msg)
 	pkv_log(level, "%s", msg);
 }
 
+/* True when this pagedkvd is the build tree's (run before `make install`): /proc/self/exe lies under
+ * the build directory configure was run in. */
+static int running_uninstalled(void)
+{
+#ifdef PKV_BUILD_DIR
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	if (n <= 0)
+		return 0;
+	exe[n] = 0;
+	return !strncmp(exe, PKV_BUILD_DIR "/", strlen(PKV_BUILD_DIR) + 1);
+#else
+	return 0;
+#endif
+}
+
+/* Uninstalled and left at the default plugin dir, which holds nothing of this build yet: look for
+ * pkv_NAME.so in the build tree's plugins/<dir>/.libs and use that directory. */
+static void use_build_plugins(struct pkv_daemon *d)
+{
+#ifdef PKV_BUILD_DIR
+	const char *spec = d->cfg.backend_varlen;
+	char dir[PATH_MAX], so[PATH_MAX + 64];
+	size_t name_len = strcspn(spec, ":");
+	struct dirent *e;
+	DIR *top;
+
+	if (!running_uninstalled() || strcmp(d->cfg.plugin_dir, PKV_PLUGIN_DIR) || strchr(spec, '/') ||
+	    getenv("PAGEDKV_PLUGIN_DIR"))
+		return;
+	top = opendir(PKV_BUILD_DIR "/plugins");
+	if (!top)
+		return;
+	while ((e = readdir(top))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(dir, sizeof(dir), "%s/plugins/%s/.libs", PKV_BUILD_DIR, e->d_name);
+		snprintf(so, sizeof(so), "%s/pkv_%.*s.so", dir, (int)name_len, spec);
+		if (access(so, R_OK) == 0) {
+			snprintf(d->cfg.plugin_dir, sizeof(d->cfg.plugin_dir), "%s", dir);
+			pkv_info("running from the build tree: plugins from %s", dir);
+			break;
+		}
+	}
+	closedir(top);
+#else
+	(void)d;
+#endif
+}
+
+/* After a failed load: names the backends the plugin dir does have, and how to point at others. */
+static void explain_plugin_dir(const struct pkv_daemon *d)
+{
+	char names[1024] = "";
+	size_t used = 0;
+	struct dirent *e;
+	DIR *dir = opendir(d->cfg.plugin_dir);
+
+	while (dir && (e = readdir(dir))) {
+		size_t n = strlen(e->d_name);
+
+		if (n > 7 && !strncmp(e->d_name, "pkv_", 4) && !strcmp(e->d_name + n - 3, ".so") &&
+		    used + n < sizeof(names) - 8)
+			used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%.*s", used ? ", " : "",
+						 (int)(n - 7), e->d_name + 4);
+	}
+	if (dir)
+		closedir(dir);
+	pkv_err("installed backends in %s: %s", d->cfg.plugin_dir, used ? names : "none");
+	if (running_uninstalled())
+		pkv_err("this pagedkvd runs from the build tree: pass --plugin-dir BUILDDIR/plugins/cpu/.libs "
+			"(or another plugins/*/.libs), or run make install");
+	else
+		pkv_err("choose one with --backend NAME, another directory with --plugin-dir DIR, "
+			"or a plugin file with --backend /path/to/pkv_NAME.so");
+}
+
 static int load_plugins(struct pkv_daemon *d)
 {
 	char err[512];
@@ -219,10 +393,12 @@ static int load_plugins(struct pkv_daemon *d)
 		return r;
 	}
 	pkv_host_set_log_sink(d->host, plugin_log, NULL);
+	use_build_plugins(d);
 	r = pkv_plugin_load(d->cfg.backend_varlen, NULL, d->cfg.plugin_dir, d->host, &d->plug_varlen,
 			    err, sizeof(err));
 	if (r) {
 		pkv_err("backend for varlen: %s", err);
+		explain_plugin_dir(d);
 		return r;
 	}
 	d->same_plugin = !strcmp(d->cfg.backend_varlen, d->cfg.backend_decode);
@@ -231,6 +407,7 @@ static int load_plugins(struct pkv_daemon *d)
 				    &d->plug_decode, err, sizeof(err));
 		if (r) {
 			pkv_err("backend for decode: %s", err);
+			explain_plugin_dir(d);
 			pkv_plugin_unload(&d->plug_varlen);
 			return r;
 		}
@@ -291,12 +468,28 @@ int main(int argc, char **argv)
 	d->listen_fd = d->signal_fd = d->wake_fd = d->lock_fd = -1;
 	pthread_mutex_init(&d->backend_mu, NULL);
 	pkv_config_defaults(&d->cfg);
-	r = parse_args(argc, argv, &d->cfg);
+	g_argc = argc;
+	g_argv = argv;
+	r = parse_args(argc, argv, &d->cfg, 0);
 	if (r) {
 		free(d);
 		return r > 0 ? 0 : 2;
 	}
 	pkv_log_setup("pagedkvd", d->cfg.log_level, 0);
+	/* Socket activation (pagedkvd.socket): systemd owns the socket file and runs one of us at a time,
+	 * so there is no lock to take and nothing to unlink at the end. */
+	{
+		char why[256];
+
+		r = pkv_sd_listen_fd(d->cfg.socket_path, sizeof(d->cfg.socket_path), why, sizeof(why));
+		if (r >= 0) {
+			d->listen_fd = r;
+			d->activated = 1;
+		} else if (r != -ENOENT) {
+			pkv_err("socket activation: %s", why);
+			goto out;
+		}
+	}
 	if (!d->cfg.foreground && daemonize(&ready_fd)) {
 		pkv_err("cannot daemonize: %s", strerror(errno));
 		goto out;
@@ -305,9 +498,10 @@ int main(int argc, char **argv)
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	if (take_lock(d) || open_socket(d))
+	if (!d->activated && (take_lock(d) || open_socket(d)))
 		goto out;
 	d->signal_fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
 	d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -327,7 +521,8 @@ int main(int argc, char **argv)
 		pkv_err("worker thread: %s", strerror(-r));
 		goto out_plugins;
 	}
-	pkv_info("listening on %s (protocol %u, budget %llu MiB)", d->cfg.socket_path, PKV_PROTO_VERSION,
+	pkv_info("listening on %s%s (protocol %u, budget %llu MiB)", d->cfg.socket_path,
+		 d->activated ? " (from systemd)" : "", PKV_PROTO_VERSION,
 		 (unsigned long long)(d->cfg.memory_budget >> 20));
 	if (ready_fd >= 0) {
 		pkv_log_setup("pagedkvd", d->cfg.log_level, 1);
@@ -337,8 +532,15 @@ int main(int argc, char **argv)
 		close(ready_fd);
 		ready_fd = -1;
 	}
+	if (write_pid_file(d))
+		goto out_worker;
+	pkv_sd_notify("READY=1\nSTATUS=listening");
 	r = loop_run(d);
 	rc = r ? 1 : 0;
+	pkv_sd_notify("STOPPING=1");
+	if (d->cfg.pid_file[0])
+		unlink(d->cfg.pid_file);
+out_worker:
 	worker_stop(d);
 	while (d->pools) {
 		struct pool *p = d->pools;
@@ -359,15 +561,15 @@ out_ring:
 out_sock:
 	if (d->listen_fd >= 0) {
 		close(d->listen_fd);
-		unlink(d->cfg.socket_path);
+		if (!d->activated)
+			unlink(d->cfg.socket_path);
 	}
 	if (d->signal_fd >= 0)
 		close(d->signal_fd);
 	if (d->wake_fd >= 0)
 		close(d->wake_fd);
 out:
-	if (d->lock_fd >= 0)
-		close(d->lock_fd);
+	drop_lock(d);
 	if (rc == 0)
 		pkv_info("stopped");
 	pthread_mutex_destroy(&d->backend_mu);

@@ -94,9 +94,15 @@ static int free_oldest_idle(struct pkv_daemon *d, int mine, uid_t uid)
 }
 
 /* Frees idle pools, longest idle first, until `bytes` fit the budget; returns whether they do. */
+/* SIGHUP may have lowered the budget below what existing pools use: then nothing is left. */
+static uint64_t budget_left(const struct pkv_daemon *d)
+{
+	return d->budget_used < d->cfg.memory_budget ? d->cfg.memory_budget - d->budget_used : 0;
+}
+
 static int reclaim(struct pkv_daemon *d, uint64_t bytes)
 {
-	while (bytes > d->cfg.memory_budget - d->budget_used)
+	while (bytes > budget_left(d))
 		if (!free_oldest_idle(d, 0, 0))
 			return 0;
 	return 1;
@@ -108,7 +114,7 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid,
 	struct pkv_cache_limits lim = { 0 };
 	struct pkv_pool_desc desc;
 	struct pool *p;
-	uint64_t bytes;
+	uint64_t bytes, left;
 	int r;
 
 	for (p = d->pools; p; p = p->next)
@@ -144,9 +150,9 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid,
 			return r;
 	}
 	if (bytes > d->cfg.memory_budget || !reclaim(d, bytes)) {
+		left = budget_left(d);
 		snprintf(why, why_len, "pool '%s' needs %llu bytes of KV cache; %llu of the %llu-byte budget are left",
-			 m->name, (unsigned long long)bytes,
-			 (unsigned long long)(d->cfg.memory_budget - d->budget_used),
+			 m->name, (unsigned long long)bytes, (unsigned long long)left,
 			 (unsigned long long)d->cfg.memory_budget);
 		return -ENOMEM;
 	}

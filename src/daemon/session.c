@@ -261,7 +261,7 @@ static void handle_attach(struct pkv_daemon *d, struct session *s, const struct 
 	why[0] = 0;
 	r = pool_attach(d, m, s->uid, &p, why, sizeof(why));
 	if (r) {
-		pkv_info("client %u (pid %d): attach '%s' refused: %s", s->id, (int)s->pid, m->name, why);
+		pkv_info("client %u (uid %u, pid %d): attach '%s' refused: %s", s->id, (unsigned)s->uid, (int)s->pid, m->name, why);
 		reply(d, s, r, 0, why);
 		return;
 	}
@@ -344,7 +344,7 @@ void session_ctl_message(struct pkv_daemon *d, struct session *s)
 	type = pkv_msg_check(&u, (size_t)n, s->role, why, sizeof(why));
 	if (type < 0) {
 		close_fds(fds, nfds);
-		pkv_info("client %u (pid %d): refused: %s", s->id, (int)s->pid, why);
+		pkv_info("client %u (uid %u, pid %d): refused: %s", s->id, (unsigned)s->uid, (int)s->pid, why);
 		reply(d, s, type, 0, why);
 		if (!s->role)
 			session_hangup(d, s); /* a failed hello ends the connection */
@@ -359,7 +359,7 @@ void session_ctl_message(struct pkv_daemon *d, struct session *s)
 	case PKV_MSG_HELLO:
 		if (loop_over_uid_limit(d, s, why, sizeof(why))) {
 			close_fds(fds, nfds);
-			pkv_info("client %u (pid %d): refused: %s", s->id, (int)s->pid, why);
+			pkv_info("client %u (uid %u, pid %d): refused: %s", s->id, (unsigned)s->uid, (int)s->pid, why);
 			reply(d, s, -EUSERS, 0, why);
 			session_hangup(d, s);
 			return;
@@ -377,7 +377,7 @@ void session_ctl_message(struct pkv_daemon *d, struct session *s)
 			r = client_hello(d, s, &u.hello, fds, nfds, why, sizeof(why));
 			if (r) {
 				close_fds(fds, nfds);
-				pkv_info("client %u (pid %d): hello refused: %s", s->id, (int)s->pid, why);
+				pkv_info("client %u (uid %u, pid %d): hello refused: %s", s->id, (unsigned)s->uid, (int)s->pid, why);
 				reply(d, s, r, 0, why);
 				session_hangup(d, s);
 				return;
@@ -859,7 +859,7 @@ int session_process(struct pkv_daemon *d, struct session *s)
 		space = pkv_ring_space(&s->cq);
 		pthread_spin_unlock(&s->cq_lock);
 		if (avail < 0 || space < 0) {
-			pkv_warn("client %u (pid %d): ring indices corrupted; disconnecting", s->id, (int)s->pid);
+			pkv_warn("client %u (uid %u, pid %d): ring indices corrupted; disconnecting", s->id, (unsigned)s->uid, (int)s->pid);
 			session_hangup(d, s);
 			break;
 		}
@@ -903,8 +903,8 @@ int session_process(struct pkv_daemon *d, struct session *s)
 		if (r < 0)
 			s->errors++;
 		if (session_post(s, e.user_data, r, p0, p1)) {
-			pkv_warn("client %u (pid %d): completion ring corrupted or overrun; disconnecting",
-				 s->id, (int)s->pid);
+			pkv_warn("client %u (uid %u, pid %d): completion ring corrupted or overrun; disconnecting",
+				 s->id, (unsigned)s->uid, (int)s->pid);
 			session_hangup(d, s);
 			break;
 		}
@@ -967,7 +967,7 @@ void session_hangup(struct pkv_daemon *d, struct session *s)
 		return;
 	/* The worker reads it to hand back a ring it polls. */
 	pkv_store_relaxed(&s->closing, 1);
-	pkv_dbg("client %u (pid %d): hung up", s->id, (int)s->pid);
+	pkv_dbg("client %u (uid %u, pid %d): hung up", s->id, (unsigned)s->uid, (int)s->pid);
 	/*
 	 * Cancel the requests that point at us. The cancels themselves count as
 	 * armed until they complete: were the session freed while a cancel is

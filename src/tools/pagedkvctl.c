@@ -20,7 +20,8 @@ static void usage(FILE *f)
 "  -s, --socket PATH   daemon socket (default: $PAGEDKV_SOCKET, else\n"
 "                      $XDG_RUNTIME_DIR/pagedkv.sock, else /run/pagedkv.sock)\n"
 "  -j, --json          JSON output\n"
-"  -t, --timeout MS    wait at most this long for the daemon (default 5000)\n");
+"  -t, --timeout MS    wait at most this long for the daemon, 1 to 3600000 (default 5000)\n"
+"  -h, --help          this text\n");
 }
 
 int main(int argc, char **argv)
@@ -44,7 +45,18 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 's': sock = optarg; break;
 		case 'j': json = 1; break;
-		case 't': timeout = atoi(optarg); break;
+		case 't': {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+
+			if (!*optarg || *end || v < 1 || v > 3600000) {
+				fprintf(stderr, "pagedkvctl: -t/--timeout: '%s' is not a number of milliseconds from 1 "
+					"to 3600000\n", optarg);
+				return 2;
+			}
+			timeout = (int)v;
+			break;
+		}
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}

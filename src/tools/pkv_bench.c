@@ -15,14 +15,19 @@ static void usage(FILE *f)
 		   "       pkv-bench NAME --help   options of one benchmark\n");
 }
 
-/* Tries DIR/pkv-bench-NAME; returns only if it could not be executed. */
-static void try_exec(const char *dir, const char *name, char **argv)
+/* Tries DIR/pkv-bench-NAME with the caller's arguments after it; returns only if it could not be
+ * executed. argv[0] of the benchmark is set in a copy: writing it into our own argv would make the
+ * next try read its NAME from this function's dead stack buffer. */
+static void try_exec(const char *dir, const char *name, int argc, char **args)
 {
 	char path[PATH_MAX];
+	char *argv[argc + 2];
 
 	if (snprintf(path, sizeof(path), "%s/pkv-bench-%s", dir, name) >= (int)sizeof(path))
 		return;
 	argv[0] = path;
+	memcpy(argv + 1, args, sizeof(*args) * (size_t)argc);
+	argv[argc + 1] = NULL;
 	execv(path, argv);
 }
 
@@ -46,8 +51,8 @@ int main(int argc, char **argv)
 	/* Beside argv[0] first (the build tree, where libtool wrappers live), then the install. */
 	snprintf(self, sizeof(self), "%s", argv[0]);
 	if (strchr(self, '/'))
-		try_exec(dirname(self), argv[1], argv + 1);
-	try_exec(PKV_LIBEXEC_DIR, argv[1], argv + 1);
+		try_exec(dirname(self), argv[1], argc - 2, argv + 2);
+	try_exec(PKV_LIBEXEC_DIR, argv[1], argc - 2, argv + 2);
 	fprintf(stderr, "pkv-bench: cannot run pkv-bench-%s: %s\n", argv[1], strerror(errno));
 	return 1;
 }

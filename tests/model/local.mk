@@ -60,3 +60,18 @@ TESTS += tests/model/test_sampler
 tests_model_test_sampler_SOURCES = tests/model/test_sampler.c
 tests_model_test_sampler_CFLAGS = $(MODEL_TEST_CFLAGS)
 tests_model_test_sampler_LDADD = $(MODEL_TEST_LIBS) $(LIBM)
+
+# SmolLM2's tokenizer against ids from Hugging Face `tokenizers` (tests/model/gen_tok_ref.py wrote them).
+check_PROGRAMS += tests/model/test_tok_ref
+TESTS += tests/model/test_tok_ref
+tests_model_test_tok_ref_SOURCES = tests/model/test_tok_ref.c
+tests_model_test_tok_ref_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_tok_ref_LDADD = $(MODEL_TEST_LIBS) $(PTHREAD_LIBS)
+EXTRA_DIST += tests/model/gen_tok_ref.py tests/data/smollm2_tok_ref.txt
+
+check_PROGRAMS += tests/model/test_penalty
+TESTS += tests/model/test_penalty
+tests_model_test_penalty_SOURCES = tests/model/test_penalty.c
+tests_model_test_penalty_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_penalty_LDADD = $(MODEL_TEST_LIBS)
+EXTRA_DIST += tests/data/stories260K.gguf tests/data/README.md

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Where model tests find their files: $PKV_TEST_MODEL_DIR, else $PKV_TOP_SRCDIR/../shared/models. */
+/* Where model tests find their files: $PKV_TEST_MODEL_DIR, else the tree's tests/data (stories260K.gguf
+ * ships there), else $PKV_TOP_SRCDIR/../shared/models. */
 #ifndef PKV_TEST_MODELDIR_H
 #define PKV_TEST_MODELDIR_H
 
@@ -7,15 +8,21 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-/* Fills buf with the path of `file`; returns 0 when it is readable, -1 otherwise. */
+/* Fills buf with the path of `file`; returns 0 when it is readable, -1 otherwise (buf then names
+ * the last place looked). */
 static inline int model_path(const char *file, char *buf, size_t len)
 {
 	const char *d = getenv("PKV_TEST_MODEL_DIR");
 	const char *top = getenv("PKV_TOP_SRCDIR");
-	if (d && *d)
+
+	if (d && *d) {
 		snprintf(buf, len, "%s/%s", d, file);
-	else
-		snprintf(buf, len, "%s/../shared/models/%s", top ? top : "..", file);
+		return access(buf, R_OK) == 0 ? 0 : -1;
+	}
+	snprintf(buf, len, "%s/tests/data/%s", top ? top : "..", file);
+	if (access(buf, R_OK) == 0)
+		return 0;
+	snprintf(buf, len, "%s/../shared/models/%s", top ? top : "..", file);
 	return access(buf, R_OK) == 0 ? 0 : -1;
 }
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* stories260K: tokenizer and greedy continuation equal the reference ids in shared/models/README.md. */
+/* stories260K: tokenizer and greedy continuation equal the reference ids in tests/data/README.md. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
