@@ -28,6 +28,8 @@ void pkv_config_defaults(struct pkv_config *cfg)
 	cfg->spin_us = 50;
 	cfg->coalesce = 1;
 	cfg->gather_us = 20;
+	cfg->max_unauth_per_uid = 16;
+	cfg->max_arena_per_uid = 4ull << 30;
 }
 
 int pkv_parse_size(const char *s, uint64_t *out)
@@ -159,6 +161,18 @@ int pkv_config_set(struct pkv_config *cfg, const char *key, const char *value, c
 		r = parse_uint(value, 0, 10000, &cfg->gather_us);
 	} else if (!strcmp(k, "coalesce")) {
 		r = parse_bool(value, &cfg->coalesce);
+	} else if (!strcmp(k, "admin_group")) {
+		r = copy_str(cfg->admin_group, sizeof(cfg->admin_group), value);
+	} else if (!strcmp(k, "max_unauth_per_uid")) {
+		r = parse_uint(value, 1, 1u << 16, &cfg->max_unauth_per_uid);
+	} else if (!strcmp(k, "max_arena_per_uid")) {
+		uint64_t b;
+
+		r = pkv_parse_size(value, &b);
+		if (!r && b < 4096)
+			r = -EINVAL;
+		if (!r)
+			cfg->max_arena_per_uid = b;
 	} else {
 		snprintf(why, why_len, "unknown key '%s'", key);
 		return -EINVAL;

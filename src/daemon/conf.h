@@ -24,6 +24,10 @@ struct pkv_config {
 	unsigned spin_us;               /* busy-poll the rings this long after activity */
 	int coalesce;                   /* merge attends of the same pool and layer */
 	unsigned gather_us;             /* wait this long for a lockstep batch to fill (0: never) */
+	/* isolation of clients' memory, connections and the admin tool (DESIGN.md §5) */
+	char admin_group[64];           /* "" = admins are root and the daemon's uid only */
+	unsigned max_unauth_per_uid;    /* connections one uid may hold before their hello */
+	uint64_t max_arena_per_uid;     /* bytes of shared regions one uid may have mapped */
 };
 
 void pkv_config_defaults(struct pkv_config *cfg);

@@ -66,6 +66,7 @@ struct session {
 	uid_t uid;
 	pid_t pid;
 	int role;                     /* 0 until hello */
+	int admin;                    /* control connection of an admin (ctl_peer_is_admin) */
 	uint64_t created_ns;
 	struct watch w_ctl, w_bell, w_cancel;
 	int armed;                    /* io_uring requests (cancels included) still pointing at this session */
@@ -75,6 +76,7 @@ struct session {
 	/* shared region (clients) */
 	uint8_t *region;
 	size_t region_size;
+	int bus_slot;                 /* pkv_sigbus_watch slot of region, or -1 */
 	struct pkv_shm_hdr hdr;       /* validated private copy; never re-read */
 	struct pkv_ring sq, cq;
 	uint8_t *arena;
@@ -203,6 +205,8 @@ struct pkv_daemon {
 	 */
 	pthread_mutex_t backend_mu;
 	uint64_t accepted, refused;
+	gid_t admin_gid;              /* admin_group, resolved at start */
+	int have_admin_gid;
 };
 
 /* Session lifecycle (loop thread). */
@@ -218,8 +222,13 @@ int session_post(struct session *s, uint64_t ud, int32_t res, uint64_t p0, uint6
 void session_set_err(struct session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void session_release(struct pkv_daemon *d, struct session *s);
 
-/* Administrative commands (pagedkvctl). Writes the output into a malloc'd string; returns status. */
-int ctl_run(struct pkv_daemon *d, uint32_t cmd, uint32_t format, char **out);
+/* Administrative commands (pagedkvctl) as asked by `who`: output in a malloc'd buffer; returns status. */
+int ctl_run(struct pkv_daemon *d, const struct session *who, uint32_t cmd, uint32_t format, char **out,
+	    size_t *len);
+/* Resolves admin_group (startup). */
+int ctl_init(struct pkv_daemon *d);
+/* Root, the daemon's uid, or a member of admin_group (by the kernel's credentials of the socket). */
+int ctl_peer_is_admin(const struct pkv_daemon *d, int sock, uid_t uid);
 /* Daemon-wide audit: returns problems found, text appended to buf. */
 
 int loop_run(struct pkv_daemon *d);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include "common/log.h"
 #include "daemon/daemon.h"
+#include "daemon/sigbus.h"
 
 static void usage(FILE *f)
 {
@@ -40,6 +41,10 @@ static void usage(FILE *f)
 "      --spin-us N             busy-poll this long after activity before sleeping (default 50)\n"
 "      --no-coalesce           run every attend as its own backend call\n"
 "      --gather-us N           wait up to N us for clients in lockstep to fill a batch (default 20)\n"
+"      --admin-group GROUP     members may audit, flush and see every client (root and the\n"
+"                              daemon's uid always may)\n"
+"      --max-unauth-per-uid N  connections one user may hold before their hello (default 16)\n"
+"      --max-arena-per-uid SIZE shared memory one user's connections may map (default 4G)\n"
 "  -l, --log-level LEVEL       error, warn, info (default) or debug\n"
 "  -f, --foreground            stay in the foreground, log to stderr\n"
 "  -h, --help                  this text\n"
@@ -63,6 +68,9 @@ static const struct option longopts[] = {
 	{ "spin-us", required_argument, NULL, 1 },
 	{ "no-coalesce", no_argument, NULL, 2 },
 	{ "gather-us", required_argument, NULL, 1 },
+	{ "admin-group", required_argument, NULL, 1 },
+	{ "max-unauth-per-uid", required_argument, NULL, 1 },
+	{ "max-arena-per-uid", required_argument, NULL, 1 },
 	{ "log-level", required_argument, NULL, 'l' },
 	{ "foreground", no_argument, NULL, 'f' },
 	{ "help", no_argument, NULL, 'h' },
@@ -289,12 +297,18 @@ int main(int argc, char **argv)
 	sigaddset(&mask, SIGINT);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	if (take_lock(d) || open_socket(d))
+	if (ctl_init(d) || take_lock(d) || open_socket(d))
 		goto out;
 	d->signal_fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
 	d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (d->signal_fd < 0 || d->wake_fd < 0) {
 		pkv_err("signalfd/eventfd: %s", strerror(errno));
+		goto out_sock;
+	}
+	/* A fault in client memory must end that client only (DESIGN.md §5). */
+	r = pkv_sigbus_install(d->wake_fd);
+	if (r) {
+		pkv_err("SIGBUS handler: %s", strerror(-r));
 		goto out_sock;
 	}
 	r = io_uring_queue_init(1024, &d->ring, 0);

@@ -7,15 +7,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <time.h>
+#include <linux/magic.h>
+#include <linux/sockios.h>
 #include <unistd.h>
 #include "common/log.h"
 #include "common/msg.h"
 #include "common/region.h"
 #include "daemon/daemon.h"
+#include "daemon/sigbus.h"
 #include "daemon/validate.h"
 
 #define MAX_REGION (64ull << 30)
@@ -45,6 +50,7 @@ struct session *session_new(struct pkv_daemon *d, int sock)
 	s->pid = cred.pid;
 	s->sock = sock;
 	s->memfd = s->sq_bell = -1;
+	s->bus_slot = -1;
 	do
 		s->id = ++d->next_id;
 	while (s->id == 0);
@@ -178,12 +184,38 @@ static void close_fds(int *fds, int n)
 			close(fds[i]);
 }
 
+/*
+ * Whether the daemon can read this file's pages without a fault: only shmem
+ * (a memfd) qualifies. hugetlbfs is sealable too, but a punched hole in it
+ * needs a fresh huge page at the next touch, and with the pool exhausted
+ * that touch is a SIGBUS in the daemon; any other filesystem can fail a
+ * page-in (I/O error, a file truncated behind the seals' back).
+ */
+static int memfd_fs_ok(int fd, char *why, size_t why_len)
+{
+	struct statfs sf;
+
+	if (fstatfs(fd, &sf) < 0) {
+		snprintf(why, why_len, "hello: cannot inspect the region descriptor: %s", strerror(errno));
+		return 0;
+	}
+	if ((unsigned long)sf.f_type == (unsigned long)TMPFS_MAGIC)
+		return 1;
+	if ((unsigned long)sf.f_type == (unsigned long)HUGETLBFS_MAGIC)
+		snprintf(why, why_len, "hello: the region is on hugetlbfs (MFD_HUGETLB); the daemon maps "
+			 "only shmem memfds, since a hugetlbfs page can fail to come back and fault the reader");
+	else
+		snprintf(why, why_len, "hello: the region is on filesystem 0x%lx, not shmem; pass a "
+			 "memfd_create() descriptor", (unsigned long)sf.f_type);
+	return 0;
+}
+
 /* Maps and checks a client's region; takes ownership of fds on success. */
 static int client_hello(struct pkv_daemon *d, struct session *s, const struct pkv_msg_hello *m,
 			int *fds, int nfds, char *why, size_t why_len)
 {
 	struct stat st;
-	int seals, r;
+	int seals, r, slot;
 	void *map;
 
 	if (nfds != 2) {
@@ -194,6 +226,8 @@ static int client_hello(struct pkv_daemon *d, struct session *s, const struct pk
 		snprintf(why, why_len, "hello: the region descriptor is not a memfd");
 		return -EINVAL;
 	}
+	if (!memfd_fs_ok(fds[0], why, why_len))
+		return -EINVAL;
 	seals = fcntl(fds[0], F_GET_SEALS);
 	if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
 		snprintf(why, why_len, "hello: the memfd must be sealed against shrinking and growing "
@@ -219,13 +253,24 @@ static int client_hello(struct pkv_daemon *d, struct session *s, const struct pk
 		snprintf(why, why_len, "hello: cannot map the memfd: %s", strerror(errno));
 		return -EINVAL;
 	}
+	/* Watched before the first read: even the header copy below may fault. */
+	slot = pkv_sigbus_watch(map, st.st_size);
+	if (slot < 0) {
+		munmap(map, st.st_size);
+		snprintf(why, why_len, "hello: out of memory");
+		return -ENOMEM;
+	}
 	/* One copy of the header; the client may rewrite its own copy at will. */
 	memcpy(&s->hdr, map, sizeof(s->hdr));
-	r = pkv_region_check(&s->hdr, st.st_size, why, why_len);
+	r = pkv_sigbus_faulted(slot) ? -EFAULT : pkv_region_check(&s->hdr, st.st_size, why, why_len);
 	if (r) {
+		if (r == -EFAULT)
+			snprintf(why, why_len, "hello: reading the region faulted (SIGBUS)");
+		pkv_sigbus_unwatch(slot);
 		munmap(map, st.st_size);
 		return r;
 	}
+	s->bus_slot = slot;
 	s->region = map;
 	s->region_size = st.st_size;
 	s->memfd = fds[0];
@@ -284,20 +329,23 @@ static void handle_attach(struct pkv_daemon *d, struct session *s, const struct 
 static void handle_ctl(struct pkv_daemon *d, struct session *s, const struct pkv_msg_ctl *m)
 {
 	char *out = NULL;
-	size_t len, off = 0;
-	int status = ctl_run(d, m->cmd, m->format, &out);
+	size_t len = 0;
+	int status, queued = 0;
 
-	len = out ? strlen(out) : 0;
-	do {
-		size_t chunk = len - off > PKV_REPLY_TEXT_MAX ? PKV_REPLY_TEXT_MAX : len - off;
-		uint32_t more = off + chunk < len ? PKV_REPLY_MORE : 0;
-
-		if (pkv_send_reply(s->sock, status, 0, more, out ? out + off : NULL, chunk)) {
-			session_hangup(d, s);
-			break;
-		}
-		off += chunk;
-	} while (off < len);
+	/*
+	 * One reply in flight per connection: a peer that asks again and again
+	 * without reading would otherwise pile up outputs (memfds) the daemon
+	 * pays for.
+	 */
+	if (ioctl(s->sock, SIOCOUTQ, &queued) == 0 && queued > 0) {
+		pkv_info("client %u (pid %d): control command before reading the last reply; closing",
+			 s->id, (int)s->pid);
+		session_hangup(d, s);
+		return;
+	}
+	status = ctl_run(d, s, m->cmd, m->format, &out, &len);
+	if (pkv_send_output(s->sock, status, out, len))
+		session_hangup(d, s);
 	free(out);
 }
 
@@ -374,6 +422,7 @@ void session_ctl_message(struct pkv_daemon *d, struct session *s)
 				return;
 			}
 			s->role = PKV_ROLE_CTL;
+			s->admin = ctl_peer_is_admin(d, s->sock, s->uid);
 		}
 		pkv_dbg("client %u: hello from pid %d uid %u", s->id, (int)s->pid, (unsigned)s->uid);
 		reply(d, s, 0, s->id, NULL);
@@ -686,6 +735,13 @@ int session_process(struct pkv_daemon *d, struct session *s)
 	char why[PKV_ERR_LEN];
 	int done = 0;
 
+	if (!s->closing && pkv_sigbus_faulted(s->bus_slot)) {
+		/* The handler already swapped the mapping for zero pages; nothing reads the client's memory now. */
+		pkv_warn("client %u (pid %d, uid %u): its shared memory faulted (SIGBUS); disconnecting",
+			 s->id, (int)s->pid, (unsigned)s->uid);
+		session_hangup(d, s);
+		return 0;
+	}
 	if (s->closing || !s->region || s->worker_owned)
 		return 0;
 	/* The client spins without yielding only while we poll from another CPU. */
@@ -781,6 +837,9 @@ void session_release(struct pkv_daemon *d, struct session *s)
 	free(s->seqs);
 	s->seqs = NULL;
 	s->n_seqs = 0;
+	/* Unwatched first: once unmapped, the addresses may be reused by anything. */
+	pkv_sigbus_unwatch(s->bus_slot);
+	s->bus_slot = -1;
 	if (s->region)
 		munmap(s->region, s->region_size);
 	s->region = NULL;
