@@ -205,6 +205,10 @@ struct pkv_daemon {
 	 */
 	pthread_mutex_t backend_mu;
 	uint64_t accepted, refused;
+	/* accept under pressure (loop.c) */
+	int reserve_fd;               /* given back to accept-and-refuse when out of descriptors */
+	uint64_t fd_pressure_ns;      /* last time accept hit EMFILE/ENFILE */
+	uint64_t refused_logged_ns, refused_unlogged;
 	gid_t admin_gid;              /* admin_group, resolved at start */
 	int have_admin_gid;
 };
@@ -218,6 +222,8 @@ int session_maybe_free(struct pkv_daemon *d, struct session *s);
 void session_ctl_message(struct pkv_daemon *d, struct session *s);
 /* Consumes SQEs; returns how many were handled. */
 int session_process(struct pkv_daemon *d, struct session *s);
+/* Bytes of shared regions the uid's connections have mapped (for per-uid quotas). */
+uint64_t session_uid_region_bytes(const struct pkv_daemon *d, uid_t uid);
 int session_post(struct session *s, uint64_t ud, int32_t res, uint64_t p0, uint64_t p1);
 void session_set_err(struct session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void session_release(struct pkv_daemon *d, struct session *s);

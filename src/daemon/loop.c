@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -17,6 +19,10 @@
 #include "daemon/daemon.h"
 
 #define HELLO_TIMEOUT_NS (5ull * 1000000000ull)
+/* Hello timeout for a uid holding more than half its max_unauth_per_uid, or while descriptors run out. */
+#define HELLO_TIMEOUT_SHORT_NS (1ull * 1000000000ull)
+/* How long after running out of descriptors every pre-hello connection gets the short timeout. */
+#define FD_PRESSURE_NS (10ull * 1000000000ull)
 
 static struct io_uring_sqe *get_sqe(struct pkv_daemon *d)
 {
@@ -95,20 +101,96 @@ int loop_over_uid_limit(const struct pkv_daemon *d, const struct session *s, cha
 	return 1;
 }
 
+/* Connections of uid still before their hello (not counting those already hanging up). */
+static uint32_t uid_unauth(const struct pkv_daemon *d, uid_t uid)
+{
+	uint32_t n = 0;
+
+	for (const struct session *o = d->sessions; o; o = o->next)
+		n += !o->role && !o->closing && o->uid == uid;
+	return n;
+}
+
+/* Logs at most one line a second for a flood of refusals; says how many were not logged. */
+static void log_refusal(struct pkv_daemon *d, const char *fmt, uid_t uid)
+{
+	uint64_t now = pkv_now_ns();
+
+	d->refused++;
+	d->refused_unlogged++;
+	if (now - d->refused_logged_ns < 1000000000ull)
+		return;
+	pkv_warn(fmt, (unsigned)uid, (unsigned long long)d->refused_unlogged);
+	d->refused_unlogged = 0;
+	d->refused_logged_ns = now;
+}
+
+/*
+ * Out of descriptors: the listening socket stays readable, and a poll that
+ * cannot accept would spin. Give back the reserve descriptor, accept, tell
+ * the peer why and close, then take the reserve again: the backlog keeps
+ * draining and every caller gets an answer instead of a hang.
+ */
+static void shed_one(struct pkv_daemon *d)
+{
+	int fd;
+
+	d->fd_pressure_ns = pkv_now_ns();
+	if (d->reserve_fd >= 0)
+		close(d->reserve_fd);
+	d->reserve_fd = -1;
+	fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd >= 0) {
+		struct ucred cred = { .uid = (uid_t)-1 };
+		socklen_t cl = sizeof(cred);
+
+		getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl);
+		pkv_send_reply(fd, -EMFILE, 0, 0, "pagedkvd is out of descriptors; try again later",
+			       sizeof("pagedkvd is out of descriptors; try again later") - 1);
+		close(fd);
+		log_refusal(d, "out of descriptors: refused a connection of uid %u (%llu refused since the last line)",
+			    cred.uid);
+	}
+	d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
 static void do_accept(struct pkv_daemon *d)
 {
-	for (;;) {
+	for (int i = 0; i < 256; i++) {
 		struct session *s;
 		int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EINTR)
+			if (errno == EMFILE || errno == ENFILE) {
+				shed_one(d);
+				continue;
+			}
+			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
 				pkv_warn("accept: %s", strerror(errno));
+			if (errno == ECONNABORTED)
+				continue;
 			return;
 		}
 		s = session_new(d, fd);
 		if (!s) {
 			close(fd);
+			continue;
+		}
+		/*
+		 * A uid may hold only a few connections that have not said hello
+		 * (slowloris): refuse at once, before it costs a watch, so other
+		 * users can still connect.
+		 */
+		if (uid_unauth(d, s->uid) > d->cfg.max_unauth_per_uid) {
+			static const char msg[] = "too many connections of this uid before their hello "
+						  "(max_unauth_per_uid)";
+
+			pkv_send_reply(fd, -EUSERS, 0, 0, msg, sizeof(msg) - 1);
+			log_refusal(d, "uid %u holds too many connections before their hello; refused "
+				    "(%llu refused since the last line)", s->uid);
+			pkv_store_relaxed(&s->closing, 1);
+			s->released = 1;
+			session_maybe_free(d, s);
 			continue;
 		}
 		d->accepted++;
@@ -195,13 +277,35 @@ static void on_signal(struct pkv_daemon *d)
 static void on_timer(struct pkv_daemon *d)
 {
 	uint64_t now = pkv_now_ns();
+	int pressure = d->fd_pressure_ns && now - d->fd_pressure_ns < FD_PRESSURE_NS;
 
-	for (struct session *s = d->sessions; s; s = s->next)
-		if (!s->role && !s->closing && now - s->created_ns > HELLO_TIMEOUT_NS) {
-			pkv_info("client %u (pid %d): no hello within 5 s; closing", s->id, (int)s->pid);
+	if (d->reserve_fd < 0)
+		d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	for (struct session *s = d->sessions; s; s = s->next) {
+		uint64_t age = now - s->created_ns;
+
+		if (s->role || s->closing || age <= HELLO_TIMEOUT_SHORT_NS)
+			continue;
+		if (age > HELLO_TIMEOUT_NS || pressure ||
+		    uid_unauth(d, s->uid) > d->cfg.max_unauth_per_uid / 2) {
+			pkv_info("client %u (pid %d, uid %u): no hello within %llu ms; closing", s->id,
+				 (int)s->pid, (unsigned)s->uid, (unsigned long long)(age / 1000000));
 			session_hangup(d, s);
 		}
+	}
 	arm_timer(d);
+}
+
+/* Descriptors: as many as allowed (each client holds three), and one in reserve for shed_one. */
+static void setup_fds(struct pkv_daemon *d)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 /* Handles every io_uring completion available now; returns how many. */
@@ -349,6 +453,7 @@ int loop_run(struct pkv_daemon *d)
 	d->w_timer = (struct watch){ W_TIMER, NULL };
 	d->tick.tv_sec = 1;
 	d->tick.tv_nsec = 0;
+	setup_fds(d);
 	if (arm_poll(d, d->listen_fd, POLLIN, &d->w_listen) || arm_poll(d, d->signal_fd, POLLIN, &d->w_signal) ||
 	    arm_read(d, d->wake_fd, &d->wake_buf, &d->w_wake) || arm_timer(d))
 		return -EBUSY;
