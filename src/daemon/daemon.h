@@ -238,6 +238,8 @@ int ctl_peer_is_admin(const struct pkv_daemon *d, int sock, uid_t uid);
 /* Daemon-wide audit: returns problems found, text appended to buf. */
 
 int loop_run(struct pkv_daemon *d);
+/* Raises the descriptor limit and takes the reserve descriptor (before listening). */
+void loop_setup_fds(struct pkv_daemon *d);
 void loop_arm_session(struct pkv_daemon *d, struct session *s);
 int loop_over_uid_limit(const struct pkv_daemon *d, const struct session *s, char *why, size_t why_len);
 

@@ -297,7 +297,7 @@ static void on_timer(struct pkv_daemon *d)
 }
 
 /* Descriptors: as many as allowed (each client holds three), and one in reserve for shed_one. */
-static void setup_fds(struct pkv_daemon *d)
+void loop_setup_fds(struct pkv_daemon *d)
 {
 	struct rlimit rl;
 
@@ -453,7 +453,6 @@ int loop_run(struct pkv_daemon *d)
 	d->w_timer = (struct watch){ W_TIMER, NULL };
 	d->tick.tv_sec = 1;
 	d->tick.tv_nsec = 0;
-	setup_fds(d);
 	if (arm_poll(d, d->listen_fd, POLLIN, &d->w_listen) || arm_poll(d, d->signal_fd, POLLIN, &d->w_signal) ||
 	    arm_read(d, d->wake_fd, &d->wake_buf, &d->w_wake) || arm_timer(d))
 		return -EBUSY;

@@ -278,7 +278,7 @@ int main(int argc, char **argv)
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return 1;
-	d->listen_fd = d->signal_fd = d->wake_fd = d->lock_fd = -1;
+	d->listen_fd = d->signal_fd = d->wake_fd = d->lock_fd = d->reserve_fd = -1;
 	pthread_mutex_init(&d->backend_mu, NULL);
 	pkv_config_defaults(&d->cfg);
 	r = parse_args(argc, argv, &d->cfg);
@@ -297,6 +297,7 @@ int main(int argc, char **argv)
 	sigaddset(&mask, SIGINT);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	loop_setup_fds(d);
 	if (ctl_init(d) || take_lock(d) || open_socket(d))
 		goto out;
 	d->signal_fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
@@ -363,6 +364,8 @@ out_sock:
 out:
 	if (d->lock_fd >= 0)
 		close(d->lock_fd);
+	if (d->reserve_fd >= 0)
+		close(d->reserve_fd);
 	if (rc == 0)
 		pkv_info("stopped");
 	pthread_mutex_destroy(&d->backend_mu);
