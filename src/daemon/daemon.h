@@ -103,6 +103,7 @@ struct session {
 	struct seq_ent *seqs;
 	uint32_t n_seqs, cap_seqs;
 	uint64_t ops, errors;
+	uint64_t lookup_tokens, hit_tokens; /* this connection's prefix lookups (STATS) */
 };
 
 /* ---------------------------------------------------------------- worker */

@@ -520,7 +520,8 @@ static int cmp_u32(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static int op_step_begin(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e)
+static int op_step_begin(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+			 uint64_t *p0, uint64_t *p1)
 {
 	struct pkv_step_req *reqs = NULL;
 	uint32_t *seqs = NULL, *n_new = NULL;
@@ -528,6 +529,7 @@ static int op_step_begin(struct pkv_daemon *d, struct session *s, const struct p
 	uint64_t total = 0, pos = 0;
 	int r;
 
+	(void)p0, (void)p1;
 	if (s->step) {
 		session_set_err(s, "a step is already open");
 		return -EBUSY;
@@ -626,138 +628,247 @@ static void hand_to_worker(struct pkv_daemon *d, struct session *s)
 	worker_push(d, j);
 }
 
+/*
+ * One handler per opcode, reached through op_defs below (the shape of Linux
+ * io_uring/opdef.c): each returns the completion's result (0, a count, or
+ * -errno with the reason already set) and fills the payload, or 1 when the
+ * completion is posted later by someone else.
+ */
+typedef int (*op_fn)(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+		     uint64_t *p0, uint64_t *p1);
+
+static int op_nop(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+		  uint64_t *p0, uint64_t *p1)
+{
+	(void)d, (void)s, (void)e, (void)p0, (void)p1;
+	return 0;
+}
+
+static int op_seq_open(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+		       uint64_t *p0, uint64_t *p1)
+{
+	struct pkv_cache *c = s->pool->cache;
+	uint32_t seq, n_cached;
+	int32_t *tok;
+	int r;
+
+	tok = copy_out(s, e->off[0], e->n);
+	if (!tok)
+		return -ENOMEM;
+	r = pkv_cache_seq_open(c, s->id, s->ns, tok, e->n, &seq, &n_cached);
+	free(tok);
+	if (r) {
+		explain(d, s, "open", r);
+		return r;
+	}
+	r = seq_add(s, seq, n_cached);
+	if (r) {
+		pkv_cache_seq_close(c, s->id, seq);
+		return r;
+	}
+	/* This connection's own lookups: STATS reports them, never the pool's. */
+	s->lookup_tokens += e->n;
+	s->hit_tokens += n_cached;
+	*p0 = seq;
+	*p1 = n_cached;
+	return 0;
+}
+
+static int op_seq_fork(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+		       uint64_t *p0, uint64_t *p1)
+{
+	struct pkv_cache *c = s->pool->cache;
+	struct seq_ent *se = seq_find(s, e->seq);
+	uint32_t seq;
+	int64_t len;
+	int r;
+
+	(void)p1;
+	r = pkv_cache_seq_fork(c, s->id, e->seq, &seq);
+	if (r) {
+		explain(d, s, "fork", r);
+		return r;
+	}
+	len = pkv_cache_seq_len(c, s->id, seq);
+	r = seq_add(s, seq, len > 0 ? (uint32_t)len : (se ? se->len : 0));
+	if (r) {
+		/* Untracked, the child would hold blocks and a quota slot under a handle the client never learns. */
+		pkv_cache_seq_close(c, s->id, seq);
+		session_set_err(s, "fork: %s", strerror(-r));
+		return r;
+	}
+	*p0 = seq;
+	return 0;
+}
+
+static int op_seq_truncate(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+			   uint64_t *p0, uint64_t *p1)
+{
+	struct seq_ent *se;
+	int r;
+
+	(void)d, (void)p0, (void)p1;
+	r = pkv_cache_seq_truncate(s->pool->cache, s->id, e->seq, e->n);
+	if (r) {
+		session_set_err(s, "truncate of sequence %u to %u: %s", e->seq, e->n, strerror(-r));
+		return r;
+	}
+	if ((se = seq_find(s, e->seq)))
+		se->len = e->n < se->len ? e->n : se->len;
+	return 0;
+}
+
+static int op_seq_close(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+			uint64_t *p0, uint64_t *p1)
+{
+	int r;
+
+	(void)d, (void)p0, (void)p1;
+	r = pkv_cache_seq_close(s->pool->cache, s->id, e->seq);
+	if (r) {
+		session_set_err(s, "close of sequence %u: %s", e->seq, strerror(-r));
+		return r;
+	}
+	seq_del(s, e->seq);
+	return 0;
+}
+
+/* Attends in a step run on the worker (session_process hands the ring over); one that passed validation had a step. */
+static int op_attend(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+		     uint64_t *p0, uint64_t *p1)
+{
+	(void)d, (void)e, (void)p0, (void)p1;
+	session_set_err(s, "attend reached the loop thread");
+	return -EPROTO;
+}
+
+static int op_step_end(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+		       uint64_t *p0, uint64_t *p1)
+{
+	struct pkv_cache *c = s->pool->cache;
+	struct seq_ent *se;
+	int r;
+
+	(void)d, (void)e, (void)p0, (void)p1;
+	if (!s->step) {
+		session_set_err(s, "no open step");
+		return -EINVAL;
+	}
+	if (s->step_poisoned) {
+		/* Its copy-on-write failed: publishing those blocks would share wrong KV. */
+		pkv_cache_step_abort(c, s->step);
+		step_clear(s);
+		session_set_err(s, "copy-on-write failed in the backend; the step was aborted");
+		return -EIO;
+	}
+	r = pkv_cache_step_commit(c, s->step);
+	if (r) {
+		session_set_err(s, "commit: %s", strerror(-r));
+		return r;
+	}
+	for (uint32_t i = 0; i < s->n_step_reqs; i++)
+		if ((se = seq_find(s, s->step_reqs[i].seq)))
+			se->len += s->step_reqs[i].n_new;
+	step_clear(s);
+	return 0;
+}
+
+static int op_step_abort(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+			 uint64_t *p0, uint64_t *p1)
+{
+	(void)d, (void)e, (void)p0, (void)p1;
+	if (!s->step) {
+		session_set_err(s, "no open step");
+		return -EINVAL;
+	}
+	pkv_cache_step_abort(s->pool->cache, s->step);
+	step_clear(s);
+	return 0;
+}
+
+/* PIN and UNPIN: the same arguments, the opposite call. */
+static int op_pin(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+		  uint64_t *p0, uint64_t *p1)
+{
+	struct pkv_cache *c = s->pool->cache;
+	int pin = e->opcode == PKV_OP_PIN;
+	int32_t *tok;
+	int r;
+
+	(void)d, (void)p0, (void)p1;
+	tok = copy_out(s, e->off[0], e->n);
+	if (!tok)
+		return -ENOMEM;
+	r = pin ? pkv_prefix_pin(c, s->id, s->ns, tok, e->n) : pkv_prefix_unpin(c, s->id, s->ns, tok, e->n);
+	free(tok);
+	if (r < 0)
+		session_set_err(s, "%s: %s", pin ? "pin" : "unpin", strerror(-r));
+	return r;
+}
+
+static int op_stats(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+		    uint64_t *p0, uint64_t *p1)
+{
+	struct pkv_cache_stats cs;
+	struct pkv_wire_stats w = { 0 };
+
+	(void)d, (void)p0, (void)p1;
+	pkv_cache_stats(s->pool->cache, &cs);
+	w.num_blocks = cs.num_blocks;
+	w.free_blocks = cs.free_blocks;
+	w.cached_blocks = cs.cached_blocks;
+	w.in_use_blocks = cs.in_use_blocks;
+	w.open_seqs = s->n_seqs;
+	/* The pool's counters would tell this client about other users' prompts (issue 9, class 2). */
+	w.prefix_lookup_tokens = s->lookup_tokens;
+	w.prefix_hit_tokens = s->hit_tokens;
+	memcpy(s->arena + e->off[0], &w, sizeof(w));
+	return 0;
+}
+
+/*
+ * Every opcode once: its name (for logs and errors), its handler, and
+ * whether it runs on the worker thread (in an open step, session_process
+ * hands the ring over at the first such SQE instead of executing it).
+ */
+static const struct op_def {
+	const char *name;
+	op_fn exec;
+	unsigned on_worker : 1;
+} op_defs[] = {
+	[PKV_OP_NOP] = { "nop", op_nop, 0 },
+	[PKV_OP_SEQ_OPEN] = { "seq_open", op_seq_open, 0 },
+	[PKV_OP_SEQ_FORK] = { "seq_fork", op_seq_fork, 0 },
+	[PKV_OP_SEQ_TRUNCATE] = { "seq_truncate", op_seq_truncate, 0 },
+	[PKV_OP_SEQ_CLOSE] = { "seq_close", op_seq_close, 0 },
+	[PKV_OP_STEP_BEGIN] = { "step_begin", op_step_begin, 0 },
+	[PKV_OP_ATTEND] = { "attend", op_attend, 1 },
+	[PKV_OP_STEP_END] = { "step_end", op_step_end, 0 },
+	[PKV_OP_STEP_ABORT] = { "step_abort", op_step_abort, 0 },
+	[PKV_OP_PIN] = { "pin", op_pin, 0 },
+	[PKV_OP_UNPIN] = { "unpin", op_pin, 0 },
+	[PKV_OP_STATS] = { "stats", op_stats, 0 },
+};
+_Static_assert(sizeof(op_defs) / sizeof(op_defs[0]) == PKV_OP_COUNT,
+	       "every opcode in proto.h needs an entry in op_defs");
+
+/* The opcode's definition, or NULL for one the protocol does not have (the SQE is untrusted). */
+static const struct op_def *op_def(uint8_t opcode)
+{
+	return opcode < PKV_OP_COUNT && op_defs[opcode].exec ? &op_defs[opcode] : NULL;
+}
+
 /* Executes one validated SQE; returns its result, or 1 when it completes asynchronously. */
 static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
 		    uint64_t *p0, uint64_t *p1)
 {
-	struct pkv_cache *c = s->pool ? s->pool->cache : NULL;
-	struct seq_ent *se;
-	uint32_t seq, n_cached;
-	int32_t *tok;
-	int64_t len;
-	int r;
+	const struct op_def *op = op_def(e->opcode);
 
-	switch (e->opcode) {
-	case PKV_OP_NOP:
-		return 0;
-	case PKV_OP_SEQ_OPEN:
-	case PKV_OP_SEQ_FORK:
-		if (e->opcode == PKV_OP_SEQ_FORK) {
-			se = seq_find(s, e->seq);
-			r = pkv_cache_seq_fork(c, s->id, e->seq, &seq);
-			if (r) {
-				explain(d, s, "fork", r);
-				return r;
-			}
-			len = pkv_cache_seq_len(c, s->id, seq);
-			r = seq_add(s, seq, len > 0 ? (uint32_t)len : (se ? se->len : 0));
-			if (r) {
-				/* Untracked, the child would hold blocks and a quota slot under a handle the client never learns. */
-				pkv_cache_seq_close(c, s->id, seq);
-				session_set_err(s, "fork: %s", strerror(-r));
-				return r;
-			}
-			*p0 = seq;
-			return 0;
-		}
-		tok = copy_out(s, e->off[0], e->n);
-		if (!tok)
-			return -ENOMEM;
-		r = pkv_cache_seq_open(c, s->id, s->ns, tok, e->n, &seq, &n_cached);
-		free(tok);
-		if (r) {
-			explain(d, s, "open", r);
-			return r;
-		}
-		r = seq_add(s, seq, n_cached);
-		if (r) {
-			pkv_cache_seq_close(c, s->id, seq);
-			return r;
-		}
-		*p0 = seq;
-		*p1 = n_cached;
-		return 0;
-	case PKV_OP_SEQ_TRUNCATE:
-		r = pkv_cache_seq_truncate(c, s->id, e->seq, e->n);
-		if (r) {
-			session_set_err(s, "truncate of sequence %u to %u: %s", e->seq, e->n, strerror(-r));
-			return r;
-		}
-		if ((se = seq_find(s, e->seq)))
-			se->len = e->n < se->len ? e->n : se->len;
-		return 0;
-	case PKV_OP_SEQ_CLOSE:
-		r = pkv_cache_seq_close(c, s->id, e->seq);
-		if (r) {
-			session_set_err(s, "close of sequence %u: %s", e->seq, strerror(-r));
-			return r;
-		}
-		seq_del(s, e->seq);
-		return 0;
-	case PKV_OP_STEP_BEGIN:
-		return op_step_begin(d, s, e);
-	case PKV_OP_ATTEND:
-		/* Attends in a step run on the worker; one that passed validation had a step. */
-		return -EPROTO;
-	case PKV_OP_STEP_END:
-		if (!s->step) {
-			session_set_err(s, "no open step");
-			return -EINVAL;
-		}
-		if (s->step_poisoned) {
-			/* Its copy-on-write failed: publishing those blocks would share wrong KV. */
-			pkv_cache_step_abort(c, s->step);
-			step_clear(s);
-			session_set_err(s, "copy-on-write failed in the backend; the step was aborted");
-			return -EIO;
-		}
-		r = pkv_cache_step_commit(c, s->step);
-		if (r) {
-			session_set_err(s, "commit: %s", strerror(-r));
-			return r;
-		}
-		for (uint32_t i = 0; i < s->n_step_reqs; i++)
-			if ((se = seq_find(s, s->step_reqs[i].seq)))
-				se->len += s->step_reqs[i].n_new;
-		step_clear(s);
-		return 0;
-	case PKV_OP_STEP_ABORT:
-		if (!s->step) {
-			session_set_err(s, "no open step");
-			return -EINVAL;
-		}
-		pkv_cache_step_abort(c, s->step);
-		step_clear(s);
-		return 0;
-	case PKV_OP_PIN:
-	case PKV_OP_UNPIN:
-		tok = copy_out(s, e->off[0], e->n);
-		if (!tok)
-			return -ENOMEM;
-		r = e->opcode == PKV_OP_PIN ? pkv_prefix_pin(c, s->id, s->ns, tok, e->n)
-					    : pkv_prefix_unpin(c, s->id, s->ns, tok, e->n);
-		free(tok);
-		if (r < 0)
-			session_set_err(s, "%s: %s", e->opcode == PKV_OP_PIN ? "pin" : "unpin", strerror(-r));
-		return r;
-	case PKV_OP_STATS: {
-		struct pkv_cache_stats cs;
-		struct pkv_wire_stats w = { 0 };
-
-		pkv_cache_stats(c, &cs);
-		w.num_blocks = cs.num_blocks;
-		w.free_blocks = cs.free_blocks;
-		w.cached_blocks = cs.cached_blocks;
-		w.in_use_blocks = cs.in_use_blocks;
-		w.open_seqs = s->n_seqs;
-		w.prefix_lookup_tokens = cs.lookup_tokens;
-		w.prefix_hit_tokens = cs.hit_tokens;
-		memcpy(s->arena + e->off[0], &w, sizeof(w));
-		return 0;
+	if (!op) {
+		session_set_err(s, "unknown opcode %u", e->opcode);
+		return -EINVAL;
 	}
-	}
-	session_set_err(s, "unknown opcode %u", e->opcode);
-	return -EINVAL;
+	return op->exec(d, s, e, p0, p1);
 }
 
 int session_process(struct pkv_daemon *d, struct session *s)
@@ -777,6 +888,7 @@ int session_process(struct pkv_daemon *d, struct session *s)
 	/* The client spins without yielding only while we poll from another CPU. */
 	pkv_ring_set_cpu(&s->sq, d->cpu1);
 	while (done < SQES_PER_SWEEP) {
+		const struct op_def *op;
 		struct sqe_limits lim;
 		struct pkv_sqe e;
 		uint64_t p0 = 0, p1 = 0;
@@ -801,12 +913,13 @@ int session_process(struct pkv_daemon *d, struct session *s)
 		 * runs the attends itself, posting their completions straight away.
 		 * (One outside a step fails validation below.)
 		 */
-		if (e.opcode == PKV_OP_ATTEND && s->step) {
+		op = op_def(e.opcode);
+		if (op && op->on_worker && s->step) {
 			hand_to_worker(d, s);
 			break;
 		}
 		/* Anything but an attend waits for the attends before it (ordering). */
-		if (e.opcode != PKV_OP_ATTEND && s->inflight)
+		if (!(op && op->on_worker) && s->inflight)
 			break;
 		pkv_ring_consume(&s->sq);
 		done++;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Issue 9, connections and the admin tool: pagedkvctl's admin model, and a uid flooding connections without hello. */
+/* Issue 9, connections and the admin tool: pagedkvctl's admin model, own-only counters, a uid flooding connections without hello. */
 #include "config.h"
 #include <check.h>
 #include <errno.h>
@@ -203,6 +203,36 @@ START_TEST(test_ctl_admin_model)
 }
 END_TEST
 
+/* STATS through the rings is a second way to read a pool's prefix counters: it reports the caller's own. */
+START_TEST(test_stats_counters_are_the_callers_own)
+{
+	int32_t toks[40];
+	struct pkv_client *a, *b;
+	struct pkv_stats st;
+	uint32_t s1, nc;
+
+	for (int i = 0; i < 40; i++)
+		toks[i] = 11 * i + 3;
+	start(NULL);
+	a = test_client(D.sock, "shared", 1 << 20, 5000);
+	b = test_client(D.sock, "shared", 1 << 20, 5000);
+	ck_assert(a && b);
+	ck_assert_int_eq(pkv_seq_open(a, toks, 40, &s1, &nc), 0);
+	ck_assert_int_eq(run_step(a, s1, toks, 0, 40, NULL), 0);
+	ck_assert_int_eq(pkv_seq_open(a, toks, 40, &s1, &nc), 0);
+	ck_assert_uint_eq(nc, 32);
+	ck_assert_int_eq(pkv_stats(b, &st), 0);
+	ck_assert_uint_eq(st.prefix_lookup_tokens, 0);
+	ck_assert_uint_eq(st.prefix_hit_tokens, 0);
+	ck_assert_int_eq(pkv_stats(a, &st), 0);
+	ck_assert_uint_eq(st.prefix_lookup_tokens, 80);
+	ck_assert_uint_eq(st.prefix_hit_tokens, 32);
+	pkv_disconnect(a);
+	pkv_disconnect(b);
+	stop();
+}
+END_TEST
+
 /* pagedkvctl itself: a refused flush exits 2 and says why on stderr. */
 static int ctl_tool_flush(void *arg)
 {
@@ -367,6 +397,7 @@ static Suite *suite(void)
 
 	tcase_add_test(t, test_ctl_admin_model);
 	tcase_add_test(t, test_ctl_tool_refuses_non_admin);
+	tcase_add_test(t, test_stats_counters_are_the_callers_own);
 	tcase_add_test(t, test_unauthenticated_flood_of_one_uid);
 	tcase_add_test(t, test_descriptor_exhaustion);
 	suite_add_tcase(s, t);
