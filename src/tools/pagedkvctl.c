@@ -17,6 +17,8 @@ static void usage(FILE *f)
 "  audit     check the cache invariants of every pool; exit 1 when a problem is found\n"
 "  flush     drop every cached (unreferenced, unpinned) block\n"
 "  metrics   Prometheus text format (--json: the status object)\n"
+"  audit and flush are for admins (root, the daemon's uid, its admin_group); anyone\n"
+"  else sees only their own pools and connections, without prefix or attend counters\n"
 "  -s, --socket PATH   daemon socket (default: $PAGEDKV_SOCKET, else\n"
 "                      $XDG_RUNTIME_DIR/pagedkv.sock, else /run/pagedkv.sock)\n"
 "  -j, --json          JSON output\n"
