@@ -83,6 +83,12 @@ tests_daemon_check_isolation_mem_SOURCES = tests/daemon/check_isolation_mem.c
 tests_daemon_check_isolation_mem_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_daemon_check_isolation_mem_LDADD = $(DAEMON_TEST_LIBS)
 
+check_PROGRAMS += tests/daemon/check_isolation_huge
+TESTS += tests/daemon/check_isolation_huge
+tests_daemon_check_isolation_huge_SOURCES = tests/daemon/check_isolation_mem.c
+tests_daemon_check_isolation_huge_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -DHUGE_TESTS
+tests_daemon_check_isolation_huge_LDADD = $(DAEMON_TEST_LIBS)
+
 check_PROGRAMS += tests/daemon/check_isolation_conn
 TESTS += tests/daemon/check_isolation_conn
 tests_daemon_check_isolation_conn_SOURCES = tests/daemon/check_isolation_conn.c
