@@ -208,6 +208,7 @@ struct pkv_daemon {
 	uint64_t accepted, refused;
 	/* accept under pressure (loop.c) */
 	int reserve_fd;               /* given back to accept-and-refuse when out of descriptors */
+	int accept_pending;           /* the backlog was not emptied: accept again next turn */
 	uint64_t fd_pressure_ns;      /* last time accept hit EMFILE/ENFILE */
 	uint64_t refused_logged_ns, refused_unlogged;
 	gid_t admin_gid;              /* admin_group, resolved at start */

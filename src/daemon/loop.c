@@ -131,7 +131,7 @@ static void log_refusal(struct pkv_daemon *d, const char *fmt, uid_t uid)
  * the peer why and close, then take the reserve again: the backlog keeps
  * draining and every caller gets an answer instead of a hang.
  */
-static void shed_one(struct pkv_daemon *d)
+static int shed_one(struct pkv_daemon *d)
 {
 	int fd;
 
@@ -152,17 +152,34 @@ static void shed_one(struct pkv_daemon *d)
 			    cred.uid);
 	}
 	d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	return fd >= 0;
 }
+
+/*
+ * Accepts until the backlog is empty (a multishot poll may not fire again
+ * for what is left), but at most ACCEPT_BATCH at a time: a flood of
+ * connects must not keep the loop from the rings. The rest waits for the
+ * next turn of the loop (accept_pending).
+ */
+#define ACCEPT_BATCH 64
 
 static void do_accept(struct pkv_daemon *d)
 {
-	for (int i = 0; i < 256; i++) {
+	d->accept_pending = 0;
+	for (int i = 0;; i++) {
 		struct session *s;
-		int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd;
 
+		if (i == ACCEPT_BATCH) {
+			d->accept_pending = 1;
+			return;
+		}
+		fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno == EMFILE || errno == ENFILE) {
-				shed_one(d);
+				/* Without a reserve (someone took it), the timer tick retries. */
+				if (!shed_one(d))
+					return;
 				continue;
 			}
 			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
@@ -281,6 +298,9 @@ static void on_timer(struct pkv_daemon *d)
 
 	if (d->reserve_fd < 0)
 		d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	/* Whatever waits in the backlog since accept last ran out of descriptors. */
+	if (pressure && !d->stopping)
+		do_accept(d);
 	for (struct session *s = d->sessions; s; s = s->next) {
 		uint64_t age = now - s->created_ns;
 
@@ -461,6 +481,10 @@ int loop_run(struct pkv_daemon *d)
 		int act;
 
 		act = drain_uring(d);
+		if (d->accept_pending && !d->stopping) {
+			do_accept(d);
+			act++;
+		}
 		act += process_done(d);
 		act += sweep(d);
 		reap(d);
