@@ -222,6 +222,8 @@ void session_hangup(struct pkv_daemon *d, struct session *s);
 int session_maybe_free(struct pkv_daemon *d, struct session *s);
 /* Handles one control message. */
 void session_ctl_message(struct pkv_daemon *d, struct session *s);
+/* Hangs s up, with the reason logged, when its shared memory faulted (sigbus.c); returns 1 then. */
+int session_faulted(struct pkv_daemon *d, struct session *s);
 /* Consumes SQEs; returns how many were handled. */
 int session_process(struct pkv_daemon *d, struct session *s);
 /* Bytes of shared regions the uid's connections have mapped (for per-uid quotas). */

@@ -400,7 +400,8 @@ static int process_done(struct pkv_daemon *d)
 			s->inflight--;
 			s->ops += j->ops;
 			s->errors += j->errors;
-			if (j->res < 0 && !s->closing) {
+			/* A fault in its memory reads as corrupted rings to the worker: say what it was. */
+			if (j->res < 0 && !session_faulted(d, s) && !s->closing) {
 				pkv_warn("client %u (pid %d): %s; disconnecting", s->id, (int)s->pid,
 					 j->res == -ENOMEM ? "out of memory" : "rings corrupted or overrun");
 				session_hangup(d, s);

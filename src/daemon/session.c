@@ -871,18 +871,24 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 	return op->exec(d, s, e, p0, p1);
 }
 
+int session_faulted(struct pkv_daemon *d, struct session *s)
+{
+	if (s->closing || !pkv_sigbus_faulted(s->bus_slot))
+		return 0;
+	/* The handler already swapped the mapping for zero pages; nothing reads the client's memory now. */
+	pkv_warn("client %u (pid %d, uid %u): its shared memory faulted (SIGBUS); disconnecting",
+		 s->id, (int)s->pid, (unsigned)s->uid);
+	session_hangup(d, s);
+	return 1;
+}
+
 int session_process(struct pkv_daemon *d, struct session *s)
 {
 	char why[PKV_ERR_LEN];
 	int done = 0;
 
-	if (!s->closing && pkv_sigbus_faulted(s->bus_slot)) {
-		/* The handler already swapped the mapping for zero pages; nothing reads the client's memory now. */
-		pkv_warn("client %u (pid %d, uid %u): its shared memory faulted (SIGBUS); disconnecting",
-			 s->id, (int)s->pid, (unsigned)s->uid);
-		session_hangup(d, s);
+	if (session_faulted(d, s))
 		return 0;
-	}
 	if (s->closing || !s->region || s->worker_owned)
 		return 0;
 	/* The client spins without yielding only while we poll from another CPU. */

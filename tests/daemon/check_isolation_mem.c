@@ -97,20 +97,20 @@ static void huge_restore(void)
  * A raw client whose region is one huge page of a hugetlbfs memfd, sealed
  * exactly as the daemon asks (shrink + grow): what the issue's attacker passes.
  */
-static int hugetlb_raw(struct raw *r, const char *sock)
+static int hugetlb_raw_n(struct raw *r, const char *sock, uint64_t size)
 {
 	struct pkv_shm_hdr h;
 
 	memset(r, 0, sizeof(*r));
 	r->sock = r->memfd = r->sq_bell = -1;
-	if (pkv_region_layout(4096, 64, 64, &h) || pkv_region_layout(HUGE - h.arena_off, 64, 64, &r->hdr) ||
-	    r->hdr.region_size != HUGE)
+	if (pkv_region_layout(4096, 64, 64, &h) || pkv_region_layout(size - h.arena_off, 64, 64, &r->hdr) ||
+	    r->hdr.region_size != size)
 		return -EINVAL;
 	r->memfd = memfd_create("huge", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
-	if (r->memfd < 0 || ftruncate(r->memfd, HUGE) < 0)
+	if (r->memfd < 0 || ftruncate(r->memfd, (off_t)size) < 0)
 		return -errno;
-	r->size = HUGE;
-	r->region = mmap(NULL, HUGE, PROT_READ | PROT_WRITE, MAP_SHARED, r->memfd, 0);
+	r->size = size;
+	r->region = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, r->memfd, 0);
 	if (r->region == MAP_FAILED)
 		return -errno;
 	memcpy(r->region, &r->hdr, sizeof(r->hdr));
@@ -125,6 +125,27 @@ static int hugetlb_raw(struct raw *r, const char *sock)
 	r->sq_bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	r->sock = pkv_sock_connect(sock, 5000);
 	return r->sock < 0 ? r->sock : 0;
+}
+
+static int hugetlb_raw(struct raw *r, const char *sock)
+{
+	return hugetlb_raw_n(r, sock, HUGE);
+}
+
+/* Takes every free huge page (kept until the process exits); returns how many. */
+static int take_free_huge_pages(void)
+{
+	int taken = 0;
+
+	for (int i = 0; i < 64; i++) {
+		int fd = memfd_create("hog", MFD_CLOEXEC | MFD_HUGETLB);
+
+		if (fd < 0 || ftruncate(fd, HUGE) < 0 ||
+		    mmap(NULL, HUGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0) == MAP_FAILED)
+			break;
+		taken++;
+	}
+	return taken;
 }
 
 /* Whether the daemon serves a client of uid (fork; attach, one full step, checked against the reference). */
@@ -248,14 +269,7 @@ START_TEST(test_sigbus_in_client_memory_costs_only_that_client)
 		/* Give the page back to the pool, then take every free huge page. */
 		if (fallocate(r.memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, HUGE) < 0)
 			_exit(6);
-		for (int i = 0; i < 64; i++) {
-			int fd = memfd_create("hog", MFD_CLOEXEC | MFD_HUGETLB);
-
-			if (fd < 0 || ftruncate(fd, HUGE) < 0 ||
-			    mmap(NULL, HUGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0) == MAP_FAILED)
-				break;
-			taken++;
-		}
+		taken = take_free_huge_pages();
 		if (!taken)
 			_exit(7);
 		/* Ring the doorbell (the daemon reads the ring anyway at its next sweep). */
@@ -264,6 +278,96 @@ START_TEST(test_sigbus_in_client_memory_costs_only_that_client)
 		p = (struct pollfd){ .fd = r.sock, .events = POLLRDHUP };
 		if (poll(&p, 1, 20000) != 1 || !(p.revents & (POLLRDHUP | POLLHUP)))
 			_exit(9);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	huge_restore();
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	ck_assert(dmn_alive(&D));
+	ck_assert_int_eq(serves(UID_VICTIM, "victim"), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, audit, sizeof(audit)), 0);
+	stop();
+}
+END_TEST
+
+/* Preloads the fstatfs shim into the next daemon (see fstatfs_shim.c); returns its path's access(). */
+static int preload_shim(void)
+{
+	const char *top = getenv("PKV_TOP_BUILDDIR");
+	static char shim[512];
+
+	snprintf(shim, sizeof(shim), "%s/tests/daemon/.libs/pkv_fstatfs_shim.so", top ? top : ".");
+	if (access(shim, R_OK))
+		return -errno;
+	setenv("LD_PRELOAD", shim, 1);
+	asan_allow_preload();
+	return 0;
+}
+
+/*
+ * The same fault, taken by the backend on the worker thread: the ring stays
+ * readable (first huge page), the attend's Q/K/V/O lie in the second, punched
+ * after the step began. The backend's read faults; the daemon survives, the
+ * client is dropped, its step is released.
+ */
+START_TEST(test_sigbus_in_the_backend_costs_only_that_client)
+{
+	char audit[4096];
+	pid_t pid;
+	int st;
+
+	ck_assert_int_eq(preload_shim(), 0);
+	ck_assert_int_eq(huge_add(2), 0);
+	start((const char *const[]){ "--socket-mode", "0666", NULL });
+	unsetenv("LD_PRELOAD");
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct pkv_msg_attach m;
+		struct pkv_sqe e;
+		struct pkv_cqe c;
+		char why[512] = "";
+		struct raw r;
+		uint64_t hi;
+		uint32_t seq, *u;
+		int32_t *tok;
+
+		if (setgid(UID_HOSTILE) || setuid(UID_HOSTILE))
+			_exit(2);
+		if (hugetlb_raw_n(&r, D.sock, 2 * (uint64_t)HUGE))
+			_exit(3);
+		if (raw_hello(&r, PKV_PROTO_VERSION, r.size, 1, why, sizeof(why)))
+			_exit(4);
+		raw_attach_msg(&m, "hostile");
+		if (raw_attach(&r, &m, why, sizeof(why)))
+			_exit(5);
+		/* Open a sequence of 4 tokens and begin a step of 4 more, all from the first huge page. */
+		tok = (int32_t *)r.arena;
+		for (int i = 0; i < 4; i++)
+			tok[i] = 5 + i;
+		e = (struct pkv_sqe){ .opcode = PKV_OP_SEQ_OPEN, .n = 4, .off = { 0 } };
+		if (raw_call(&r, &e, &c) || c.res)
+			_exit(6);
+		seq = (uint32_t)c.payload[0];
+		u = (uint32_t *)(r.arena + 64);
+		u[0] = seq;
+		u[1] = 4;
+		e = (struct pkv_sqe){ .opcode = PKV_OP_STEP_BEGIN, .n = 1, .off = { 64, 68, 0 } };
+		if (raw_call(&r, &e, &c) || c.res)
+			_exit(7);
+		/* Q, K, V, O in the second huge page; then that page goes back and the pool is taken. */
+		hi = (HUGE - r.hdr.arena_off + 4095) & ~4095ull;
+		e = (struct pkv_sqe){ .opcode = PKV_OP_ATTEND, .layer = 0,
+				      .off = { hi, hi + 8192, hi + 16384, hi + 24576 } };
+		/* Written first, as a client does (an untouched page keeps its reservation when punched). */
+		memset(r.arena + hi, 0x3c, 32768);
+		if (fallocate(r.memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, HUGE, HUGE) < 0)
+			_exit(8);
+		if (!take_free_huge_pages())
+			_exit(9);
+		/* Its completion cannot come: the daemon's copy of our memory is zeros by then. */
+		if (raw_call(&r, &e, &c) != -ECONNRESET)
+			_exit(10);
 		_exit(0);
 	}
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
@@ -414,6 +518,7 @@ static Suite *suite(void)
 #ifdef HUGE_TESTS
 	tcase_add_test(t, test_hugetlbfs_region_refused);
 	tcase_add_test(t, test_sigbus_in_client_memory_costs_only_that_client);
+	tcase_add_test(t, test_sigbus_in_the_backend_costs_only_that_client);
 #else
 	tcase_add_test(t, test_arena_bytes_per_uid);
 	tcase_add_test(t, test_replies_of_thousands_of_pools);
