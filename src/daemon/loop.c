@@ -141,12 +141,12 @@ static int shed_one(struct pkv_daemon *d)
 	d->reserve_fd = -1;
 	fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (fd >= 0) {
+		static const char msg[] = "pagedkvd is out of descriptors; try again later";
 		struct ucred cred = { .uid = (uid_t)-1 };
 		socklen_t cl = sizeof(cred);
 
 		getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl);
-		pkv_send_reply(fd, -EMFILE, 0, 0, "pagedkvd is out of descriptors; try again later",
-			       sizeof("pagedkvd is out of descriptors; try again later") - 1);
+		pkv_send_reply(fd, -EMFILE, 0, 0, msg, sizeof(msg) - 1);
 		close(fd);
 		log_refusal(d, "out of descriptors: refused a connection of uid %u (%llu refused since the last line)",
 			    cred.uid);
