@@ -878,6 +878,13 @@ int session_faulted(struct pkv_daemon *d, struct session *s)
 	/* The handler already swapped the mapping for zero pages; nothing reads the client's memory now. */
 	pkv_warn("client %u (pid %d, uid %u): its shared memory faulted (SIGBUS); disconnecting",
 		 s->id, (int)s->pid, (unsigned)s->uid);
+	/* Its error text lives in that memory, so the reason goes on the control socket (best effort). */
+	{
+		static const char msg[] = "reading this connection's shared region faulted (SIGBUS: a page "
+					  "could not be brought in); the connection is closed";
+
+		pkv_send_reply(s->sock, -EFAULT, 0, 0, msg, sizeof(msg) - 1);
+	}
 	session_hangup(d, s);
 	return 1;
 }
