@@ -948,6 +948,9 @@ int session_process(struct pkv_daemon *d, struct session *s)
 			session_set_err(s, "%s", why);
 		else
 			r = exec_sqe(d, s, &e, &p0, &p1);
+		/* A fault while executing it (arena reads): the rings are zeros now, nothing to post. */
+		if (session_faulted(d, s))
+			break;
 		if (r == 1)
 			continue;
 		if (r < 0)

@@ -236,75 +236,7 @@ static void asan_allow_preload(void)
 	setenv("ASAN_OPTIONS", buf, 1);
 }
 
-/*
- * The issue's attack, carried all the way: with the filesystem check fooled
- * (fstatfs_shim), a client punches its hugetlbfs arena and takes every free
- * huge page, so the daemon's next read of its ring is a real SIGBUS. That
- * client loses its connection; the daemon and everyone else carry on.
- */
-START_TEST(test_sigbus_in_client_memory_costs_only_that_client)
-{
-	const char *top = getenv("PKV_TOP_BUILDDIR");
-	char shim[512], audit[4096];
-	pid_t pid;
-	int st;
-
-	snprintf(shim, sizeof(shim), "%s/tests/daemon/.libs/pkv_fstatfs_shim.so", top ? top : ".");
-	ck_assert_int_eq(access(shim, R_OK), 0);
-	ck_assert_int_eq(huge_add(1), 0);
-	setenv("LD_PRELOAD", shim, 1);
-	asan_allow_preload();
-	start((const char *const[]){ "--socket-mode", "0666", NULL });
-	unsetenv("LD_PRELOAD");
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		struct pkv_msg_attach m;
-		struct pkv_sqe e = { .opcode = PKV_OP_NOP };
-		struct pkv_cqe c;
-		struct pollfd p;
-		char why[512] = "";
-		struct raw r;
-		uint64_t one = 1;
-		int taken = 0;
-
-		if (setgid(UID_HOSTILE) || setuid(UID_HOSTILE))
-			_exit(2);
-		if (hugetlb_raw(&r, D.sock))
-			_exit(3);
-		if (raw_hello(&r, PKV_PROTO_VERSION, HUGE, 1, why, sizeof(why)))
-			_exit(4); /* the shim should have let it in */
-		raw_attach_msg(&m, "hostile");
-		if (raw_attach(&r, &m, why, sizeof(why)) || raw_call(&r, &e, &c) || c.res)
-			_exit(5);
-		/* Give the page back to the pool, then take every free huge page. */
-		if (fallocate(r.memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, HUGE) < 0)
-			_exit(6);
-		taken = take_free_huge_pages();
-		if (!taken)
-			_exit(7);
-		/* Ring the doorbell (the daemon reads the ring anyway at its next sweep). */
-		if (write(r.sq_bell, &one, sizeof(one)) < 0)
-			_exit(8);
-		p = (struct pollfd){ .fd = r.sock, .events = POLLRDHUP };
-		if (poll(&p, 1, 20000) != 1 || !(p.revents & (POLLRDHUP | POLLHUP)))
-			_exit(9);
-		/* The reason arrives on the control socket (the region's error text is gone). */
-		if (raw_reason(&r) != -EFAULT)
-			_exit(10);
-		_exit(0);
-	}
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	huge_restore();
-	ck_assert_int_eq(WEXITSTATUS(st), 0);
-	ck_assert(dmn_alive(&D));
-	ck_assert_int_eq(serves(UID_VICTIM, "victim"), 0);
-	ck_assert_int_eq(audit_until_clean(D.sock, 5000, audit, sizeof(audit)), 0);
-	stop();
-}
-END_TEST
-
-/* Preloads the fstatfs shim into the next daemon (see fstatfs_shim.c); returns its path's access(). */
+/* Preloads the fstatfs shim into the next daemon (see fstatfs_shim.c). */
 static int preload_shim(void)
 {
 	const char *top = getenv("PKV_TOP_BUILDDIR");
@@ -317,6 +249,70 @@ static int preload_shim(void)
 	asan_allow_preload();
 	return 0;
 }
+
+/*
+ * The issue's attack, carried all the way: with the filesystem check fooled
+ * (fstatfs_shim), a client punches the huge page holding its arena data and
+ * takes every free huge page, then asks for a seq_open whose tokens lie in
+ * it: the loop thread's copy of the tokens is a real SIGBUS. (The rings sit
+ * in the first huge page, which stays: the daemon reads them all the time
+ * and would otherwise win the freed page back before the client takes it.)
+ * That client loses its connection; the daemon and everyone else carry on.
+ */
+START_TEST(test_sigbus_in_client_memory_costs_only_that_client)
+{
+	char audit[4096];
+	pid_t pid;
+	int st;
+
+	ck_assert_int_eq(preload_shim(), 0);
+	ck_assert_int_eq(huge_add(2), 0);
+	start((const char *const[]){ "--socket-mode", "0666", NULL });
+	unsetenv("LD_PRELOAD");
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct pkv_msg_attach m;
+		struct pkv_sqe e = { .opcode = PKV_OP_NOP };
+		struct pkv_cqe c;
+		char why[512] = "";
+		struct raw r;
+		uint64_t hi;
+
+		if (setgid(UID_HOSTILE) || setuid(UID_HOSTILE))
+			_exit(2);
+		if (hugetlb_raw_n(&r, D.sock, 2 * (uint64_t)HUGE))
+			_exit(3);
+		if (raw_hello(&r, PKV_PROTO_VERSION, r.size, 1, why, sizeof(why)))
+			_exit(4); /* the shim should have let it in */
+		raw_attach_msg(&m, "hostile");
+		if (raw_attach(&r, &m, why, sizeof(why)) || raw_call(&r, &e, &c) || c.res)
+			_exit(5);
+		/* Tokens in the second huge page (written: an untouched page keeps its reservation). */
+		hi = (HUGE - r.hdr.arena_off + 4095) & ~4095ull;
+		memset(r.arena + hi, 0, 4096);
+		/* Give that page back to the pool, then take every free huge page. */
+		if (fallocate(r.memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, HUGE, HUGE) < 0)
+			_exit(6);
+		if (!take_free_huge_pages())
+			_exit(7);
+		e = (struct pkv_sqe){ .opcode = PKV_OP_SEQ_OPEN, .n = 16, .off = { hi } };
+		if (raw_call(&r, &e, &c) != -ECONNRESET)
+			_exit(8);
+		/* The reason arrives on the control socket (the region's error text is gone). */
+		if (raw_reason(&r) != -EFAULT)
+			_exit(9);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	huge_restore();
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	ck_assert(dmn_alive(&D));
+	ck_assert_int_eq(serves(UID_VICTIM, "victim"), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, audit, sizeof(audit)), 0);
+	stop();
+}
+END_TEST
 
 /*
  * The same fault, taken by the backend on the worker thread: the ring stays
