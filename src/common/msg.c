@@ -246,7 +246,12 @@ static int read_output_fd(int fd, uint64_t size, char **out, size_t *len)
 	struct stat st;
 	uint64_t got = 0;
 
-	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != size || size > PKV_OUTPUT_MAX)
+	/* Only a sealed memfd: a pipe, device or network file could block or change under us. */
+	int seals = fcntl(fd, F_GET_SEALS);
+	int want = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
+
+	if (seals < 0 || (seals & want) != want || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    (uint64_t)st.st_size != size || size > PKV_OUTPUT_MAX)
 		return -EPROTO;
 	while (got < size) {
 		ssize_t n = pread(fd, buf, sizeof(buf), (off_t)got);
