@@ -114,7 +114,8 @@ int pkv_unpin(struct pkv_client *c, const int32_t *tokens, uint32_t n_tokens);
 struct pkv_stats {
 	uint32_t num_blocks, free_blocks, cached_blocks, in_use_blocks;
 	uint32_t open_seqs;          /* this client's */
-	uint64_t prefix_lookup_tokens, prefix_hit_tokens;  /* pool-wide */
+	/* this connection's opens: pool-wide counts would tell one user about another's prompts */
+	uint64_t prefix_lookup_tokens, prefix_hit_tokens;
 };
 int pkv_stats(struct pkv_client *c, struct pkv_stats *st);
 

@@ -6,10 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <fcntl.h>
 #include "common/msg.h"
 
 int pkv_default_socket_path(char *buf, size_t len)
@@ -169,4 +172,138 @@ int pkv_send_reply(int sock, int status, uint64_t value, uint32_t flags, const c
 	if (text_len)
 		memcpy(r.text, text, text_len);
 	return pkv_msg_send(sock, &r, r.hdr.size, NULL, 0);
+}
+
+/* Writes all of buf to fd; -errno on failure. */
+static int write_all(int fd, const char *buf, size_t len)
+{
+	while (len) {
+		ssize_t n = write(fd, buf, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		buf += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int pkv_send_output(int sock, int status, const char *text, size_t len)
+{
+	int fd, r;
+
+	if (len <= PKV_REPLY_TEXT_MAX)
+		return pkv_send_reply(sock, status, 0, 0, text, len);
+	/*
+	 * Streaming chunks over a nonblocking socket fails once the peer's
+	 * receive queue is full (about 100 KB); a memfd makes the reply one
+	 * small message. Sealed, so the reader gets exactly what was written.
+	 */
+	fd = memfd_create("pagedkv-output", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	r = write_all(fd, text, len);
+	if (!r && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
+		r = -errno;
+	if (!r) {
+		struct pkv_msg_reply rep;
+
+		memset(&rep, 0, PKV_REPLY_HDR_SIZE);
+		rep.hdr.type = PKV_MSG_REPLY;
+		rep.hdr.size = PKV_REPLY_HDR_SIZE;
+		rep.status = status;
+		rep.flags = PKV_REPLY_FD;
+		rep.value = len;
+		r = pkv_msg_send(sock, &rep, PKV_REPLY_HDR_SIZE, &fd, 1);
+	}
+	close(fd);
+	return r;
+}
+
+/* Appends n bytes to the growing buffer *out of *len bytes (NUL kept after them). */
+static int append(char **out, size_t *len, const char *p, size_t n)
+{
+	char *b;
+
+	if (n > PKV_OUTPUT_MAX || *len > PKV_OUTPUT_MAX - n)
+		return -EMSGSIZE;
+	b = realloc(*out, *len + n + 1);
+	if (!b)
+		return -ENOMEM;
+	memcpy(b + *len, p, n);
+	*len += n;
+	b[*len] = 0;
+	*out = b;
+	return 0;
+}
+
+/* Reads the memfd of a PKV_REPLY_FD reply (read(2), never mmap: a short file must not fault us). */
+static int read_output_fd(int fd, uint64_t size, char **out, size_t *len)
+{
+	char buf[65536];
+	struct stat st;
+	uint64_t got = 0;
+
+	/* Only a sealed memfd: a pipe, device or network file could block or change under us. */
+	int seals = fcntl(fd, F_GET_SEALS);
+	int want = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
+
+	if (seals < 0 || (seals & want) != want || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    (uint64_t)st.st_size != size || size > PKV_OUTPUT_MAX)
+		return -EPROTO;
+	while (got < size) {
+		ssize_t n = pread(fd, buf, sizeof(buf), (off_t)got);
+		int r;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EPROTO;
+		r = append(out, len, buf, (size_t)n);
+		if (r)
+			return r;
+		got += (uint64_t)n;
+	}
+	return 0;
+}
+
+int pkv_recv_output(int sock, int timeout_ms, char **out, size_t *len, int *status)
+{
+	struct pkv_msg_reply rep;
+	int r = 0;
+
+	*out = NULL;
+	*len = 0;
+	r = append(out, len, "", 0);
+	while (!r) {
+		int fd = -1, nfds = 0;
+		ssize_t n = pkv_msg_recv(sock, &rep, sizeof(rep), &fd, 1, &nfds, timeout_ms);
+
+		if (n < (ssize_t)PKV_REPLY_HDR_SIZE || rep.hdr.type != PKV_MSG_REPLY) {
+			r = n < 0 ? (int)n : -EPROTO;
+			if (nfds)
+				close(fd);
+			break;
+		}
+		*status = rep.status;
+		if (rep.flags & PKV_REPLY_FD) {
+			r = nfds == 1 ? read_output_fd(fd, rep.value, out, len) : -EPROTO;
+			if (nfds)
+				close(fd);
+			break;
+		}
+		if (nfds)
+			close(fd);
+		r = append(out, len, rep.text, (size_t)n - PKV_REPLY_HDR_SIZE);
+		if (!(rep.flags & PKV_REPLY_MORE))
+			break;
+	}
+	if (r) {
+		free(*out);
+		*out = NULL;
+		*len = 0;
+	}
+	return r;
 }

@@ -33,4 +33,21 @@ int pkv_sock_connect(const char *path, int timeout_ms);
 int pkv_send_reply(int sock, int status, uint64_t value, uint32_t flags, const char *text,
 		   size_t text_len);
 
+/*
+ * Sends a control command's output, whatever its size: one reply with the
+ * text when it fits, else one reply passing a sealed memfd that holds it
+ * (PKV_REPLY_FD). Returns 0 or -errno.
+ */
+int pkv_send_output(int sock, int status, const char *text, size_t len);
+
+/* Largest output pkv_recv_output accepts from a memfd. */
+#define PKV_OUTPUT_MAX (1ull << 30)
+
+/*
+ * Receives a control command's output (inline, chunked with PKV_REPLY_MORE,
+ * or in a memfd) into a malloc'd NUL-terminated buffer. Returns 0 and the
+ * daemon's status in *status, or -errno (no reply, malformed reply).
+ */
+int pkv_recv_output(int sock, int timeout_ms, char **out, size_t *len, int *status);
+
 #endif

@@ -72,7 +72,13 @@ struct pkv_msg_ctl {
 	uint32_t format; /* enum pkv_ctl_format */
 };
 
-#define PKV_REPLY_MORE 1u /* another reply message follows (long ctl output) */
+#define PKV_REPLY_MORE 1u /* another reply message follows (older daemons' long ctl output) */
+/*
+ * The output is in a sealed memfd passed with this reply (SCM_RIGHTS), value
+ * bytes long; the text is empty. Used when it does not fit one message, so
+ * any size arrives whole, in one message the daemon can always send.
+ */
+#define PKV_REPLY_FD 2u
 #define PKV_REPLY_TEXT_MAX 4000
 
 struct pkv_msg_reply {

@@ -71,6 +71,15 @@ const struct pkv_conf_key pkv_conf_keys[] = {
 	  .help = "free a pool N seconds after its last client left (at once when the budget is needed)" },
 	{ .key = "attend_slice_us", .type = PKV_CONF_UINT, F(attend_slice_us), .lo = 0, .hi = 10000000,
 	  .def = "500", .arg = "N", .help = "split attends longer than this so other clients get a turn (0: never)" },
+	/* isolation of clients' memory, connections and the admin tool (DESIGN.md §5) */
+	{ .key = "admin_group", .type = PKV_CONF_STRING, F(admin_group), .arg = "GROUP",
+	  .help = "members may audit, flush and see every client (root and the daemon's uid always may)" },
+	{ .key = "max_unauth_per_uid", .type = PKV_CONF_UINT, F(max_unauth_per_uid), .lo = 1, .hi = 1u << 16,
+	  .def = "16", .arg = "N", .flags = PKV_CONF_RELOAD,
+	  .help = "connections one user may hold before their hello" },
+	{ .key = "max_arena_per_uid", .type = PKV_CONF_SIZE, F(max_arena_per_uid), .lo = 4096, .hi = 1ull << 50,
+	  .def = "4G", .arg = "SIZE", .flags = PKV_CONF_RELOAD,
+	  .help = "shared memory one user's connections may map" },
 	/* in-flight prefix sharing (src/cache/inflight.c) */
 	{ .key = "inflight_sharing", .flag = "no-inflight-sharing", .type = PKV_CONF_BOOL, F(inflight_sharing),
 	  .def = "yes", .flag_sets = 0,

@@ -36,6 +36,10 @@ struct pkv_config {
 	unsigned pool_idle_grace_s;     /* free a pool this long after its last client left */
 	unsigned attend_slice_us;       /* longest backend call before others get a turn */
 	int inflight_sharing;           /* opens claim their prompt's blocks for later opens (cache.h) */
+	/* isolation of clients' memory, connections and the admin tool (DESIGN.md §5) */
+	char admin_group[64];           /* "" = admins are root and the daemon's uid only */
+	unsigned max_unauth_per_uid;    /* connections one uid may hold before their hello */
+	uint64_t max_arena_per_uid;     /* bytes of shared regions one uid may have mapped */
 };
 
 enum pkv_conf_type {

@@ -80,6 +80,7 @@ struct session {
 	uid_t uid;
 	pid_t pid;
 	int role;                     /* 0 until hello */
+	int admin;                    /* control connection of an admin (ctl_peer_is_admin) */
 	uint64_t created_ns;
 	struct watch w_ctl, w_bell, w_cancel;
 	int armed;                    /* io_uring requests (cancels included) still pointing at this session */
@@ -89,6 +90,7 @@ struct session {
 	/* shared region (clients) */
 	uint8_t *region;
 	size_t region_size;
+	int bus_slot;                 /* pkv_sigbus_watch slot of region, or -1 */
 	struct pkv_shm_hdr hdr;       /* validated private copy; never re-read */
 	struct pkv_ring sq, cq;
 	uint8_t *arena;
@@ -124,6 +126,7 @@ struct session {
 	struct tenant_pool *tp;       /* set at attach */
 	uint32_t charged_seqs, charged_blocks, pins;
 	uint64_t charged_region;
+	uint64_t lookup_tokens, hit_tokens; /* this connection's prefix lookups (STATS) */
 };
 
 /* ---------------------------------------------------------------- worker */
@@ -244,6 +247,13 @@ struct pkv_daemon {
 	 */
 	pthread_mutex_t backend_mu;
 	uint64_t accepted, refused;
+	/* accept under pressure (loop.c) */
+	int reserve_fd;               /* given back to accept-and-refuse when out of descriptors */
+	int accept_pending;           /* the backlog was not emptied: accept again next turn */
+	uint64_t fd_pressure_ns;      /* last time accept hit EMFILE/ENFILE */
+	uint64_t refused_logged_ns, refused_unlogged;
+	gid_t admin_gid;              /* admin_group, resolved at start */
+	int have_admin_gid;
 };
 
 /* Session lifecycle (loop thread). */
@@ -253,19 +263,30 @@ void session_hangup(struct pkv_daemon *d, struct session *s);
 int session_maybe_free(struct pkv_daemon *d, struct session *s);
 /* Handles one control message. */
 void session_ctl_message(struct pkv_daemon *d, struct session *s);
+/* Hangs s up, with the reason logged, when its shared memory faulted (sigbus.c); returns 1 then. */
+int session_faulted(struct pkv_daemon *d, struct session *s);
 /* Consumes SQEs; returns how many were handled. */
 int session_process(struct pkv_daemon *d, struct session *s);
+/* Bytes of shared regions the uid's connections have mapped (for per-uid quotas). */
+uint64_t session_uid_region_bytes(const struct pkv_daemon *d, uid_t uid);
 int session_post(struct session *s, uint64_t ud, int32_t res, uint64_t p0, uint64_t p1);
 void session_set_err(struct session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void session_release(struct pkv_daemon *d, struct session *s);
 
-/* Administrative commands (pagedkvctl). Writes the output into a malloc'd string; returns status. */
-int ctl_run(struct pkv_daemon *d, uint32_t cmd, uint32_t format, char **out);
+/* Administrative commands (pagedkvctl) as asked by `who`: output in a malloc'd buffer; returns status. */
+int ctl_run(struct pkv_daemon *d, const struct session *who, uint32_t cmd, uint32_t format, char **out,
+	    size_t *len);
+/* Resolves admin_group (startup). */
+int ctl_init(struct pkv_daemon *d);
+/* Root, the daemon's uid, or a member of admin_group (by the kernel's credentials of the socket). */
+int ctl_peer_is_admin(const struct pkv_daemon *d, int sock, uid_t uid);
 /* Daemon-wide audit: returns problems found, text appended to buf. */
 
 int loop_run(struct pkv_daemon *d);
 /* main.c: SIGHUP's re-read of the config file and flags (called on the loop thread). */
 int daemon_reload(struct pkv_daemon *d);
+/* Raises the descriptor limit and takes the reserve descriptor (before listening). */
+void loop_setup_fds(struct pkv_daemon *d);
 void loop_arm_session(struct pkv_daemon *d, struct session *s);
 int loop_over_uid_limit(const struct pkv_daemon *d, const struct session *s, char *why, size_t why_len);
 

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -17,6 +19,10 @@
 #include "daemon/daemon.h"
 
 #define HELLO_TIMEOUT_NS (5ull * 1000000000ull)
+/* Hello timeout for a uid holding more than half its max_unauth_per_uid, or while descriptors run out. */
+#define HELLO_TIMEOUT_SHORT_NS (1ull * 1000000000ull)
+/* How long after running out of descriptors every pre-hello connection gets the short timeout. */
+#define FD_PRESSURE_NS (10ull * 1000000000ull)
 
 static struct io_uring_sqe *get_sqe(struct pkv_daemon *d)
 {
@@ -95,20 +101,113 @@ int loop_over_uid_limit(const struct pkv_daemon *d, const struct session *s, cha
 	return 1;
 }
 
+/* Connections of uid still before their hello (not counting those already hanging up). */
+static uint32_t uid_unauth(const struct pkv_daemon *d, uid_t uid)
+{
+	uint32_t n = 0;
+
+	for (const struct session *o = d->sessions; o; o = o->next)
+		n += !o->role && !o->closing && o->uid == uid;
+	return n;
+}
+
+/* Logs at most one line a second for a flood of refusals; says how many were not logged. */
+static void log_refusal(struct pkv_daemon *d, const char *fmt, uid_t uid)
+{
+	uint64_t now = pkv_now_ns();
+
+	d->refused++;
+	d->refused_unlogged++;
+	if (now - d->refused_logged_ns < 1000000000ull)
+		return;
+	pkv_warn(fmt, (unsigned)uid, (unsigned long long)d->refused_unlogged);
+	d->refused_unlogged = 0;
+	d->refused_logged_ns = now;
+}
+
+/*
+ * Out of descriptors: the listening socket stays readable, and a poll that
+ * cannot accept would spin. Give back the reserve descriptor, accept, tell
+ * the peer why and close, then take the reserve again: the backlog keeps
+ * draining and every caller gets an answer instead of a hang.
+ */
+static int shed_one(struct pkv_daemon *d)
+{
+	int fd;
+
+	d->fd_pressure_ns = pkv_now_ns();
+	if (d->reserve_fd >= 0)
+		close(d->reserve_fd);
+	d->reserve_fd = -1;
+	fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd >= 0) {
+		static const char msg[] = "pagedkvd is out of descriptors; try again later";
+		struct ucred cred = { .uid = (uid_t)-1 };
+		socklen_t cl = sizeof(cred);
+
+		getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl);
+		pkv_send_reply(fd, -EMFILE, 0, 0, msg, sizeof(msg) - 1);
+		close(fd);
+		log_refusal(d, "out of descriptors: refused a connection of uid %u (%llu refused since the last line)",
+			    cred.uid);
+	}
+	d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	return fd >= 0;
+}
+
+/*
+ * Accepts until the backlog is empty (a multishot poll may not fire again
+ * for what is left), but at most ACCEPT_BATCH at a time: a flood of
+ * connects must not keep the loop from the rings. The rest waits for the
+ * next turn of the loop (accept_pending).
+ */
+#define ACCEPT_BATCH 64
+
 static void do_accept(struct pkv_daemon *d)
 {
-	for (;;) {
+	d->accept_pending = 0;
+	for (int i = 0;; i++) {
 		struct session *s;
-		int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd;
 
+		if (i == ACCEPT_BATCH) {
+			d->accept_pending = 1;
+			return;
+		}
+		fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EINTR)
+			if (errno == EMFILE || errno == ENFILE) {
+				/* Without a reserve (someone took it), the timer tick retries. */
+				if (!shed_one(d))
+					return;
+				continue;
+			}
+			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
 				pkv_warn("accept: %s", strerror(errno));
+			if (errno == ECONNABORTED)
+				continue;
 			return;
 		}
 		s = session_new(d, fd);
 		if (!s) {
 			close(fd);
+			continue;
+		}
+		/*
+		 * A uid may hold only a few connections that have not said hello
+		 * (slowloris): refuse at once, before it costs a watch, so other
+		 * users can still connect.
+		 */
+		if (uid_unauth(d, s->uid) > d->cfg.max_unauth_per_uid) {
+			static const char msg[] = "too many connections of this uid before their hello "
+						  "(max_unauth_per_uid)";
+
+			pkv_send_reply(fd, -EUSERS, 0, 0, msg, sizeof(msg) - 1);
+			log_refusal(d, "uid %u holds too many connections before their hello; refused "
+				    "(%llu refused since the last line)", s->uid);
+			pkv_store_relaxed(&s->closing, 1);
+			s->released = 1;
+			session_maybe_free(d, s);
 			continue;
 		}
 		d->accepted++;
@@ -197,14 +296,39 @@ static void on_signal(struct pkv_daemon *d)
 static void on_timer(struct pkv_daemon *d)
 {
 	uint64_t now = pkv_now_ns();
+	int pressure = d->fd_pressure_ns && now - d->fd_pressure_ns < FD_PRESSURE_NS;
 
-	for (struct session *s = d->sessions; s; s = s->next)
-		if (!s->role && !s->closing && now - s->created_ns > HELLO_TIMEOUT_NS) {
-			pkv_info("client %u (uid %u, pid %d): no hello within 5 s; closing", s->id, (unsigned)s->uid, (int)s->pid);
+	if (d->reserve_fd < 0)
+		d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	/* Whatever waits in the backlog since accept last ran out of descriptors. */
+	if (pressure && !d->stopping)
+		do_accept(d);
+	for (struct session *s = d->sessions; s; s = s->next) {
+		uint64_t age = now - s->created_ns;
+
+		if (s->role || s->closing || age <= HELLO_TIMEOUT_SHORT_NS)
+			continue;
+		if (age > HELLO_TIMEOUT_NS || pressure ||
+		    uid_unauth(d, s->uid) > d->cfg.max_unauth_per_uid / 2) {
+			pkv_info("client %u (pid %d, uid %u): no hello within %llu ms; closing", s->id,
+				 (int)s->pid, (unsigned)s->uid, (unsigned long long)(age / 1000000));
 			session_hangup(d, s);
 		}
+	}
 	pool_reap(d, now);
 	arm_timer(d);
+}
+
+/* Descriptors: as many as allowed (each client holds three), and one in reserve for shed_one. */
+void loop_setup_fds(struct pkv_daemon *d)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 /* Handles every io_uring completion available now; returns how many. */
@@ -279,7 +403,8 @@ static int process_done(struct pkv_daemon *d)
 			s->inflight--;
 			s->ops += j->ops;
 			s->errors += j->errors;
-			if (j->res < 0 && !s->closing) {
+			/* A fault in its memory reads as corrupted rings to the worker: say what it was. */
+			if (j->res < 0 && !session_faulted(d, s) && !s->closing) {
 				pkv_warn("client %u (uid %u, pid %d): %s; disconnecting", s->id, (unsigned)s->uid, (int)s->pid,
 					 j->res == -ENOMEM ? "out of memory" : "rings corrupted or overrun");
 				session_hangup(d, s);
@@ -362,6 +487,10 @@ int loop_run(struct pkv_daemon *d)
 		int act;
 
 		act = drain_uring(d);
+		if (d->accept_pending && !d->stopping) {
+			do_accept(d);
+			act++;
+		}
 		act += process_done(d);
 		act += sweep(d);
 		reap(d);

@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "daemon/daemon.h"
 #include "daemon/sd.h"
+#include "daemon/sigbus.h"
 #include "daemon/tenant.h"
 
 static void usage(FILE *f)
@@ -465,7 +466,7 @@ int main(int argc, char **argv)
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return 1;
-	d->listen_fd = d->signal_fd = d->wake_fd = d->lock_fd = -1;
+	d->listen_fd = d->signal_fd = d->wake_fd = d->lock_fd = d->reserve_fd = -1;
 	pthread_mutex_init(&d->backend_mu, NULL);
 	pkv_config_defaults(&d->cfg);
 	g_argc = argc;
@@ -501,12 +502,19 @@ int main(int argc, char **argv)
 	sigaddset(&mask, SIGHUP);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	if (!d->activated && (take_lock(d) || open_socket(d)))
+	loop_setup_fds(d);
+	if (ctl_init(d) || (!d->activated && (take_lock(d) || open_socket(d))))
 		goto out;
 	d->signal_fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
 	d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (d->signal_fd < 0 || d->wake_fd < 0) {
 		pkv_err("signalfd/eventfd: %s", strerror(errno));
+		goto out_sock;
+	}
+	/* A fault in client memory must end that client only (DESIGN.md §5). */
+	r = pkv_sigbus_install(d->wake_fd);
+	if (r) {
+		pkv_err("SIGBUS handler: %s", strerror(-r));
 		goto out_sock;
 	}
 	r = io_uring_queue_init(1024, &d->ring, 0);
@@ -570,6 +578,8 @@ out_sock:
 		close(d->wake_fd);
 out:
 	drop_lock(d);
+	if (d->reserve_fd >= 0)
+		close(d->reserve_fd);
 	if (rc == 0)
 		pkv_info("stopped");
 	pthread_mutex_destroy(&d->backend_mu);

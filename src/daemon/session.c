@@ -7,15 +7,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <time.h>
+#include <linux/magic.h>
+#include <linux/sockios.h>
 #include <unistd.h>
 #include "common/log.h"
 #include "common/msg.h"
 #include "common/region.h"
 #include "daemon/daemon.h"
+#include "daemon/sigbus.h"
 #include "daemon/validate.h"
 
 #define MAX_REGION (64ull << 30)
@@ -45,6 +50,7 @@ struct session *session_new(struct pkv_daemon *d, int sock)
 	s->pid = cred.pid;
 	s->sock = sock;
 	s->memfd = s->sq_bell = -1;
+	s->bus_slot = -1;
 	do
 		s->id = ++d->next_id;
 	while (s->id == 0);
@@ -178,12 +184,67 @@ static void close_fds(int *fds, int n)
 			close(fds[i]);
 }
 
+/*
+ * Whether the daemon can read this file's pages without a fault: only shmem
+ * (a memfd) qualifies. hugetlbfs is sealable too, but a punched hole in it
+ * needs a fresh huge page at the next touch, and with the pool exhausted
+ * that touch is a SIGBUS in the daemon; any other filesystem can fail a
+ * page-in (I/O error, a file truncated behind the seals' back).
+ */
+static int memfd_fs_ok(int fd, char *why, size_t why_len)
+{
+	struct statfs sf;
+
+	if (fstatfs(fd, &sf) < 0) {
+		snprintf(why, why_len, "hello: cannot inspect the region descriptor: %s", strerror(errno));
+		return 0;
+	}
+	if ((unsigned long)sf.f_type == (unsigned long)TMPFS_MAGIC)
+		return 1;
+	if ((unsigned long)sf.f_type == (unsigned long)HUGETLBFS_MAGIC)
+		snprintf(why, why_len, "hello: the region is on hugetlbfs (MFD_HUGETLB); the daemon maps "
+			 "only shmem memfds, since a hugetlbfs page can fail to come back and fault the reader");
+	else
+		snprintf(why, why_len, "hello: the region is on filesystem 0x%lx, not shmem; pass a "
+			 "memfd_create() descriptor", (unsigned long)sf.f_type);
+	return 0;
+}
+
+uint64_t session_uid_region_bytes(const struct pkv_daemon *d, uid_t uid)
+{
+	uint64_t n = 0;
+
+	for (const struct session *o = d->sessions; o; o = o->next)
+		if (o->uid == uid && o->region && !o->released)
+			n += o->region_size;
+	return n;
+}
+
+/*
+ * Shared memory a uid maps into the daemon counts against its quota: pages
+ * the daemon touches first are charged to the daemon's memory cgroup, so
+ * without a bound one user could make the daemon hold any amount (class 11
+ * of issue 9). Checked before mapping anything.
+ */
+static int arena_quota_ok(const struct pkv_daemon *d, const struct session *s, uint64_t size,
+			  char *why, size_t why_len)
+{
+	uint64_t held = session_uid_region_bytes(d, s->uid);
+
+	if (held <= d->cfg.max_arena_per_uid && size <= d->cfg.max_arena_per_uid - held)
+		return 1;
+	snprintf(why, why_len, "hello: uid %u already maps %llu bytes; %llu more would pass "
+		 "max_arena_per_uid (%llu)", (unsigned)s->uid, (unsigned long long)held,
+		 (unsigned long long)size, (unsigned long long)d->cfg.max_arena_per_uid);
+	return 0;
+}
+
 /* Maps and checks a client's region; takes ownership of fds on success. */
 static int client_hello(struct pkv_daemon *d, struct session *s, const struct pkv_msg_hello *m,
 			int *fds, int nfds, char *why, size_t why_len)
 {
 	struct stat st;
-	int seals, r;
+	int seals, r, slot;
 	void *map;
 
 	if (nfds != 2) {
@@ -194,6 +255,8 @@ static int client_hello(struct pkv_daemon *d, struct session *s, const struct pk
 		snprintf(why, why_len, "hello: the region descriptor is not a memfd");
 		return -EINVAL;
 	}
+	if (!memfd_fs_ok(fds[0], why, why_len))
+		return -EINVAL;
 	seals = fcntl(fds[0], F_GET_SEALS);
 	if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
 		snprintf(why, why_len, "hello: the memfd must be sealed against shrinking and growing "
@@ -214,18 +277,31 @@ static int client_hello(struct pkv_daemon *d, struct session *s, const struct pk
 		snprintf(why, why_len, "hello: the submission doorbell must be an eventfd");
 		return -EINVAL;
 	}
+	if (!arena_quota_ok(d, s, (uint64_t)st.st_size, why, why_len))
+		return -EDQUOT;
 	map = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
 	if (map == MAP_FAILED) {
 		snprintf(why, why_len, "hello: cannot map the memfd: %s", strerror(errno));
 		return -EINVAL;
 	}
+	/* Watched before the first read: even the header copy below may fault. */
+	slot = pkv_sigbus_watch(map, st.st_size);
+	if (slot < 0) {
+		munmap(map, st.st_size);
+		snprintf(why, why_len, "hello: out of memory");
+		return -ENOMEM;
+	}
 	/* One copy of the header; the client may rewrite its own copy at will. */
 	memcpy(&s->hdr, map, sizeof(s->hdr));
-	r = pkv_region_check(&s->hdr, st.st_size, why, why_len);
+	r = pkv_sigbus_faulted(slot) ? -EFAULT : pkv_region_check(&s->hdr, st.st_size, why, why_len);
 	if (r) {
+		if (r == -EFAULT)
+			snprintf(why, why_len, "hello: reading the region faulted (SIGBUS)");
+		pkv_sigbus_unwatch(slot);
 		munmap(map, st.st_size);
 		return r;
 	}
+	s->bus_slot = slot;
 	s->region = map;
 	s->region_size = st.st_size;
 	s->memfd = fds[0];
@@ -236,7 +312,6 @@ static int client_hello(struct pkv_daemon *d, struct session *s, const struct pk
 		      s->hdr.cq_entries, s->hdr.cqe_size, &s->hdr);
 	s->arena = s->region + s->hdr.arena_off;
 	s->arena_size = s->hdr.arena_size;
-	(void)d;
 	return 0;
 }
 
@@ -293,20 +368,23 @@ static void handle_attach(struct pkv_daemon *d, struct session *s, const struct 
 static void handle_ctl(struct pkv_daemon *d, struct session *s, const struct pkv_msg_ctl *m)
 {
 	char *out = NULL;
-	size_t len, off = 0;
-	int status = ctl_run(d, m->cmd, m->format, &out);
+	size_t len = 0;
+	int status, queued = 0;
 
-	len = out ? strlen(out) : 0;
-	do {
-		size_t chunk = len - off > PKV_REPLY_TEXT_MAX ? PKV_REPLY_TEXT_MAX : len - off;
-		uint32_t more = off + chunk < len ? PKV_REPLY_MORE : 0;
-
-		if (pkv_send_reply(s->sock, status, 0, more, out ? out + off : NULL, chunk)) {
-			session_hangup(d, s);
-			break;
-		}
-		off += chunk;
-	} while (off < len);
+	/*
+	 * One reply in flight per connection: a peer that asks again and again
+	 * without reading would otherwise pile up outputs (memfds) the daemon
+	 * pays for.
+	 */
+	if (ioctl(s->sock, SIOCOUTQ, &queued) == 0 && queued > 0) {
+		pkv_info("client %u (pid %d): control command before reading the last reply; closing",
+			 s->id, (int)s->pid);
+		session_hangup(d, s);
+		return;
+	}
+	status = ctl_run(d, s, m->cmd, m->format, &out, &len);
+	if (pkv_send_output(s->sock, status, out, len))
+		session_hangup(d, s);
 	free(out);
 }
 
@@ -392,6 +470,7 @@ void session_ctl_message(struct pkv_daemon *d, struct session *s)
 				return;
 			}
 			s->role = PKV_ROLE_CTL;
+			s->admin = ctl_peer_is_admin(d, s->sock, s->uid);
 		}
 		pkv_dbg("client %u: hello from pid %d uid %u", s->id, (int)s->pid, (unsigned)s->uid);
 		reply(d, s, 0, s->id, NULL);
@@ -484,7 +563,8 @@ static int cmp_u32(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static int op_step_begin(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e)
+static int op_step_begin(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+			 uint64_t *p0, uint64_t *p1)
 {
 	struct pkv_step_req *reqs = NULL;
 	uint32_t *seqs = NULL, *n_new = NULL;
@@ -541,6 +621,17 @@ static int op_step_begin(struct pkv_daemon *d, struct session *s, const struct p
 	if (r) {
 		explain(d, s, "step", r);
 		s->step = NULL;
+		/*
+		 * Which sequence waits on a prefix in flight, or was cut back, and
+		 * whether this connection itself computes what it waits for (then
+		 * waiting cannot help: the client must step that sequence first).
+		 */
+		if (r == -EAGAIN || r == -ESTALE) {
+			uint32_t by;
+
+			*p0 = pkv_cache_blocked_seq(s->pool->cache, &by);
+			*p1 = r == -EAGAIN && by == s->id;
+		}
 		goto out;
 	}
 	s->step_reqs = reqs;
@@ -626,6 +717,7 @@ static int open_continue(struct pkv_daemon *d, struct session *s)
 		s->errors++;
 	} else if ((se = seq_find(s, s->open_seq))) {
 		se->len = nc;
+		s->hit_tokens += nc;
 	}
 	free(s->open_tokens);
 	s->open_tokens = NULL;
@@ -653,183 +745,295 @@ static uint64_t sqe_work(const struct session *s, const struct pkv_sqe *e)
 	}
 }
 
+/*
+ * One handler per opcode, reached through op_defs below (the shape of Linux
+ * io_uring/opdef.c): each returns the completion's result (0, a count, or
+ * -errno with the reason already set) and fills the payload, or 1 when the
+ * completion is posted later by someone else.
+ */
+typedef int (*op_fn)(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+		     uint64_t *p0, uint64_t *p1);
+
+static int op_nop(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+		  uint64_t *p0, uint64_t *p1)
+{
+	(void)d, (void)s, (void)e, (void)p0, (void)p1;
+	return 0;
+}
+
+static int op_seq_open(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+		       uint64_t *p0, uint64_t *p1)
+{
+	struct pkv_cache *c = s->pool->cache;
+	uint32_t seq, n_cached;
+	int32_t *tok;
+	int r;
+
+	/* Only the tokens the prefix walk can match (PKV_MAX_OPEN_WALK_TOKENS) are read. */
+	tok = copy_out(s, e->off[0], walk_tokens(e->n));
+	if (!tok)
+		return -ENOMEM;
+	r = pkv_cache_seq_open_partial(c, s->id, s->ns, tok, walk_tokens(e->n),
+				       e->flags & PKV_SQE_OPEN_SETTLED ? PKV_OPEN_SETTLED : 0,
+				       turn_blocks(c), &seq, &n_cached);
+	if (r < 0) {
+		free(tok);
+		explain(d, s, "open", r);
+		return r;
+	}
+	if (seq_add(s, seq, n_cached)) {
+		free(tok);
+		pkv_cache_seq_close(c, s->id, seq);
+		return -ENOMEM;
+	}
+	/* This connection's own lookups: STATS reports them, never the pool's. */
+	s->lookup_tokens += e->n;
+	if (r == 1) {
+		/* The walk goes on over the next turns (open_continue); the completion waits. */
+		s->open_tokens = tok;
+		s->open_n = walk_tokens(e->n);
+		s->open_seq = seq;
+		s->open_ud = e->user_data;
+		return 1;
+	}
+	free(tok);
+	s->hit_tokens += n_cached;
+	*p0 = seq;
+	*p1 = n_cached;
+	return 0;
+}
+
+static int op_seq_fork(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+		       uint64_t *p0, uint64_t *p1)
+{
+	struct pkv_cache *c = s->pool->cache;
+	struct seq_ent *se = seq_find(s, e->seq);
+	uint32_t seq;
+	int64_t len;
+	int r;
+
+	(void)p1;
+	r = pkv_cache_seq_fork(c, s->id, e->seq, &seq);
+	if (r) {
+		explain(d, s, "fork", r);
+		return r;
+	}
+	len = pkv_cache_seq_len(c, s->id, seq);
+	r = seq_add(s, seq, len > 0 ? (uint32_t)len : (se ? se->len : 0));
+	if (r) {
+		/* Untracked, the child would hold blocks and a quota slot under a handle the client never learns. */
+		pkv_cache_seq_close(c, s->id, seq);
+		session_set_err(s, "fork: %s", strerror(-r));
+		return r;
+	}
+	*p0 = seq;
+	return 0;
+}
+
+static int op_seq_truncate(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+			   uint64_t *p0, uint64_t *p1)
+{
+	struct seq_ent *se;
+	int r;
+
+	(void)d, (void)p0, (void)p1;
+	r = pkv_cache_seq_truncate(s->pool->cache, s->id, e->seq, e->n);
+	if (r) {
+		session_set_err(s, "truncate of sequence %u to %u: %s", e->seq, e->n, strerror(-r));
+		return r;
+	}
+	if ((se = seq_find(s, e->seq)))
+		se->len = e->n < se->len ? e->n : se->len;
+	return 0;
+}
+
+static int op_seq_close(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+			uint64_t *p0, uint64_t *p1)
+{
+	int r;
+
+	(void)d, (void)p0, (void)p1;
+	r = pkv_cache_seq_close(s->pool->cache, s->id, e->seq);
+	if (r) {
+		session_set_err(s, "close of sequence %u: %s", e->seq, strerror(-r));
+		return r;
+	}
+	seq_del(s, e->seq);
+	return 0;
+}
+
+/* Attends in a step run on the worker (session_process hands the ring over); one that passed validation had a step. */
+static int op_attend(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+		     uint64_t *p0, uint64_t *p1)
+{
+	(void)d, (void)e, (void)p0, (void)p1;
+	session_set_err(s, "attend reached the loop thread");
+	return -EPROTO;
+}
+
+static int op_step_end(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+		       uint64_t *p0, uint64_t *p1)
+{
+	struct pkv_cache *c = s->pool->cache;
+	struct seq_ent *se;
+	int r;
+
+	(void)d, (void)e, (void)p0, (void)p1;
+	if (!s->step) {
+		session_set_err(s, "no open step");
+		return -EINVAL;
+	}
+	if (s->step_poisoned) {
+		/* Its copy-on-write failed: publishing those blocks would share wrong KV. */
+		pkv_cache_step_abort(c, s->step);
+		step_clear(s);
+		session_set_err(s, "copy-on-write failed in the backend; the step was aborted");
+		return -EIO;
+	}
+	{
+		/* Unattended slots hold the blocks' previous K/V (maybe another uid's): never commit them. */
+		char miss[160];
+
+		if (pkv_cache_step_missing_layers(c, s->step, miss, sizeof(miss))) {
+			pkv_cache_step_abort(c, s->step);
+			step_clear(s);
+			session_set_err(s, "step_end: layers %s not attended; the step was aborted, nothing committed",
+					miss);
+			return -EINVAL;
+		}
+	}
+	r = pkv_cache_step_commit(c, s->step);
+	if (r) {
+		session_set_err(s, "commit: %s", strerror(-r));
+		return r;
+	}
+	for (uint32_t i = 0; i < s->n_step_reqs; i++)
+		if ((se = seq_find(s, s->step_reqs[i].seq)))
+			se->len += s->step_reqs[i].n_new;
+	step_clear(s);
+	return 0;
+}
+
+static int op_step_abort(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+			 uint64_t *p0, uint64_t *p1)
+{
+	(void)d, (void)e, (void)p0, (void)p1;
+	if (!s->step) {
+		session_set_err(s, "no open step");
+		return -EINVAL;
+	}
+	pkv_cache_step_abort(s->pool->cache, s->step);
+	step_clear(s);
+	return 0;
+}
+
+/* PIN and UNPIN: the same arguments, the opposite call. */
+static int op_pin(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+		  uint64_t *p0, uint64_t *p1)
+{
+	struct pkv_cache *c = s->pool->cache;
+	int pin = e->opcode == PKV_OP_PIN;
+	int32_t *tok;
+	int r;
+
+	(void)d, (void)p0, (void)p1;
+	tok = copy_out(s, e->off[0], walk_tokens(e->n));
+	if (!tok)
+		return -ENOMEM;
+	r = pin ? pkv_prefix_pin(c, s->id, s->ns, tok, walk_tokens(e->n))
+		: pkv_prefix_unpin(c, s->id, s->ns, tok, walk_tokens(e->n));
+	free(tok);
+	/* Each success adds or drops one pin record of this owner (uid_max_pins). */
+	if (r >= 0 && s->tenant && (pin || s->pins)) {
+		s->pins += pin ? 1 : -1;
+		s->tenant->pins += pin ? 1 : -1;
+	}
+	if (r < 0)
+		session_set_err(s, "%s: %s", pin ? "pin" : "unpin", strerror(-r));
+	return r;
+}
+
+static int op_stats(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
+		    uint64_t *p0, uint64_t *p1)
+{
+	struct pkv_cache_stats cs;
+	struct pkv_wire_stats w = { 0 };
+
+	(void)d, (void)p0, (void)p1;
+	pkv_cache_stats(s->pool->cache, &cs);
+	w.num_blocks = cs.num_blocks;
+	w.free_blocks = cs.free_blocks;
+	w.cached_blocks = cs.cached_blocks;
+	w.in_use_blocks = cs.in_use_blocks;
+	w.open_seqs = s->n_seqs;
+	/* The pool's counters would tell this client about other users' prompts (issue 9, class 2). */
+	w.prefix_lookup_tokens = s->lookup_tokens;
+	w.prefix_hit_tokens = s->hit_tokens;
+	memcpy(s->arena + e->off[0], &w, sizeof(w));
+	return 0;
+}
+
+/*
+ * Every opcode once: its name (for logs and errors), its handler, and
+ * whether it runs on the worker thread (in an open step, session_process
+ * hands the ring over at the first such SQE instead of executing it).
+ */
+static const struct op_def {
+	const char *name;
+	op_fn exec;
+	unsigned on_worker : 1;
+} op_defs[] = {
+	[PKV_OP_NOP] = { "nop", op_nop, 0 },
+	[PKV_OP_SEQ_OPEN] = { "seq_open", op_seq_open, 0 },
+	[PKV_OP_SEQ_FORK] = { "seq_fork", op_seq_fork, 0 },
+	[PKV_OP_SEQ_TRUNCATE] = { "seq_truncate", op_seq_truncate, 0 },
+	[PKV_OP_SEQ_CLOSE] = { "seq_close", op_seq_close, 0 },
+	[PKV_OP_STEP_BEGIN] = { "step_begin", op_step_begin, 0 },
+	[PKV_OP_ATTEND] = { "attend", op_attend, 1 },
+	[PKV_OP_STEP_END] = { "step_end", op_step_end, 0 },
+	[PKV_OP_STEP_ABORT] = { "step_abort", op_step_abort, 0 },
+	[PKV_OP_PIN] = { "pin", op_pin, 0 },
+	[PKV_OP_UNPIN] = { "unpin", op_pin, 0 },
+	[PKV_OP_STATS] = { "stats", op_stats, 0 },
+};
+_Static_assert(sizeof(op_defs) / sizeof(op_defs[0]) == PKV_OP_COUNT,
+	       "every opcode in proto.h needs an entry in op_defs");
+
+/* The opcode's definition, or NULL for one the protocol does not have (the SQE is untrusted). */
+static const struct op_def *op_def(uint8_t opcode)
+{
+	return opcode < PKV_OP_COUNT && op_defs[opcode].exec ? &op_defs[opcode] : NULL;
+}
+
 /* Executes one validated SQE; returns its result, or 1 when it completes asynchronously. */
 static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
 		    uint64_t *p0, uint64_t *p1)
 {
-	struct pkv_cache *c = s->pool ? s->pool->cache : NULL;
-	struct seq_ent *se;
-	uint32_t seq, n_cached;
-	int32_t *tok;
-	int64_t len;
-	int r;
+	const struct op_def *op = op_def(e->opcode);
 
-	switch (e->opcode) {
-	case PKV_OP_NOP:
-		return 0;
-	case PKV_OP_SEQ_OPEN:
-	case PKV_OP_SEQ_FORK:
-		if (e->opcode == PKV_OP_SEQ_FORK) {
-			se = seq_find(s, e->seq);
-			r = pkv_cache_seq_fork(c, s->id, e->seq, &seq);
-			if (r) {
-				explain(d, s, "fork", r);
-				return r;
-			}
-			len = pkv_cache_seq_len(c, s->id, seq);
-			r = seq_add(s, seq, len > 0 ? (uint32_t)len : (se ? se->len : 0));
-			if (r) {
-				/* Untracked, the child would hold blocks and a quota slot under a handle the client never learns. */
-				pkv_cache_seq_close(c, s->id, seq);
-				session_set_err(s, "fork: %s", strerror(-r));
-				return r;
-			}
-			*p0 = seq;
-			return 0;
-		}
-		/* Only the tokens the prefix walk can match (PKV_MAX_OPEN_WALK_TOKENS) are read. */
-		tok = copy_out(s, e->off[0], walk_tokens(e->n));
-		if (!tok)
-			return -ENOMEM;
-		r = pkv_cache_seq_open_partial(c, s->id, s->ns, tok, walk_tokens(e->n),
-					       e->flags & PKV_SQE_OPEN_SETTLED ? PKV_OPEN_SETTLED : 0,
-					       turn_blocks(c), &seq, &n_cached);
-		if (r < 0) {
-			free(tok);
-			explain(d, s, "open", r);
-			return r;
-		}
-		if (seq_add(s, seq, n_cached)) {
-			free(tok);
-			pkv_cache_seq_close(c, s->id, seq);
-			return -ENOMEM;
-		}
-		if (r == 1) {
-			/* The walk goes on over the next turns (open_continue); the completion waits. */
-			s->open_tokens = tok;
-			s->open_n = walk_tokens(e->n);
-			s->open_seq = seq;
-			s->open_ud = e->user_data;
-			return 1;
-		}
-		free(tok);
-		*p0 = seq;
-		*p1 = n_cached;
-		return 0;
-	case PKV_OP_SEQ_TRUNCATE:
-		r = pkv_cache_seq_truncate(c, s->id, e->seq, e->n);
-		if (r) {
-			session_set_err(s, "truncate of sequence %u to %u: %s", e->seq, e->n, strerror(-r));
-			return r;
-		}
-		if ((se = seq_find(s, e->seq)))
-			se->len = e->n < se->len ? e->n : se->len;
-		return 0;
-	case PKV_OP_SEQ_CLOSE:
-		r = pkv_cache_seq_close(c, s->id, e->seq);
-		if (r) {
-			session_set_err(s, "close of sequence %u: %s", e->seq, strerror(-r));
-			return r;
-		}
-		seq_del(s, e->seq);
-		return 0;
-	case PKV_OP_STEP_BEGIN:
-		r = op_step_begin(d, s, e);
-		/*
-		 * Which sequence waits on a prefix in flight, or was cut back, and
-		 * whether this connection itself computes what it waits for (then
-		 * waiting cannot help: the client must step that sequence first).
-		 */
-		if (r == -EAGAIN || r == -ESTALE) {
-			uint32_t by;
-
-			*p0 = pkv_cache_blocked_seq(c, &by);
-			*p1 = r == -EAGAIN && by == s->id;
-		}
-		return r;
-	case PKV_OP_ATTEND:
-		/* Attends in a step run on the worker; one that passed validation had a step. */
-		return -EPROTO;
-	case PKV_OP_STEP_END:
-		if (!s->step) {
-			session_set_err(s, "no open step");
-			return -EINVAL;
-		}
-		if (s->step_poisoned) {
-			/* Its copy-on-write failed: publishing those blocks would share wrong KV. */
-			pkv_cache_step_abort(c, s->step);
-			step_clear(s);
-			session_set_err(s, "copy-on-write failed in the backend; the step was aborted");
-			return -EIO;
-		}
-		{
-			/* Unattended slots hold the blocks' previous K/V (maybe another uid's): never commit them. */
-			char miss[160];
-
-			if (pkv_cache_step_missing_layers(c, s->step, miss, sizeof(miss))) {
-				pkv_cache_step_abort(c, s->step);
-				step_clear(s);
-				session_set_err(s, "step_end: layers %s not attended; the step was aborted, nothing committed",
-						miss);
-				return -EINVAL;
-			}
-		}
-		r = pkv_cache_step_commit(c, s->step);
-		if (r) {
-			session_set_err(s, "commit: %s", strerror(-r));
-			return r;
-		}
-		for (uint32_t i = 0; i < s->n_step_reqs; i++)
-			if ((se = seq_find(s, s->step_reqs[i].seq)))
-				se->len += s->step_reqs[i].n_new;
-		step_clear(s);
-		return 0;
-	case PKV_OP_STEP_ABORT:
-		if (!s->step) {
-			session_set_err(s, "no open step");
-			return -EINVAL;
-		}
-		pkv_cache_step_abort(c, s->step);
-		step_clear(s);
-		return 0;
-	case PKV_OP_PIN:
-	case PKV_OP_UNPIN:
-		tok = copy_out(s, e->off[0], walk_tokens(e->n));
-		if (!tok)
-			return -ENOMEM;
-		r = e->opcode == PKV_OP_PIN ? pkv_prefix_pin(c, s->id, s->ns, tok, walk_tokens(e->n))
-					    : pkv_prefix_unpin(c, s->id, s->ns, tok, walk_tokens(e->n));
-		free(tok);
-		/* Each success adds or drops one pin record of this owner (uid_max_pins). */
-		if (r >= 0 && s->tenant) {
-			int up = e->opcode == PKV_OP_PIN;
-
-			if (up || s->pins) {
-				s->pins += up ? 1 : -1;
-				s->tenant->pins += up ? 1 : -1;
-			}
-		}
-		if (r < 0)
-			session_set_err(s, "%s: %s", e->opcode == PKV_OP_PIN ? "pin" : "unpin", strerror(-r));
-		return r;
-	case PKV_OP_STATS: {
-		struct pkv_cache_stats cs;
-		struct pkv_wire_stats w = { 0 };
-
-		pkv_cache_stats(c, &cs);
-		w.num_blocks = cs.num_blocks;
-		w.free_blocks = cs.free_blocks;
-		w.cached_blocks = cs.cached_blocks;
-		w.in_use_blocks = cs.in_use_blocks;
-		w.open_seqs = s->n_seqs;
-		w.prefix_lookup_tokens = cs.lookup_tokens;
-		w.prefix_hit_tokens = cs.hit_tokens;
-		memcpy(s->arena + e->off[0], &w, sizeof(w));
-		return 0;
+	if (!op) {
+		session_set_err(s, "unknown opcode %u", e->opcode);
+		return -EINVAL;
 	}
+	return op->exec(d, s, e, p0, p1);
+}
+
+int session_faulted(struct pkv_daemon *d, struct session *s)
+{
+	if (s->closing || !pkv_sigbus_faulted(s->bus_slot))
+		return 0;
+	/* The handler already swapped the mapping for zero pages; nothing reads the client's memory now. */
+	pkv_warn("client %u (pid %d, uid %u): its shared memory faulted (SIGBUS); disconnecting",
+		 s->id, (int)s->pid, (unsigned)s->uid);
+	/* Its error text lives in that memory, so the reason goes on the control socket (best effort). */
+	{
+		static const char msg[] = "reading this connection's shared region faulted (SIGBUS: a page "
+					  "could not be brought in); the connection is closed";
+
+		pkv_send_reply(s->sock, -EFAULT, 0, 0, msg, sizeof(msg) - 1);
 	}
-	session_set_err(s, "unknown opcode %u", e->opcode);
-	return -EINVAL;
+	session_hangup(d, s);
+	return 1;
 }
 
 int session_process(struct pkv_daemon *d, struct session *s)
@@ -838,6 +1042,8 @@ int session_process(struct pkv_daemon *d, struct session *s)
 	uint64_t work = 0;
 	int done = 0;
 
+	if (session_faulted(d, s))
+		return 0;
 	if (s->closing || !s->region || s->worker_owned)
 		return 0;
 	/* A pending open takes this turn first; the SQEs after it wait for its completion. */
@@ -847,6 +1053,7 @@ int session_process(struct pkv_daemon *d, struct session *s)
 	pkv_ring_set_cpu(&s->sq, d->cpu1);
 	/* A turn ends after PKV_SWEEP_WORK_TOKENS of work too: other clients wait while we run. */
 	while (done < SQES_PER_SWEEP && work < PKV_SWEEP_WORK_TOKENS) {
+		const struct op_def *op;
 		struct sqe_limits lim;
 		struct pkv_sqe e;
 		uint64_t p0 = 0, p1 = 0;
@@ -871,12 +1078,13 @@ int session_process(struct pkv_daemon *d, struct session *s)
 		 * runs the attends itself, posting their completions straight away.
 		 * (One outside a step fails validation below.)
 		 */
-		if (e.opcode == PKV_OP_ATTEND && s->step) {
+		op = op_def(e.opcode);
+		if (op && op->on_worker && s->step) {
 			hand_to_worker(d, s);
 			break;
 		}
 		/* Anything but an attend waits for the attends before it (ordering). */
-		if (e.opcode != PKV_OP_ATTEND && s->inflight)
+		if (!(op && op->on_worker) && s->inflight)
 			break;
 		pkv_ring_consume(&s->sq);
 		done++;
@@ -894,6 +1102,9 @@ int session_process(struct pkv_daemon *d, struct session *s)
 			r = exec_sqe(d, s, &e, &p0, &p1);
 			tenant_sync(d, s);
 		}
+		/* A fault while executing it (arena reads): the rings are zeros now, nothing to post. */
+		if (session_faulted(d, s))
+			break;
 		work += sqe_work(s, &e);
 		if (r == 1) {
 			if (s->open_tokens)
@@ -949,6 +1160,9 @@ void session_release(struct pkv_daemon *d, struct session *s)
 	free(s->seqs);
 	s->seqs = NULL;
 	s->n_seqs = 0;
+	/* Unwatched first: once unmapped, the addresses may be reused by anything. */
+	pkv_sigbus_unwatch(s->bus_slot);
+	s->bus_slot = -1;
 	if (s->region)
 		munmap(s->region, s->region_size);
 	s->region = NULL;

@@ -17,6 +17,8 @@ static void usage(FILE *f)
 "  audit     check the cache invariants of every pool; exit 1 when a problem is found\n"
 "  flush     drop every cached (unreferenced, unpinned) block\n"
 "  metrics   Prometheus text format (--json: the status object)\n"
+"  audit and flush are for admins (root, the daemon's uid, its admin_group); anyone\n"
+"  else sees only their own pools and connections, without prefix or attend counters\n"
 "  -s, --socket PATH   daemon socket (default: $PAGEDKV_SOCKET, else\n"
 "                      $XDG_RUNTIME_DIR/pagedkv.sock, else /run/pagedkv.sock)\n"
 "  -j, --json          JSON output\n"
@@ -96,15 +98,19 @@ int main(int argc, char **argv)
 		fprintf(stderr, "pagedkvctl: cannot send the command\n");
 		return 2;
 	}
-	do {
-		n = pkv_msg_recv(s, &rep, sizeof(rep), NULL, 0, NULL, timeout);
-		if (n < (ssize_t)PKV_REPLY_HDR_SIZE) {
-			fprintf(stderr, "pagedkvctl: %s\n", n < 0 ? strerror((int)-n) : "connection closed");
+	{
+		char *out = NULL;
+		size_t len = 0;
+		int r = pkv_recv_output(s, timeout, &out, &len, &status);
+
+		if (r) {
+			fprintf(stderr, "pagedkvctl: %s\n", r == -EPROTO ? "malformed reply" : strerror(-r));
 			return 2;
 		}
-		fwrite(rep.text, 1, (size_t)n - PKV_REPLY_HDR_SIZE, stdout);
-		status = rep.status;
-	} while (rep.flags & PKV_REPLY_MORE);
+		/* A refusal's reason is text for a person: stderr, so scripts reading stdout see nothing. */
+		fwrite(out, 1, len, status < 0 ? stderr : stdout);
+		free(out);
+	}
 	close(s);
 	if (status < 0) {
 		fprintf(stderr, "pagedkvctl: %s failed: %s\n", cmds[m.cmd], strerror(-status));

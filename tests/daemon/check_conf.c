@@ -48,6 +48,30 @@ START_TEST(test_file_keys_are_applied)
 }
 END_TEST
 
+/* Issue 9's isolation keys: defaults that are safe, values range-checked. */
+START_TEST(test_isolation_keys)
+{
+	struct pkv_config c;
+	char why[256];
+
+	pkv_config_defaults(&c);
+	ck_assert_str_eq(c.admin_group, "");
+	ck_assert_uint_eq(c.max_unauth_per_uid, 16);
+	ck_assert_uint_eq(c.max_arena_per_uid, 4ull << 30);
+	write_file("admin_group = pkvadm\nmax_unauth_per_uid = 4\nmax_arena_per_uid = 512M\n");
+	ck_assert_int_eq(pkv_config_load(&c, path, why, sizeof(why)), 0);
+	unlink(path);
+	ck_assert_str_eq(c.admin_group, "pkvadm");
+	ck_assert_uint_eq(c.max_unauth_per_uid, 4);
+	ck_assert_uint_eq(c.max_arena_per_uid, 512ull << 20);
+	ck_assert_int_lt(pkv_config_set(&c, "max-unauth-per-uid", "0", why, sizeof(why)), 0);
+	ck_assert_int_lt(pkv_config_set(&c, "max-arena-per-uid", "1K", why, sizeof(why)), 0);
+	ck_assert_int_lt(pkv_config_set(&c, "admin-group", "", why, sizeof(why)), 0);
+	ck_assert_int_eq(pkv_config_set(&c, "admin-group", "wheel", why, sizeof(why)), 0);
+	ck_assert_str_eq(c.admin_group, "wheel");
+}
+END_TEST
+
 START_TEST(test_bad_line_names_file_and_line)
 {
 	struct pkv_config c;
@@ -125,6 +149,7 @@ int main(void)
 
 	tcase_add_test(t, test_file_keys_are_applied);
 	tcase_add_test(t, test_bad_line_names_file_and_line);
+	tcase_add_test(t, test_isolation_keys);
 	tcase_add_test(t, test_values_are_range_checked);
 	tcase_add_test(t, test_per_uid_keys);
 	suite_add_tcase(s, t);

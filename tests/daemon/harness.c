@@ -146,9 +146,7 @@ int ctl_cmd(const char *sock, uint32_t cmd, uint32_t fmt, char *out, size_t len)
 	struct pkv_msg_hello h = { { PKV_MSG_HELLO, sizeof(h) }, PKV_PROTO_VERSION, PKV_ROLE_CTL, 0 };
 	struct pkv_msg_ctl m = { { PKV_MSG_CTL, sizeof(m) }, cmd, fmt };
 	struct pkv_msg_reply rep;
-	size_t used = 0;
 	int s = pkv_sock_connect(sock, 5000), status = 0;
-	ssize_t n;
 
 	if (out && len)
 		out[0] = 0;
@@ -164,23 +162,23 @@ int ctl_cmd(const char *sock, uint32_t cmd, uint32_t fmt, char *out, size_t len)
 		close(s);
 		return -EPIPE;
 	}
-	do {
-		n = pkv_msg_recv(s, &rep, sizeof(rep), NULL, 0, NULL, 5000);
-		if (n < (ssize_t)PKV_REPLY_HDR_SIZE) {
-			close(s);
-			return n < 0 ? (int)n : -EPROTO;
-		}
-		status = rep.status;
-		if (out && used + 1 < len) {
-			size_t t = (size_t)n - PKV_REPLY_HDR_SIZE;
+	{
+		char *buf = NULL;
+		size_t n = 0;
+		int r = pkv_recv_output(s, 5000, &buf, &n, &status);
 
-			if (t > len - used - 1)
-				t = len - used - 1;
-			memcpy(out + used, rep.text, t);
-			used += t;
-			out[used] = 0;
+		if (r) {
+			close(s);
+			return r;
 		}
-	} while (rep.flags & PKV_REPLY_MORE);
+		if (out && len) {
+			size_t t = n < len - 1 ? n : len - 1;
+
+			memcpy(out, buf, t);
+			out[t] = 0;
+		}
+		free(buf);
+	}
 	close(s);
 	return status;
 }

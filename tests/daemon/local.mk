@@ -87,3 +87,34 @@ TESTS += tests/daemon/check_cache_isolation
 tests_daemon_check_cache_isolation_SOURCES = tests/daemon/check_cache_isolation.c
 tests_daemon_check_cache_isolation_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_daemon_check_cache_isolation_LDADD = $(DAEMON_TEST_LIBS)
+# The SIGBUS handler on real faults (unit test; the daemon's use is in check_isolation_mem).
+check_PROGRAMS += tests/daemon/check_sigbus
+TESTS += tests/daemon/check_sigbus
+tests_daemon_check_sigbus_SOURCES = tests/daemon/check_sigbus.c src/daemon/sigbus.c
+tests_daemon_check_sigbus_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_sigbus_LDADD = $(CHECK_LIBS) $(PTHREAD_LIBS)
+
+# Issue 9's memory classes with real processes and uids: hugetlbfs regions, SIGBUS in the daemon,
+# per-uid arena bytes, and control replies of any size. fstatfs_shim lets a hugetlbfs region past
+# the filesystem check (LD_PRELOAD, test only) to prove the SIGBUS handler inside pagedkvd.
+check_LTLIBRARIES += tests/daemon/pkv_fstatfs_shim.la
+tests_daemon_pkv_fstatfs_shim_la_SOURCES = tests/daemon/fstatfs_shim.c
+tests_daemon_pkv_fstatfs_shim_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
+
+check_PROGRAMS += tests/daemon/check_isolation_mem
+TESTS += tests/daemon/check_isolation_mem
+tests_daemon_check_isolation_mem_SOURCES = tests/daemon/check_isolation_mem.c
+tests_daemon_check_isolation_mem_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_isolation_mem_LDADD = $(DAEMON_TEST_LIBS)
+
+check_PROGRAMS += tests/daemon/check_isolation_huge
+TESTS += tests/daemon/check_isolation_huge
+tests_daemon_check_isolation_huge_SOURCES = tests/daemon/check_isolation_mem.c
+tests_daemon_check_isolation_huge_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -DHUGE_TESTS
+tests_daemon_check_isolation_huge_LDADD = $(DAEMON_TEST_LIBS)
+
+check_PROGRAMS += tests/daemon/check_isolation_conn
+TESTS += tests/daemon/check_isolation_conn
+tests_daemon_check_isolation_conn_SOURCES = tests/daemon/check_isolation_conn.c
+tests_daemon_check_isolation_conn_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_isolation_conn_LDADD = $(DAEMON_TEST_LIBS)

@@ -1,0 +1,420 @@
+/* SPDX-License-Identifier: MIT */
+/* Issue 9, connections and the admin tool: pagedkvctl's admin model, own-only counters, a uid flooding connections without hello. */
+#include "config.h"
+#include <check.h>
+#include <errno.h>
+#include <grp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <pagedkv/pagedkv.h>
+#include "common/msg.h"
+#include "harness.h"
+
+#define UID_A 61021
+#define UID_B 61022
+#define UID_ADMIN 61023
+
+static struct dmn D;
+
+static void start(const char *const *extra)
+{
+	ck_assert_int_eq(dmn_start(&D, extra), 0);
+	ck_assert_int_eq(chmod(D.dir, 0755), 0);
+}
+
+static void stop(void)
+{
+	ck_assert_int_eq(dmn_stop(&D), 0);
+	dmn_cleanup(&D);
+}
+
+static void become(uid_t uid, gid_t gid)
+{
+	gid_t g = gid;
+
+	if (setgroups(1, &g) || setgid(gid) || setuid(uid))
+		_exit(100);
+}
+
+/* A group that exists here, for --admin-group; NULL when none of the usual ones does. */
+static const struct group *some_group(void)
+{
+	static const char *const names[] = { "users", "nogroup", "adm", "daemon" };
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		const struct group *g = getgrnam(names[i]);
+
+		if (g && g->gr_gid != 0)
+			return g;
+	}
+	return NULL;
+}
+
+/*
+ * A child of uid that stays attached to pool (one sequence open) until
+ * the returned pipe is closed. Returns the pid; *hold is the write end.
+ */
+static pid_t attached(uid_t uid, const char *pool, int *hold)
+{
+	int ready[2], wait_[2];
+	pid_t pid;
+	char c;
+
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(pipe(wait_), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		static const int32_t toks[20] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17 };
+		struct pkv_client *cl;
+		uint32_t seq, n_cached;
+
+		close(ready[0]);
+		close(wait_[1]);
+		if (uid)
+			become(uid, uid);
+		cl = test_client(D.sock, pool, 1 << 20, 5000);
+		if (!cl || pkv_seq_open(cl, toks, 20, &seq, &n_cached) || run_step(cl, seq, toks, 0, 20, NULL))
+			_exit(3);
+		c = 'r';
+		if (write(ready[1], &c, 1) != 1 || read(wait_[0], &c, 1) < 0)
+			_exit(4);
+		pkv_disconnect(cl);
+		_exit(0);
+	}
+	close(ready[1]);
+	close(wait_[0]);
+	ck_assert_int_eq(read(ready[0], &c, 1), 1);
+	close(ready[0]);
+	*hold = wait_[1];
+	return pid;
+}
+
+static void release(pid_t pid, int hold)
+{
+	int st;
+
+	close(hold);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+}
+
+/* Checks run in a child of uid/gid; exit code 0 when all hold, else the number of the failed check. */
+#define CHECK(n, cond) do { if (!(cond)) _exit(n); } while (0)
+
+static int run_as(uid_t uid, gid_t gid, int (*fn)(void *), void *arg)
+{
+	pid_t pid = fork();
+	int st;
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		become(uid, gid);
+		_exit(fn(arg));
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static char buf[1 << 20];
+
+/* uid B: no pool of its own attached, so it sees no pool, no client, no counter; may not flush or audit. */
+static int stranger_view(void *arg)
+{
+	(void)arg;
+	CHECK(10, ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, buf, sizeof(buf)) == 0);
+	CHECK(11, strstr(buf, "\"admin\":false"));
+	CHECK(12, !strstr(buf, "rootpool") && !strstr(buf, "apool"));
+	CHECK(13, strstr(buf, "\"clients\":[]"));
+	CHECK(14, strstr(buf, "\"connections\":1,")); /* this control connection only */
+	CHECK(15, ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_TEXT, buf, sizeof(buf)) == 0);
+	CHECK(16, !strstr(buf, "pool ") && !strstr(buf, "client "));
+	CHECK(17, ctl_cmd(D.sock, PKV_CTL_METRICS, PKV_FMT_PROM, buf, sizeof(buf)) == 0);
+	CHECK(18, !strstr(buf, "rootpool") && !strstr(buf, "apool") && !strstr(buf, "prefix"));
+	CHECK(19, ctl_cmd(D.sock, PKV_CTL_FLUSH, PKV_FMT_TEXT, buf, sizeof(buf)) == -EPERM);
+	CHECK(20, strstr(buf, "flush needs an admin"));
+	CHECK(21, ctl_cmd(D.sock, PKV_CTL_AUDIT, PKV_FMT_TEXT, buf, sizeof(buf)) == -EPERM);
+	return 0;
+}
+
+/* uid A, attached to apool: sees apool and its own client, nothing of root's, no prefix counters. */
+static int owner_view(void *arg)
+{
+	char pid[32];
+
+	snprintf(pid, sizeof(pid), "\"pid\":%d,", *(int *)arg);
+	CHECK(30, ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, buf, sizeof(buf)) == 0);
+	CHECK(31, strstr(buf, "\"name\":\"apool\""));
+	CHECK(32, !strstr(buf, "rootpool"));
+	CHECK(33, strstr(buf, pid));
+	CHECK(34, !strstr(buf, "\"uid\":0"));
+	CHECK(35, !strstr(buf, "prefix_lookup_tokens") && !strstr(buf, "prefix_hit"));
+	CHECK(36, ctl_cmd(D.sock, PKV_CTL_METRICS, PKV_FMT_PROM, buf, sizeof(buf)) == 0);
+	CHECK(37, strstr(buf, "pagedkv_blocks{pool=\"apool\",state=\"free\"}") && !strstr(buf, "rootpool"));
+	CHECK(38, !strstr(buf, "pagedkv_prefix_lookup_tokens_total"));
+	return 0;
+}
+
+/* A member of admin_group: everything, and flush works. */
+static int admin_view(void *arg)
+{
+	(void)arg;
+	CHECK(50, ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, buf, sizeof(buf)) == 0);
+	CHECK(51, strstr(buf, "\"admin\":true"));
+	CHECK(52, strstr(buf, "rootpool") && strstr(buf, "apool"));
+	CHECK(53, strstr(buf, "prefix_lookup_tokens"));
+	CHECK(54, ctl_cmd(D.sock, PKV_CTL_FLUSH, PKV_FMT_TEXT, buf, sizeof(buf)) == 0);
+	CHECK(55, ctl_cmd(D.sock, PKV_CTL_AUDIT, PKV_FMT_TEXT, buf, sizeof(buf)) == 0);
+	return 0;
+}
+
+START_TEST(test_ctl_admin_model)
+{
+	const struct group *g = some_group();
+	int hold_root, hold_a;
+	pid_t root_c, a_c;
+	char grp[64];
+
+	if (!g) {
+		fprintf(stderr, "# skip: no group to name admin\n");
+		return;
+	}
+	snprintf(grp, sizeof(grp), "%s", g->gr_name);
+	start((const char *const[]){ "--socket-mode", "0666", "--admin-group", grp, NULL });
+	root_c = attached(0, "rootpool", &hold_root);
+	a_c = attached(UID_A, "apool", &hold_a);
+	ck_assert_int_eq(run_as(UID_B, UID_B, stranger_view, NULL), 0);
+	ck_assert_int_eq(run_as(UID_A, UID_A, owner_view, &a_c), 0);
+	/* An admin by group only (uid and primary gid are nobody's). */
+	ck_assert_int_eq(run_as(UID_ADMIN, g->gr_gid, admin_view, NULL), 0);
+	/* Root sees the prefix counters of every pool. */
+	ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, buf, sizeof(buf)), 0);
+	ck_assert_ptr_nonnull(strstr(buf, "\"admin\":true"));
+	ck_assert_ptr_nonnull(strstr(buf, "\"uid\":61021"));
+	release(a_c, hold_a);
+	release(root_c, hold_root);
+	stop();
+}
+END_TEST
+
+/* STATS through the rings is a second way to read a pool's prefix counters: it reports the caller's own. */
+START_TEST(test_stats_counters_are_the_callers_own)
+{
+	int32_t toks[40];
+	struct pkv_client *a, *b;
+	struct pkv_stats st;
+	uint32_t s1, nc;
+
+	for (int i = 0; i < 40; i++)
+		toks[i] = 11 * i + 3;
+	start(NULL);
+	a = test_client(D.sock, "shared", 1 << 20, 5000);
+	b = test_client(D.sock, "shared", 1 << 20, 5000);
+	ck_assert(a && b);
+	ck_assert_int_eq(pkv_seq_open(a, toks, 40, &s1, &nc), 0);
+	ck_assert_int_eq(run_step(a, s1, toks, 0, 40, NULL), 0);
+	ck_assert_int_eq(pkv_seq_open(a, toks, 40, &s1, &nc), 0);
+	ck_assert_uint_eq(nc, 32);
+	ck_assert_int_eq(pkv_stats(b, &st), 0);
+	ck_assert_uint_eq(st.prefix_lookup_tokens, 0);
+	ck_assert_uint_eq(st.prefix_hit_tokens, 0);
+	ck_assert_int_eq(pkv_stats(a, &st), 0);
+	ck_assert_uint_eq(st.prefix_lookup_tokens, 80);
+	ck_assert_uint_eq(st.prefix_hit_tokens, 32);
+	pkv_disconnect(a);
+	pkv_disconnect(b);
+	stop();
+}
+END_TEST
+
+/* pagedkvctl itself: a refused flush exits 2 and says why on stderr. */
+static int ctl_tool_flush(void *arg)
+{
+	const char *top = getenv("PKV_TOP_BUILDDIR");
+	char cmd[1024];
+	int st;
+
+	(void)arg;
+	snprintf(cmd, sizeof(cmd), "%s/src/tools/pagedkvctl --socket %s flush 2>&1 | grep -q 'needs an admin'",
+		 top ? top : ".", D.sock);
+	st = system(cmd);
+	CHECK(60, st == 0);
+	snprintf(cmd, sizeof(cmd), "%s/src/tools/pagedkvctl --socket %s flush >/dev/null 2>&1",
+		 top ? top : ".", D.sock);
+	st = system(cmd);
+	CHECK(61, WIFEXITED(st) && WEXITSTATUS(st) == 2);
+	return 0;
+}
+
+START_TEST(test_ctl_tool_refuses_non_admin)
+{
+	start((const char *const[]){ "--socket-mode", "0666", NULL });
+	ck_assert_int_eq(run_as(UID_B, UID_B, ctl_tool_flush, NULL), 0);
+	stop();
+}
+END_TEST
+
+/* ---------------------------------------------------------------- slowloris */
+
+#define FLOOD 200
+
+/* Opens FLOOD connections without hello as uid; reports, then waits for the parent's word. */
+static pid_t flood(uid_t uid, int *ready_fd, int *go_fd, int n)
+{
+	int ready[2], go[2];
+	pid_t pid;
+
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(pipe(go), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		static int socks[FLOOD];
+		int opened = 0, hung = 0, told = 0;
+		char c = 0;
+
+		close(ready[0]);
+		close(go[1]);
+		become(uid, uid);
+		for (int i = 0; i < n; i++) {
+			socks[i] = pkv_sock_connect(D.sock, 5000);
+			opened += socks[i] >= 0;
+		}
+		c = (char)(opened == n);
+		if (write(ready[1], &c, 1) != 1 || read(go[0], &c, 1) < 0)
+			_exit(100);
+		/* Every connection ends: refused at once, or reaped without a hello. */
+		for (int round = 0; round < 200 && hung < n; round++) {
+			hung = 0;
+			for (int i = 0; i < n; i++) {
+				struct pollfd p = { .fd = socks[i], .events = POLLRDHUP };
+
+				if (socks[i] >= 0 && poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP)))
+					hung++;
+			}
+			if (hung < n)
+				usleep(100000);
+		}
+		for (int i = 0; i < n; i++) {
+			struct pkv_msg_reply rep;
+
+			if (pkv_msg_recv(socks[i], &rep, sizeof(rep), NULL, 0, NULL, 0) >= (ssize_t)PKV_REPLY_HDR_SIZE &&
+			    (rep.status == -EUSERS || rep.status == -EMFILE))
+				told++;
+		}
+		if (getenv("PKV_TEST_VERBOSE"))
+			fprintf(stderr, "# uid %u: %d of %d connections ended, %d with a reason\n", (unsigned)uid,
+				hung, n, told);
+		_exit(hung == n ? (told > 0 ? 0 : 2) : 1);
+	}
+	close(ready[1]);
+	close(go[0]);
+	*ready_fd = ready[0];
+	*go_fd = go[1];
+	return pid;
+}
+
+/* Connects as uid (retrying while refused), attaches and runs a step. */
+static int victim(void *arg)
+{
+	static const int32_t toks[4] = { 9, 8, 7, 6 };
+	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 1 << 20, .timeout_ms = 5000 };
+	struct pkv_pool_params pp;
+	struct pkv_client *c = NULL;
+	uint32_t seq, nc;
+	int r = -1;
+
+	(void)arg;
+	for (int i = 0; i < 300 && r; i++) {
+		r = pkv_connect(&o, &c);
+		if (r)
+			usleep(100000);
+	}
+	CHECK(70, r == 0);
+	test_pool_params(&pp, "victim");
+	CHECK(71, pkv_pool_attach(c, &pp) == 0);
+	CHECK(72, pkv_seq_open(c, toks, 4, &seq, &nc) == 0);
+	CHECK(73, run_step(c, seq, toks, 0, 4, NULL) == 0);
+	pkv_disconnect(c);
+	return 0;
+}
+
+static void flood_and_serve(int n_uids)
+{
+	int ready[8], go[8], st;
+	pid_t pid[8];
+	char c;
+
+	for (int i = 0; i < n_uids; i++) {
+		pid[i] = flood(UID_A + 100 + i, &ready[i], &go[i], FLOOD / n_uids);
+		ck_assert_int_eq(read(ready[i], &c, 1), 1);
+		ck_assert_int_eq(c, 1);
+	}
+	/* While every flooder holds its sockets, another uid is served. */
+	ck_assert_int_eq(run_as(UID_B, UID_B, victim, NULL), 0);
+	ck_assert(dmn_alive(&D));
+	for (int i = 0; i < n_uids; i++) {
+		/* A byte, not EOF: later flooders inherited this pipe's write end. */
+		ck_assert_int_eq(write(go[i], "g", 1), 1);
+		close(go[i]);
+		close(ready[i]);
+		ck_assert_int_eq(waitpid(pid[i], &st, 0), pid[i]);
+		ck_assert_int_eq(WEXITSTATUS(st), 0);
+	}
+}
+
+START_TEST(test_unauthenticated_flood_of_one_uid)
+{
+	start((const char *const[]){ "--socket-mode", "0666", "--max-unauth-per-uid", "8", NULL });
+	flood_and_serve(1);
+	stop();
+}
+END_TEST
+
+/* Several uids, and a daemon with few descriptors: accept keeps refusing instead of failing. */
+START_TEST(test_descriptor_exhaustion)
+{
+	struct rlimit rl = { 48, 48 };
+
+	start((const char *const[]){ "--socket-mode", "0666", "--max-unauth-per-uid", "16", NULL });
+	/* After its start (it raises its soft limit to the hard one): 4 uids x 16 pre-hello sockets exhaust it. */
+	ck_assert_int_eq(prlimit(D.pid, RLIMIT_NOFILE, &rl, NULL), 0);
+	flood_and_serve(4);
+	stop();
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("isolation_conn");
+	TCase *t = tcase_create("conn");
+
+	tcase_add_test(t, test_ctl_admin_model);
+	tcase_add_test(t, test_ctl_tool_refuses_non_admin);
+	tcase_add_test(t, test_stats_counters_are_the_callers_own);
+	tcase_add_test(t, test_unauthenticated_flood_of_one_uid);
+	tcase_add_test(t, test_descriptor_exhaustion);
+	suite_add_tcase(s, t);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr;
+	int failed;
+
+	/* Needs root to run clients as other uids and groups. */
+	if (geteuid() != 0)
+		return 77;
+	sr = srunner_create(suite());
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
