@@ -116,6 +116,9 @@ struct pkv_cache {
 	int32_t *scratch;        /* [num_blocks]: chain walks of pin/unpin */
 
 	uint64_t lookup_tokens, hit_tokens, evictions, cow_copies;
+
+	pkv_evict_fn evict_fn;   /* adopt.c: a tier's spill hook */
+	void *evict_ud;
 };
 
 static inline bool key_eq(struct pkv_key a, struct pkv_key b)

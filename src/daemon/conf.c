@@ -159,6 +159,16 @@ int pkv_config_set(struct pkv_config *cfg, const char *key, const char *value, c
 		r = parse_uint(value, 0, 10000, &cfg->gather_us);
 	} else if (!strcmp(k, "coalesce")) {
 		r = parse_bool(value, &cfg->coalesce);
+	} else if (!strcmp(k, "disk_cache")) {
+		r = *value == '/' ? copy_str(cfg->disk_cache, sizeof(cfg->disk_cache), value) : -EINVAL;
+	} else if (!strcmp(k, "disk_budget")) {
+		r = pkv_parse_size(value, &cfg->disk_budget);
+		if (!r && cfg->disk_budget < (1u << 20))
+			r = -EINVAL;
+	} else if (!strcmp(k, "disk_uid_share")) {
+		r = parse_uint(value, 1, 100, &cfg->disk_uid_share);
+	} else if (!strcmp(k, "disk_wait_ms")) {
+		r = parse_uint(value, 1, 60000, &cfg->disk_wait_ms);
 	} else {
 		snprintf(why, why_len, "unknown key '%s'", key);
 		return -EINVAL;

@@ -24,6 +24,11 @@ struct pkv_config {
 	unsigned spin_us;               /* busy-poll the rings this long after activity */
 	int coalesce;                   /* merge attends of the same pool and layer */
 	unsigned gather_us;             /* wait this long for a lockstep batch to fill (0: never) */
+	/* disk tier (tier_glue.c); 0 / "" = default / off */
+	char disk_cache[4096];          /* directory; "" = no disk tier */
+	uint64_t disk_budget;           /* bytes of records (0 = 10G) */
+	unsigned disk_uid_share;        /* percent of the budget one uid may fill (0 = 100) */
+	unsigned disk_wait_ms;          /* longest an open waits for disk reads (0 = 200) */
 };
 
 void pkv_config_defaults(struct pkv_config *cfg);

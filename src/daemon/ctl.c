@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "daemon/daemon.h"
+#include "daemon/tier_glue.h"
 
 static const char *dtype_name(uint32_t t)
 {
@@ -59,9 +60,11 @@ static void do_status(struct pkv_daemon *d, FILE *f, uint32_t fmt)
 	int first = 1;
 
 	if (fmt == PKV_FMT_JSON) {
-		fprintf(f, "{\"connections\":%u,\"memory_budget\":%llu,\"memory_used\":%llu,\"pools\":[",
+		fprintf(f, "{\"connections\":%u,\"memory_budget\":%llu,\"memory_used\":%llu,",
 			d->n_sessions, (unsigned long long)d->cfg.memory_budget,
 			(unsigned long long)d->budget_used);
+		tier_glue_status(d, f, 1);
+		fprintf(f, "\"pools\":[");
 		for (struct pool *p = d->pools; p; p = p->next) {
 			pkv_cache_stats(p->cache, &cs);
 			fprintf(f, "%s{\"name\":", first ? "" : ",");
@@ -99,6 +102,7 @@ static void do_status(struct pkv_daemon *d, FILE *f, uint32_t fmt)
 	}
 	fprintf(f, "pagedkvd: %u connections, KV memory %llu of %llu MiB\n", d->n_sessions,
 		(unsigned long long)(d->budget_used >> 20), (unsigned long long)(d->cfg.memory_budget >> 20));
+	tier_glue_status(d, f, 0);
 	for (struct pool *p = d->pools; p; p = p->next) {
 		pkv_cache_stats(p->cache, &cs);
 		fprintf(f, "pool %s: %u layers, %u/%u heads x %u, cache %s, act %s, %u blocks of %u tokens%s\n",
@@ -191,7 +195,7 @@ static void do_flush(struct pkv_daemon *d, FILE *f, uint32_t fmt)
 	if (fmt == PKV_FMT_JSON)
 		fprintf(f, "{\"pools\":[");
 	for (struct pool *p = d->pools; p; p = p->next) {
-		int n = pkv_cache_flush(p->cache);
+		int n = tier_glue_cache_flush(d, p);
 
 		if (fmt == PKV_FMT_JSON) {
 			fprintf(f, "%s{\"name\":", first ? "" : ",");
@@ -276,6 +280,9 @@ int ctl_run(struct pkv_daemon *d, uint32_t cmd, uint32_t format, char **out)
 		break;
 	case PKV_CTL_FLUSH:
 		do_flush(d, f, format);
+		break;
+	case PKV_CTL_FLUSH_DISK:
+		tier_glue_flush(d, f, format == PKV_FMT_JSON);
 		break;
 	case PKV_CTL_METRICS:
 		if (format == PKV_FMT_JSON)

@@ -6,10 +6,11 @@ src_daemon_libpkvvalidate_la_LIBADD = src/common/libpkvcommon.la $(LIBM)
 
 sbin_PROGRAMS += src/daemon/pagedkvd
 src_daemon_pagedkvd_SOURCES = src/daemon/main.c src/daemon/conf.c src/daemon/loop.c \
-	src/daemon/session.c src/daemon/pool.c src/daemon/worker.c src/daemon/ctl.c
+	src/daemon/session.c src/daemon/pool.c src/daemon/worker.c src/daemon/ctl.c \
+	src/daemon/tier_glue.c
 src_daemon_pagedkvd_CFLAGS = $(AM_CFLAGS) $(URING_CFLAGS)
 src_daemon_pagedkvd_LDADD = src/daemon/libpkvvalidate.la src/cache/libpkvcache.la \
-	src/loader/libpkvloader.la src/common/libpkvcommon.la $(URING_LIBS) $(XXHASH_LIBS) \
+	src/loader/libpkvloader.la src/tier/libpkvtier.la src/common/libpkvcommon.la $(URING_LIBS) $(XXHASH_LIBS) \
 	$(PTHREAD_LIBS) $(LIBM)
-noinst_HEADERS += src/daemon/daemon.h src/daemon/conf.h src/daemon/validate.h
+noinst_HEADERS += src/daemon/daemon.h src/daemon/conf.h src/daemon/validate.h src/daemon/tier_glue.h
 dist_man_MANS += man/pagedkvd.8

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include "common/log.h"
 #include "daemon/daemon.h"
+#include "daemon/tier_glue.h"
 
 static void usage(FILE *f)
 {
@@ -40,6 +41,10 @@ static void usage(FILE *f)
 "      --spin-us N             busy-poll this long after activity before sleeping (default 50)\n"
 "      --no-coalesce           run every attend as its own backend call\n"
 "      --gather-us N           wait up to N us for clients in lockstep to fill a batch (default 20)\n"
+"      --disk-cache DIR        keep prefix blocks that leave RAM in DIR (absolute path)\n"
+"      --disk-budget SIZE      disk bytes for them, e.g. 20G (default 10G)\n"
+"      --disk-uid-share P      percent of the disk budget one user may fill (default 100)\n"
+"      --disk-wait-ms N        longest an open waits for disk reads (default 200)\n"
 "  -l, --log-level LEVEL       error, warn, info (default) or debug\n"
 "  -f, --foreground            stay in the foreground, log to stderr\n"
 "  -h, --help                  this text\n"
@@ -63,6 +68,10 @@ static const struct option longopts[] = {
 	{ "spin-us", required_argument, NULL, 1 },
 	{ "no-coalesce", no_argument, NULL, 2 },
 	{ "gather-us", required_argument, NULL, 1 },
+	{ "disk-cache", required_argument, NULL, 1 },
+	{ "disk-budget", required_argument, NULL, 1 },
+	{ "disk-uid-share", required_argument, NULL, 1 },
+	{ "disk-wait-ms", required_argument, NULL, 1 },
 	{ "log-level", required_argument, NULL, 'l' },
 	{ "foreground", no_argument, NULL, 'f' },
 	{ "help", no_argument, NULL, 'h' },
@@ -304,10 +313,12 @@ int main(int argc, char **argv)
 	}
 	if (load_plugins(d))
 		goto out_ring;
+	if (tier_glue_start(d))
+		goto out_plugins;
 	r = worker_start(d);
 	if (r) {
 		pkv_err("worker thread: %s", strerror(-r));
-		goto out_plugins;
+		goto out_tier;
 	}
 	pkv_info("listening on %s (protocol %u, budget %llu MiB)", d->cfg.socket_path, PKV_PROTO_VERSION,
 		 (unsigned long long)(d->cfg.memory_budget >> 20));
@@ -328,6 +339,8 @@ int main(int argc, char **argv)
 		d->pools = p->next;
 		pool_destroy(d, p);
 	}
+out_tier:
+	tier_glue_stop(d);
 out_plugins:
 	if (!d->same_plugin && d->plug_decode.be)
 		pkv_plugin_unload(&d->plug_decode);

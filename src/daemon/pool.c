@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/region.h"
 #include "daemon/daemon.h"
+#include "daemon/tier_glue.h"
 
 uint64_t pool_bytes(const struct pkv_geometry *g)
 {
@@ -115,6 +116,7 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, struct poo
 	d->budget_used += bytes;
 	p->next = d->pools;
 	d->pools = p;
+	tier_glue_pool_created(d, p);
 	pkv_info("pool '%s' created: %u layers, %u/%u heads, head_dim %u, %u blocks of %u (%llu MiB)",
 		 p->name, p->geo.num_layers, p->geo.num_heads, p->geo.num_kv_heads, p->geo.head_dim,
 		 p->geo.num_blocks, p->geo.block_size, (unsigned long long)(bytes >> 20));
@@ -129,6 +131,7 @@ err_free:
 
 void pool_destroy(struct pkv_daemon *d, struct pool *p)
 {
+	tier_glue_pool_destroy(d, p);
 	pkv_dispatch_close(&p->disp);
 	pkv_cache_destroy(p->cache);
 	d->budget_used -= p->bytes;

@@ -16,6 +16,7 @@
 #include "common/msg.h"
 #include "common/region.h"
 #include "daemon/daemon.h"
+#include "daemon/tier_glue.h"
 #include "daemon/validate.h"
 
 #define MAX_REGION (64ull << 30)
@@ -278,6 +279,7 @@ static void handle_attach(struct pkv_daemon *d, struct session *s, const struct 
 	s->ns = pkv_namespace(m->model_id, &m->geo,
 			      (p->flags & PKV_WIRE_POOL_SHARED) ? PKV_NS_SHARED : (uint32_t)s->uid,
 			      m->salt, m->salt_len);
+	tier_glue_attach(d, s);
 	reply(d, s, 0, 0, NULL);
 }
 
@@ -584,6 +586,7 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 		tok = copy_out(s, e->off[0], e->n);
 		if (!tok)
 			return -ENOMEM;
+		tier_glue_fetch(d, s, tok, e->n);
 		r = pkv_cache_seq_open(c, s->id, s->ns, tok, e->n, &seq, &n_cached);
 		free(tok);
 		if (r) {

@@ -91,6 +91,18 @@ static int key_same(struct pkv_key a, struct pkv_key b)
 	return a.lo == b.lo && a.hi == b.hi;
 }
 
+int pkv_tier_rec_check_self(const void *rec, const struct tier_layout *l, const struct pkv_tier_fp *fp,
+			    struct pkv_key key)
+{
+	const struct tier_rec_hdr *h = rec;
+
+	if (h->magic != TIER_REC_MAGIC || h->version != TIER_REC_VERSION || h->used != l->used ||
+	    h->n_tokens != fp->block_size || h->kv_off != l->kv_off || h->kv_bytes != l->kv_bytes ||
+	    memcmp(&h->fp, fp, sizeof(*fp)) || !key_same(h->key, key) || h->sum != rec_sum(rec, l->used))
+		return -EBADMSG;
+	return 0;
+}
+
 int pkv_tier_rec_check(const void *rec, const struct tier_layout *l, const struct pkv_tier_fp *fp,
 		       struct pkv_key key, struct pkv_key parent, struct pkv_key ns, const int32_t *tokens)
 {

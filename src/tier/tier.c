@@ -51,7 +51,7 @@ struct pkv_tier_fetch {
 	int cls;
 	uint32_t n, pages, next_io, done_ios, ok;
 	uint32_t rec_size, kv_off;
-	int complete, abandoned;
+	int complete, abandoned, self;
 	uint8_t *buf;                 /* n records back to back in staging */
 	struct pkv_key ns, parent;
 	struct pkv_key *keys;
@@ -573,7 +573,11 @@ static void fetch_finish(struct pkv_tier *t, struct pkv_tier_fetch *f)
 
 	/* Verify outside the lock: checksumming megabytes must not hold up the loop's probes. */
 	pthread_mutex_unlock(&t->mu);
-	for (i = 0; i < f->n; i++) {
+	for (i = 0; i < f->n && f->self; i++)
+		if (!f->res[i])
+			f->res[i] = pkv_tier_rec_check_self(f->buf + (size_t)i * c->l.rec_size, &c->l, &c->fp,
+							    f->keys[i]);
+	for (i = 0; i < f->n && !f->self; i++) {
 		if (!f->res[i])
 			f->res[i] = pkv_tier_rec_check(f->buf + (size_t)i * c->l.rec_size, &c->l, &c->fp,
 						       f->keys[i], parent, f->ns, f->tokens + (size_t)i * bs);
@@ -583,7 +587,11 @@ static void fetch_finish(struct pkv_tier *t, struct pkv_tier_fetch *f)
 	for (i = 0; i < f->n && !f->res[i]; i++)
 		;
 	f->ok = i;
-	for (; i < f->n; i++) {
+	if (f->self)
+		for (f->ok = 0, i = 0; i < f->n; i++)
+			f->ok += !f->res[i];
+	/* A chain is served up to its first bad block; a check looks at every block. */
+	for (i = f->self ? 0 : i; i < f->n; i++) {
 		int32_t b;
 
 		if (!f->res[i] || f->res[i] == -ENOENT)
@@ -596,7 +604,8 @@ static void fetch_finish(struct pkv_tier *t, struct pkv_tier_fetch *f)
 		}
 		t->corrupt++;
 	}
-	t->hits += f->ok;
+	if (!f->self)
+		t->hits += f->ok;
 	f->complete = 1;
 	if (f->abandoned)
 		fetch_free(t, f);
@@ -941,6 +950,70 @@ void pkv_tier_fetch_done(struct pkv_tier *t, struct pkv_tier_fetch *f)
 	else
 		f->abandoned = 1;   /* the tier thread frees it when its reads come back */
 	pthread_mutex_unlock(&t->mu);
+}
+
+int64_t pkv_tier_check_all(struct pkv_tier *t, uint64_t *dropped)
+{
+	int64_t checked = 0;
+
+	*dropped = 0;
+	for (uint32_t c = 0; c < t->n_cls; c++) {
+		const struct tcls *k = &t->cls[c];
+		uint32_t batch = (uint32_t)(t->arena_len / 2 / k->l.rec_size), n, b = 0;
+		struct pkv_tier_fetch *f;
+		int p;
+
+		batch = batch > 64 ? 64 : batch;
+		for (;;) {
+			if (fetch_alloc(t, k, batch, &f)) {
+				fetch_free(t, f);
+				return -ENOMEM;
+			}
+			f->cls = (int)c;
+			f->self = 1;
+			f->rec_size = k->l.rec_size;
+			f->kv_off = k->l.kv_off;
+			pthread_mutex_lock(&t->mu);
+			/* Blocks are visited by index; one dropped meanwhile just shifts the walk. */
+			for (n = 0; b < t->n_blk && n < batch; b++) {
+				const struct tblk *x = &t->blk[b];
+
+				if (x->uidx == FREE_UIDX || x->cls != c)
+					continue;
+				f->keys[n] = x->key;
+				f->ios[n] = (struct tier_io){ .op = TIO_GET, .cls = (int)c, .loc = x->loc,
+							      .len = k->l.rec_size, .owner = f, .idx = n };
+				n++;
+			}
+			f->n = n;
+			f->pages = n * (k->l.rec_size / TIER_ALIGN);
+			p = n ? stage_alloc(t, f->pages) : -1;
+			if (p < 0) {
+				pthread_mutex_unlock(&t->mu);
+				f->n = 0;
+				fetch_free(t, f);
+				if (n)
+					return -EAGAIN;
+				break;
+			}
+			f->buf = t->arena + (size_t)p * TIER_ALIGN;
+			for (uint32_t i = 0; i < n; i++)
+				f->ios[i].buf = f->buf + (size_t)i * k->l.rec_size;
+			if (t->fq_tail)
+				t->fq_tail->next = f;
+			else
+				t->fq_head = f;
+			t->fq_tail = f;
+			pthread_cond_signal(&t->cv_work);
+			while (!f->complete)
+				pthread_cond_wait(&t->cv_done, &t->mu);
+			checked += n;
+			*dropped += n - f->ok;
+			fetch_free(t, f);
+			pthread_mutex_unlock(&t->mu);
+		}
+	}
+	return checked;
 }
 
 void pkv_tier_drain(struct pkv_tier *t)

@@ -101,6 +101,14 @@ int pkv_tier_fetch(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_ke
 const void *pkv_tier_fetch_kv(const struct pkv_tier_fetch *f, uint32_t i);
 void pkv_tier_fetch_done(struct pkv_tier *t, struct pkv_tier_fetch *f);
 
+/*
+ * Reads every block of the tier and verifies what can be verified without
+ * a caller (checksum, fingerprint, key); failures are dropped. Returns the
+ * blocks checked, *dropped the ones that failed. Slow: an fsck, for tests
+ * and administrators.
+ */
+int64_t pkv_tier_check_all(struct pkv_tier *t, uint64_t *dropped);
+
 /* Waits until every queued spill is written (or dropped). */
 void pkv_tier_drain(struct pkv_tier *t);
 /* Drops every block from the tier (index and files); spilling resumes if it was stopped. Returns blocks dropped. */

@@ -44,6 +44,10 @@ void pkv_tier_rec_seal(void *rec, const struct tier_layout *l, const struct pkv_
 int pkv_tier_rec_check(const void *rec, const struct tier_layout *l, const struct pkv_tier_fp *fp,
 		       struct pkv_key key, struct pkv_key parent, struct pkv_key ns, const int32_t *tokens);
 
+/* The checks that need no caller: intact, this fingerprint, this key (pkv_tier_check_all). */
+int pkv_tier_rec_check_self(const void *rec, const struct tier_layout *l, const struct pkv_tier_fp *fp,
+			    struct pkv_key key);
+
 /*
  * What a backend keeps beside each record so that the index can be rebuilt
  * without reading records: the common layer hands it over with every put

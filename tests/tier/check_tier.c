@@ -235,6 +235,30 @@ START_TEST(test_truncated_dropped)
 }
 END_TEST
 
+START_TEST(test_check_all)
+{
+	struct pkv_tier *t = open_tier(64 << 20, 100);
+	int cls = pkv_tier_class(t, &FP);
+	struct tier_layout l;
+	uint64_t dropped;
+	char path[128];
+
+	ck_assert_uint_eq(spill_chain(t, cls, 12, NCHAIN, 1000), NCHAIN);
+	ck_assert_int_eq(pkv_tier_check_all(t, &dropped), NCHAIN);
+	ck_assert_uint_eq(dropped, 0);
+	pkv_tier_close(t);
+	ck_assert_int_eq(pkv_tier_layout(&FP, &l), 0);
+	flip_byte(file_of("dat", path, sizeof(path)), (off_t)l.rec_size * 3 + 40);
+	flip_byte(file_of("dat", path, sizeof(path)), (off_t)l.rec_size * 30 + l.kv_off);
+	t = open_tier(64 << 20, 100);
+	ck_assert_int_eq(pkv_tier_check_all(t, &dropped), NCHAIN);
+	ck_assert_uint_eq(dropped, 2);
+	ck_assert_int_eq(pkv_tier_check_all(t, &dropped), NCHAIN - 2);
+	ck_assert_uint_eq(dropped, 0);
+	pkv_tier_close(t);
+}
+END_TEST
+
 START_TEST(test_torn_entry_ignored)
 {
 	struct pkv_tier *t = open_tier(64 << 20, 100);
@@ -376,6 +400,7 @@ int main(void)
 	tcase_add_test(tc, test_bit_flip_dropped);
 	tcase_add_test(tc, test_truncated_dropped);
 	tcase_add_test(tc, test_torn_entry_ignored);
+	tcase_add_test(tc, test_check_all);
 	tcase_add_test(tc, test_budget_evicts_oldest);
 	tcase_add_test(tc, test_uid_share);
 	tcase_add_test(tc, test_full_disk_stops_spilling);
