@@ -202,8 +202,10 @@ int tier_glue_cache_flush(struct pkv_daemon *d, struct pool *p)
 	if (p->tier)
 		p->tier->may_wait = 1;
 	n = pkv_cache_flush(p->cache);
-	if (p->tier)
+	if (p->tier) {
 		p->tier->may_wait = 0;
+		pkv_tier_drain(g_tier);   /* the flush returns once its blocks are findable on disk */
+	}
 	return n;
 }
 

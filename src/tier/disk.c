@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <liburing.h>
@@ -113,6 +114,12 @@ static int disk_open(const struct pkv_tier_config *cfg, void **out, char *why, s
 		r = -EPERM;
 		snprintf(why, why_len, "disk tier: %s must belong to uid %u and be writable by it alone",
 			 cfg->dir, (unsigned)geteuid());
+		goto err_dir;
+	}
+	/* Two daemons on one directory would hand out the same slots: the second one stops here. */
+	if (flock(d->dirfd, LOCK_EX | LOCK_NB)) {
+		r = -EBUSY;
+		snprintf(why, why_len, "disk tier: %s is in use by another process", cfg->dir);
 		goto err_dir;
 	}
 	r = io_uring_queue_init(2 * d->qd, &d->ring, 0);

@@ -5,3 +5,10 @@ TESTS += tests/tier/check_tier
 tests_tier_check_tier_SOURCES = tests/tier/check_tier.c
 tests_tier_check_tier_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_tier_check_tier_LDADD = src/tier/libpkvtier.la $(CHECK_LIBS)
+
+# pagedkvd with --disk-cache as real processes (the daemon test harness, the naive backend).
+check_PROGRAMS += tests/tier/check_tier_daemon
+TESTS += tests/tier/check_tier_daemon
+tests_tier_check_tier_daemon_SOURCES = tests/tier/check_tier_daemon.c
+tests_tier_check_tier_daemon_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_tier_check_tier_daemon_LDADD = src/tier/libpkvtier.la $(DAEMON_TEST_LIBS)
