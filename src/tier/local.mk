@@ -8,3 +8,4 @@ noinst_HEADERS += src/tier/tier.h src/tier/tier_int.h
 
 # Its tests and its benchmark are registered here, so the tier is one include in Makefile.am.
 include $(srcdir)/tests/tier/local.mk
+include $(srcdir)/src/tools/bench-tier.mk

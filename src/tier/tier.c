@@ -705,8 +705,12 @@ static void *tier_thread(void *arg)
 				free(s);
 				continue;
 			}
-			/* The checksum runs here, not on the loop that handed the block over. */
+			/* Sealed here, not on the loop that handed the block over: one XXH3 pass over it. */
+			pthread_mutex_unlock(&t->mu);
+			pkv_tier_rec_seal(s->io.buf, &t->cls[s->cls].l, &t->cls[s->cls].fp, &s->b,
+					  s->io.ent.stamp);
 			s->io.ent.sum = ((struct tier_rec_hdr *)s->io.buf)->sum;
+			pthread_mutex_lock(&t->mu);
 			submit_one(t, &s->io);
 			took++;
 		}
@@ -789,13 +793,9 @@ err_unlock:
 void pkv_tier_spill_commit(struct pkv_tier *t, void *kv)
 {
 	struct spill *s = t->begun;
-	struct tcls *c;
 
 	if (!s || kv != (uint8_t *)s->io.buf + t->cls[s->cls].l.kv_off)
 		return;
-	c = &t->cls[s->cls];
-	/* Sealed here, on the caller: it is a header write plus one XXH3 pass, no I/O. */
-	pkv_tier_rec_seal(s->io.buf, &c->l, &c->fp, &s->b, s->io.ent.stamp);
 	pthread_mutex_lock(&t->mu);
 	t->begun = NULL;
 	s->next = NULL;

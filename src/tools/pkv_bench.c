@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* pkv-bench: runs the benchmark named by its first argument (cache, attn, ipc, e2e) as pkv-bench-NAME. */
+/* pkv-bench: runs the benchmark named by its first argument (cache, attn, ipc, e2e, tier) as pkv-bench-NAME. */
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
@@ -7,11 +7,11 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char *const subcommands[] = { "cache", "attn", "ipc", "e2e" };
+static const char *const subcommands[] = { "cache", "attn", "ipc", "e2e", "tier" };
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: pkv-bench {cache|attn|ipc|e2e} [--json] [options]\n"
+	fprintf(f, "usage: pkv-bench {cache|attn|ipc|e2e|tier} [--json] [options]\n"
 		   "       pkv-bench NAME --help   options of one benchmark\n");
 }
 
