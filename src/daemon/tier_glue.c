@@ -102,7 +102,7 @@ static void on_evict(void *ud, int32_t blk, const struct pkv_evict_info *e)
 	int r;
 
 	while ((r = pkv_tier_spill_begin(g_tier, tp->cls, &b, &kv)) == -EAGAIN && tp->may_wait)
-		pkv_tier_drain(g_tier);
+		pkv_tier_wait_io(g_tier);
 	if (r)
 		return;   /* already there, staging full, or spilling stopped: RAM goes on regardless */
 	copy_block(&tp->p->disp.mem, blk, kv, NULL);

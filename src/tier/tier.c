@@ -93,6 +93,9 @@ struct pkv_tier {
 	struct pkv_tier_fetch *fq_head, *fq_tail;
 	struct spill *begun;          /* the loop's spill between begin and commit */
 	uint32_t inflight;
+	uint64_t completions;
+	uint32_t infl_dir[2];         /* reads, writes in flight: the device is busy while > 0 */
+	uint64_t busy_since[2];
 	uint64_t flush_req, flush_done;
 	int64_t flush_count;
 	int stopped;
@@ -118,9 +121,10 @@ static int key_same(struct pkv_key a, struct pkv_key b)
 
 /* ------------------------------------------------------------ index */
 
+/* Keys are XXH3 outputs, but a multiplicative mix keeps even patterned keys from clustering. */
 static uint32_t hslot(const struct pkv_tier *t, struct pkv_key k)
 {
-	return (uint32_t)(k.lo ^ (k.lo >> 32)) & t->hash_mask;
+	return (uint32_t)(((k.lo ^ k.hi) * 0x9e3779b97f4a7c15ull) >> 32) & t->hash_mask;
 }
 
 static int32_t idx_find(const struct pkv_tier *t, struct pkv_key k)
@@ -548,7 +552,6 @@ static void put_done(struct pkv_tier *t, struct spill *s)
 	} else {
 		t->spilled++;
 		t->write_bytes += rs;
-		t->write_ns += now_ns() - io->t0;
 	}
 	stage_free(t, io->buf, s->pages);
 	free(s);
@@ -620,16 +623,24 @@ static void io_done(void *ud, struct tier_io *io)
 
 	pthread_mutex_lock(&t->mu);
 	t->inflight--;
+	t->completions++;
+	/* GB/s are bytes over the time the device had this direction's requests in flight. */
+	if (--t->infl_dir[io->op == TIO_PUT] == 0) {
+		uint64_t busy = now_ns() - t->busy_since[io->op == TIO_PUT];
+
+		if (io->op == TIO_PUT)
+			t->write_ns += busy;
+		else
+			t->read_ns += busy;
+	}
 	if (io->op == TIO_PUT) {
 		put_done(t, io->owner);
 	} else {
 		struct pkv_tier_fetch *f = io->owner;
 
 		f->res[io->idx] = io->res;
-		if (!io->res) {
+		if (!io->res)
 			t->read_bytes += io->len;
-			t->read_ns += now_ns() - io->t0;
-		}
 		if (++f->done_ios == f->n)
 			fetch_finish(t, f);
 	}
@@ -643,6 +654,8 @@ static void submit_one(struct pkv_tier *t, struct tier_io *io)
 
 	io->t0 = now_ns();
 	t->inflight++;
+	if (t->infl_dir[io->op == TIO_PUT]++ == 0)
+		t->busy_since[io->op == TIO_PUT] = io->t0;
 	pthread_mutex_unlock(&t->mu);
 	r = t->be->submit(t->impl, io);
 	if (r) {
@@ -1014,6 +1027,17 @@ int64_t pkv_tier_check_all(struct pkv_tier *t, uint64_t *dropped)
 		}
 	}
 	return checked;
+}
+
+void pkv_tier_wait_io(struct pkv_tier *t)
+{
+	uint64_t seen;
+
+	pthread_mutex_lock(&t->mu);
+	seen = t->completions;
+	while ((t->sq_head || t->inflight) && t->completions == seen)
+		pthread_cond_wait(&t->cv_done, &t->mu);
+	pthread_mutex_unlock(&t->mu);
 }
 
 void pkv_tier_drain(struct pkv_tier *t)

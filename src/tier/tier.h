@@ -109,6 +109,8 @@ void pkv_tier_fetch_done(struct pkv_tier *t, struct pkv_tier_fetch *f);
  */
 int64_t pkv_tier_check_all(struct pkv_tier *t, uint64_t *dropped);
 
+/* Waits until at least one I/O completes (a staging buffer may be free again), or none is pending. */
+void pkv_tier_wait_io(struct pkv_tier *t);
 /* Waits until every queued spill is written (or dropped). */
 void pkv_tier_drain(struct pkv_tier *t);
 /* Drops every block from the tier (index and files); spilling resumes if it was stopped. Returns blocks dropped. */
@@ -119,7 +121,7 @@ struct pkv_tier_stats {
 	uint64_t lookups, hits;                /* blocks asked for by fetch, blocks served */
 	uint64_t spilled, spill_skipped;       /* written; not spilled (staging full, duplicate) */
 	uint64_t evicted, corrupt;             /* budget evictions; records failing verification */
-	uint64_t read_bytes, read_ns, write_bytes, write_ns;  /* device time: submission to completion */
+	uint64_t read_bytes, read_ns, write_bytes, write_ns;  /* ns: time with reads / writes in flight */
 	uint32_t classes, uids;
 	int stopped;                           /* spilling stopped: -errno of the failure, else 0 */
 	int direct;                            /* O_DIRECT in use */

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,9 +60,20 @@ static void rm_rf(const char *path)
 static const struct pkv_tier_fp SMOL = { .model_id = 0x534d4f4c, .num_layers = 30, .num_kv_heads = 3,
 					 .head_dim = 64, .cache_dtype = PKV_DTYPE_F16, .block_size = 16 };
 
+/* splitmix64: keys as uniform as the XXH3-128 keys the cache makes. */
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
 static struct pkv_key key_of(uint32_t chain, uint32_t i)
 {
-	return (struct pkv_key){ 0x9e3779b97f4a7c15ull * (i + 1) ^ ((uint64_t)chain << 32), chain * 7919ull + i };
+	uint64_t s = ((uint64_t)chain << 32) | i;
+
+	return (struct pkv_key){ mix(s), mix(s ^ 0x5555555555555555ull) };
 }
 
 static const struct pkv_key NS = { 0x1111, 0x2222 };
@@ -94,7 +104,7 @@ static double spill_n(struct pkv_tier *t, int cls, const struct pkv_tier_fp *fp,
 			tok[k] = (int32_t)(ch * 131 + j * fp->block_size + k);
 		/* A full staging area: wait for the tier thread, as a busy loop would see it. */
 		while ((r = pkv_tier_spill_begin(t, cls, &b, &kv)) == -EAGAIN)
-			sched_yield();
+			pkv_tier_wait_io(t);
 		if (r)
 			continue;
 		memset(kv, (int)(i & 0xff), kvb);

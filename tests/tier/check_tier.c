@@ -79,7 +79,7 @@ static uint32_t spill_chain(struct pkv_tier *t, int cls, uint32_t chain, uint32_
 		tokens_of(chain, i, tok);
 		/* The staging arena is finite: a full one is a skipped spill, so let the thread catch up. */
 		while ((r = pkv_tier_spill_begin(t, cls, &b, (void **)&kv)) == -EAGAIN)
-			pkv_tier_drain(t);
+			pkv_tier_wait_io(t);
 		if (r)
 			continue;
 		for (size_t o = 0; o < kvb; o++)
