@@ -162,9 +162,13 @@ int pkv_config_set(struct pkv_config *cfg, const char *key, const char *value, c
 	} else if (!strcmp(k, "disk_cache")) {
 		r = *value == '/' ? copy_str(cfg->disk_cache, sizeof(cfg->disk_cache), value) : -EINVAL;
 	} else if (!strcmp(k, "disk_budget")) {
-		r = pkv_parse_size(value, &cfg->disk_budget);
-		if (!r && cfg->disk_budget < (1u << 20))
+		uint64_t b;
+
+		r = pkv_parse_size(value, &b);
+		if (!r && b < (1u << 20))
 			r = -EINVAL;
+		if (!r)
+			cfg->disk_budget = b;
 	} else if (!strcmp(k, "disk_uid_share")) {
 		r = parse_uint(value, 1, 100, &cfg->disk_uid_share);
 	} else if (!strcmp(k, "disk_wait_ms")) {

@@ -175,6 +175,11 @@ START_TEST(test_spill_fetch_bit_exact)
 	ctl_ok(PKV_CTL_STATUS, out, sizeof(out));
 	ck_assert_msg(strstr(out, "hits 2 of"), "%s", out);
 	ck_assert_int_eq(audit_until_clean(D.sock, 2000, out, sizeof(out)), 0);
+	/* flush --disk empties the tier; status --json shows it. */
+	ctl_ok(PKV_CTL_FLUSH_DISK, out, sizeof(out));
+	ck_assert_msg(strstr(out, "disk tier: 2 blocks dropped"), "%s", out);
+	ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "\"disk_tier\":{\"blocks\":0,"), "%s", out);
 }
 END_TEST
 
