@@ -311,6 +311,9 @@ static int scan_file(struct disk *d, const char *name, const struct tier_scan_cb
 		n = (uint32_t)(got / ENT_SIZE);
 	}
 	c->n_slots = n;
+	r = n ? cb->reserve(cb->ud, n) : 0;
+	if (r)
+		goto out;
 	for (i = n; i-- > 0;) {
 		const struct idx_ent *e = (const struct idx_ent *)(buf + (size_t)i * ENT_SIZE);
 		struct tier_entry te;

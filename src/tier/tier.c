@@ -26,6 +26,12 @@ struct tblk {
 	uint32_t pad;
 };
 
+/* A slot of the index's hash table: block index (-1 = empty) and the mixed key bits. */
+struct hent {
+	int32_t b;
+	uint32_t h;
+};
+
 struct tuid {
 	uint32_t uid;
 	int32_t head, tail;           /* oldest, newest */
@@ -73,7 +79,7 @@ struct pkv_tier {
 	struct tblk *blk;
 	uint32_t n_blk, cap_blk;
 	int32_t free_head;
-	int32_t *hash;
+	struct hent *hash;
 	uint32_t hash_mask, n_live;
 	struct tuid *uids;
 	uint32_t n_uids;
@@ -121,41 +127,47 @@ static int key_same(struct pkv_key a, struct pkv_key b)
 
 /* ------------------------------------------------------------ index */
 
-/* Keys are XXH3 outputs, but a multiplicative mix keeps even patterned keys from clustering. */
-static uint32_t hslot(const struct pkv_tier *t, struct pkv_key k)
+/*
+ * Keys are XXH3 outputs, but a multiplicative mix keeps even patterned keys
+ * from clustering. Each slot keeps the 32 mixed bits its position came from,
+ * so probing, growing and deleting compare those and only touch a block's
+ * key on a likely match (start-up inserts a million blocks).
+ */
+static uint32_t hmix(struct pkv_key k)
 {
-	return (uint32_t)(((k.lo ^ k.hi) * 0x9e3779b97f4a7c15ull) >> 32) & t->hash_mask;
+	return (uint32_t)(((k.lo ^ k.hi) * 0x9e3779b97f4a7c15ull) >> 32);
 }
 
 static int32_t idx_find(const struct pkv_tier *t, struct pkv_key k)
 {
-	uint32_t i;
+	uint32_t h = hmix(k), i;
 
 	if (!t->hash)
 		return -1;
-	for (i = hslot(t, k);; i = (i + 1) & t->hash_mask) {
-		int32_t b = t->hash[i];
+	for (i = h & t->hash_mask;; i = (i + 1) & t->hash_mask) {
+		const struct hent *e = &t->hash[i];
 
-		if (b < 0)
+		if (e->b < 0)
 			return -1;
-		if (key_same(t->blk[b].key, k))
-			return b;
+		if (e->h == h && key_same(t->blk[e->b].key, k))
+			return e->b;
 	}
 }
 
-static void hash_put(struct pkv_tier *t, int32_t b)
+static void hash_put(struct pkv_tier *t, int32_t b, uint32_t h)
 {
-	uint32_t i = hslot(t, t->blk[b].key);
+	uint32_t i = h & t->hash_mask;
 
-	while (t->hash[i] >= 0)
+	while (t->hash[i].b >= 0)
 		i = (i + 1) & t->hash_mask;
-	t->hash[i] = b;
+	t->hash[i] = (struct hent){ b, h };
 }
 
 static int hash_grow(struct pkv_tier *t)
 {
 	uint32_t cap = t->hash ? 2 * (t->hash_mask + 1) : 1024, i;
-	int32_t *old = t->hash, old_mask = (int32_t)t->hash_mask;
+	struct hent *old = t->hash;
+	uint32_t old_n = t->hash ? t->hash_mask + 1 : 0;
 
 	t->hash = malloc(cap * sizeof(*t->hash));
 	if (!t->hash) {
@@ -164,10 +176,9 @@ static int hash_grow(struct pkv_tier *t)
 	}
 	memset(t->hash, 0xff, cap * sizeof(*t->hash));
 	t->hash_mask = cap - 1;
-	if (old)
-		for (i = 0; i <= (uint32_t)old_mask; i++)
-			if (old[i] >= 0)
-				hash_put(t, old[i]);
+	for (i = 0; i < old_n; i++)
+		if (old[i].b >= 0)
+			hash_put(t, old[i].b, old[i].h);
 	free(old);
 	return 0;
 }
@@ -175,21 +186,21 @@ static int hash_grow(struct pkv_tier *t)
 /* Backward-shift deletion, so lookups never stop early at a hole. */
 static void hash_del(struct pkv_tier *t, int32_t b)
 {
-	uint32_t m = t->hash_mask, i = hslot(t, t->blk[b].key), j, home;
+	uint32_t m = t->hash_mask, i = hmix(t->blk[b].key) & m, j, home;
 
-	while (t->hash[i] != b)
+	while (t->hash[i].b != b)
 		i = (i + 1) & m;
 	for (j = i;;) {
 		j = (j + 1) & m;
-		if (t->hash[j] < 0)
+		if (t->hash[j].b < 0)
 			break;
-		home = hslot(t, t->blk[t->hash[j]].key);
+		home = t->hash[j].h & m;
 		if (((j - home) & m) >= ((j - i) & m)) {
 			t->hash[i] = t->hash[j];
 			i = j;
 		}
 	}
-	t->hash[i] = -1;
+	t->hash[i].b = -1;
 }
 
 static int uid_index(struct pkv_tier *t, uint32_t uid)
@@ -301,10 +312,8 @@ static int idx_add(struct pkv_tier *t, int cls, uint64_t loc, const struct tier_
 				   .uidx = (uint16_t)u };
 	if (e->stamp > t->clock)
 		t->clock = e->stamp;
-	hash_put(t, b);
-	if (t->scanning)
-		lru_append(t, b);   /* sort_lru orders them all at once */
-	else
+	hash_put(t, b, hmix(e->key));
+	if (!t->scanning)     /* a scan links nothing: sort_lru orders them all at once */
 		lru_insert(t, b);
 	t->n_live++;
 	t->uids[u].bytes += t->cls[cls].l.rec_size;
@@ -321,7 +330,8 @@ static void idx_del(struct pkv_tier *t, int32_t b)
 	uint32_t rs = t->cls[k->cls].l.rec_size;
 
 	hash_del(t, b);
-	lru_unlink(t, b);
+	if (!t->scanning)
+		lru_unlink(t, b);
 	u->bytes -= rs;
 	u->blocks--;
 	t->bytes -= rs;
@@ -431,26 +441,87 @@ static int scan_cls(void *ud, const struct pkv_tier_fp *fp)
 	return c;
 }
 
+/* Sizes the index for n more blocks at once, so a scan never rehashes. */
+static int scan_reserve(void *ud, uint64_t n)
+{
+	struct pkv_tier *t = ud;
+	uint64_t want = t->n_blk + n;
+	uint32_t cap;
+
+	if (want > INT32_MAX / 4)
+		return -EFBIG;
+	if (want > t->cap_blk) {
+		struct tblk *nb = realloc(t->blk, (size_t)want * sizeof(*nb));
+
+		if (!nb)
+			return -ENOMEM;
+		t->blk = nb;
+		t->cap_blk = (uint32_t)want;
+	}
+	for (cap = t->hash ? t->hash_mask + 1 : 1024; cap < 2 * (t->n_live + n) + 2; cap *= 2)
+		;
+	while (!t->hash || t->hash_mask + 1 < cap)
+		if (hash_grow(t))
+			return -ENOMEM;
+	return 0;
+}
+
 static int scan_entry(void *ud, int cls, uint64_t loc, const struct tier_entry *e)
 {
 	struct pkv_tier *t = ud;
-	int32_t old = idx_find(t, e->key);
+	int32_t old;
+	int r = idx_add(t, cls, loc, e);
 
+	if (r != -EEXIST)
+		return r;
 	/* Two entries for one key (a crash between a delete and a write): the newer one stays. */
-	if (old >= 0) {
-		if (t->blk[old].stamp >= e->stamp)
-			return -EEXIST;
-		t->be->del(t->impl, t->blk[old].cls, t->blk[old].loc);
-		idx_del(t, old);
-	}
+	old = idx_find(t, e->key);
+	if (t->blk[old].stamp >= e->stamp)
+		return -EEXIST;
+	t->be->del(t->impl, t->blk[old].cls, t->blk[old].loc);
+	idx_del(t, old);
 	return idx_add(t, cls, loc, e);
 }
 
-static int cmp_stamp(const void *a, const void *b)
+/* LSD radix sort of (stamp, index) pairs by stamp, 11 bits a pass, as many passes as stamps need. */
+static void radix_sort(uint64_t (*v)[2], uint32_t n)
 {
-	uint64_t x = ((const uint64_t *)a)[0], y = ((const uint64_t *)b)[0];
+	uint64_t (*tmp)[2] = malloc((size_t)n * sizeof(*tmp)), (*a)[2] = v, (*b)[2] = tmp, (*sw)[2];
+	uint64_t max = 0;
+	uint32_t cnt[2048];
 
-	return x < y ? -1 : x > y;
+	if (!tmp) {
+		/* Without scratch memory the LRU order is the file order: correct, only less exact. */
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		max = v[i][0] > max ? v[i][0] : max;
+	for (unsigned sh = 0; sh < 64 && (max >> sh); sh += 11) {
+		uint32_t sum = 0;
+
+		memset(cnt, 0, sizeof(cnt));
+		for (uint32_t i = 0; i < n; i++)
+			cnt[(a[i][0] >> sh) & 2047]++;
+		for (uint32_t d = 0; d < 2048; d++) {
+			uint32_t c = cnt[d];
+
+			cnt[d] = sum;
+			sum += c;
+		}
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t d = (uint32_t)(a[i][0] >> sh) & 2047;
+
+			b[cnt[d]][0] = a[i][0];
+			b[cnt[d]][1] = a[i][1];
+			cnt[d]++;
+		}
+		sw = a;
+		a = b;
+		b = sw;
+	}
+	if (a != v)
+		memcpy(v, a, (size_t)n * sizeof(*v));
+	free(tmp);
 }
 
 /* Entries come in file order: rebuild every uid's LRU list in stamp order. */
@@ -470,7 +541,7 @@ static int sort_lru(struct pkv_tier *t)
 			v[n][1] = i;
 			n++;
 		}
-	qsort(v, n, sizeof(*v), cmp_stamp);
+	radix_sort(v, n);
 	for (i = 0; i < t->n_uids; i++)
 		t->uids[i].head = t->uids[i].tail = -1;
 	for (i = 0; i < n; i++)
@@ -1145,7 +1216,7 @@ int pkv_tier_open(const struct pkv_tier_config *cfg, struct pkv_tier **out, char
 	if (r)
 		goto err_free;
 	t->be->arena(t->impl, t->arena, t->arena_len);
-	cb = (struct tier_scan_cb){ t, scan_cls, scan_entry };
+	cb = (struct tier_scan_cb){ t, scan_cls, scan_entry, scan_reserve };
 	t->scanning = 1;
 	r = t->be->scan(t->impl, &cb);
 	t->scanning = 0;

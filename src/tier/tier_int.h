@@ -81,6 +81,8 @@ struct tier_scan_cb {
 	int (*cls)(void *ud, const struct pkv_tier_fp *fp);
 	/* A stored record; returning < 0 makes the backend forget it (and free its place). */
 	int (*entry)(void *ud, int cls, uint64_t loc, const struct tier_entry *e);
+	/* Up to n entries follow (a size hint; -errno aborts the scan). */
+	int (*reserve)(void *ud, uint64_t n);
 };
 
 /*

@@ -22,7 +22,7 @@ struct opts {
 	const char *dir;
 	uint32_t blocks, batch, qd, runs;
 	uint32_t startup_blocks;
-	const char *daemon, *plugin_dir;
+	const char *daemon, *plugin_dir, *startup_dir;
 	int json;
 };
 
@@ -306,15 +306,25 @@ static int bench_startup(const struct opts *o, struct startup *res)
 	struct pkv_tier *t;
 	int cls;
 
-	snprintf(dir, sizeof(dir), "%s/startup", o->dir);
-	rm_rf(dir);
+	snprintf(dir, sizeof(dir), "%s", o->startup_dir ? o->startup_dir : o->dir);
+	if (!o->startup_dir)
+		snprintf(dir + strlen(dir), sizeof(dir) - strlen(dir), "/startup");
 	t = open_tier(dir, o->qd, why, sizeof(why));
 	if (!t || (cls = pkv_tier_class(t, &tiny)) < 0) {
 		fprintf(stderr, "pkv-bench tier: %s\n", why);
 		return -1;
 	}
-	fprintf(stderr, "filling a tier with %u blocks...\n", o->startup_blocks);
-	res->fill_s = spill_n(t, cls, &tiny, o->startup_blocks, 64, 1u << 20);
+	pkv_tier_stats(t, &st);
+	/* A kept directory (--startup-dir) that already holds the blocks is reused as it is. */
+	if (st.blocks != o->startup_blocks) {
+		pkv_tier_close(t);
+		rm_rf(dir);
+		t = open_tier(dir, o->qd, why, sizeof(why));
+		if (!t || (cls = pkv_tier_class(t, &tiny)) < 0)
+			return -1;
+		fprintf(stderr, "filling a tier with %u blocks...\n", o->startup_blocks);
+		res->fill_s = spill_n(t, cls, &tiny, o->startup_blocks, 64, 1u << 20);
+	}
 	pkv_tier_close(t);
 	for (int i = 0; i < 5; i++) {
 		long rss0 = rss_bytes();
@@ -331,7 +341,8 @@ static int bench_startup(const struct opts *o, struct startup *res)
 		pkv_tier_close(t);
 	}
 	res->open_s = median(opens, 5);
-	rm_rf(dir);
+	if (!o->startup_dir)
+		rm_rf(dir);
 	return res->blocks == o->startup_blocks ? 0 : -1;
 }
 
@@ -490,6 +501,7 @@ static void usage(FILE *f)
 		   "  --batch N            blocks per fetch submission (default 64)\n"
 		   "  --qd N               I/O queue depth of the tier and of the reference loop (default 64)\n"
 		   "  --startup-blocks N   blocks on disk for the start-up figure (default 1000000; 0 = skip)\n"
+		   "  --startup-dir DIR    keep (and reuse) the start-up tier there instead of refilling it\n"
 		   "  --daemon PATH        pagedkvd for the 546-token open figure (with --plugin-dir: the cpu backend)\n");
 }
 
@@ -501,6 +513,7 @@ int main(int argc, char **argv)
 		{ "qd", required_argument, NULL, 'q' }, { "runs", required_argument, NULL, 'r' },
 		{ "startup-blocks", required_argument, NULL, 's' }, { "daemon", required_argument, NULL, 'D' },
 		{ "plugin-dir", required_argument, NULL, 'P' }, { "help", no_argument, NULL, 'h' },
+		{ "startup-dir", required_argument, NULL, 'S' },
 		{ NULL, 0, NULL, 0 }
 	};
 	struct opts o = { .blocks = 1024, .batch = 64, .qd = 64, .runs = 3, .startup_blocks = 1000000 };
@@ -521,6 +534,7 @@ int main(int argc, char **argv)
 		case 's': o.startup_blocks = (uint32_t)strtoul(optarg, NULL, 0); break;
 		case 'D': o.daemon = optarg; break;
 		case 'P': o.plugin_dir = optarg; break;
+		case 'S': o.startup_dir = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
