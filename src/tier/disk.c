@@ -258,6 +258,7 @@ err_idx:
 /* Reads one HASH.idx and reports its class and entries. */
 static int scan_file(struct disk *d, const char *name, const struct tier_scan_cb *cb)
 {
+	struct tier_layout l;
 	struct idx_hdr h;
 	struct stat st;
 	uint8_t *buf = NULL;
@@ -272,7 +273,7 @@ static int scan_file(struct disk *d, const char *name, const struct tier_scan_cb
 	if (safe_file(fd, name) || fstat(fd, &st) || st.st_size < (off_t)sizeof(h) ||
 	    pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) || h.magic != IDX_MAGIC ||
 	    h.version != IDX_VERSION || h.check != ent_check(&h) ||
-	    h.fp_hash != pkv_tier_fp_hash(&h.fp)) {
+	    h.fp_hash != pkv_tier_fp_hash(&h.fp) || pkv_tier_layout(&h.fp, &l) || l.rec_size != h.rec_size) {
 		pkv_warn("disk tier: ignoring %s: not a tier index", name);
 		goto out_close;
 	}
@@ -293,12 +294,17 @@ static int scan_file(struct disk *d, const char *name, const struct tier_scan_cb
 		st.st_size = sizeof(h);
 	}
 	c->used = 1;
+	/* An index of more entries than slots can be numbered is not ours: its entries are ignored. */
+	if ((uint64_t)(st.st_size - (off_t)sizeof(h)) / ENT_SIZE > INT32_MAX / 4) {
+		pkv_warn("disk tier: %s is too large to be a tier index; its entries are ignored", name);
+		goto out;
+	}
 	n = (uint32_t)((uint64_t)(st.st_size - (off_t)sizeof(h)) / ENT_SIZE);
 	if (n) {
 		/* One read for the whole index: start-up reads 64 bytes per block, never a record. */
 		buf = malloc((size_t)n * ENT_SIZE);
 		if (!buf) {
-			r = -ENOMEM;
+			pkv_warn("disk tier: no memory to read %s; its entries are ignored", name);
 			goto out;
 		}
 		while (got < (size_t)n * ENT_SIZE) {
@@ -310,10 +316,14 @@ static int scan_file(struct disk *d, const char *name, const struct tier_scan_cb
 		}
 		n = (uint32_t)(got / ENT_SIZE);
 	}
-	c->n_slots = n;
 	r = n ? cb->reserve(cb->ud, n) : 0;
-	if (r)
+	if (r) {
+		/* Slots stay unnumbered: new records start at 0, stale entries fail verification later. */
+		pkv_warn("disk tier: cannot index %s (%s); its entries are ignored", name, strerror(-r));
+		r = 0;
 		goto out;
+	}
+	c->n_slots = n;
 	for (i = n; i-- > 0;) {
 		const struct idx_ent *e = (const struct idx_ent *)(buf + (size_t)i * ENT_SIZE);
 		struct tier_entry te;
