@@ -387,6 +387,32 @@ START_TEST(test_refuses_foreign_files)
 }
 END_TEST
 
+START_TEST(test_foreign_index_ignored)
+{
+	struct pkv_tier *t;
+	struct pkv_tier_stats st;
+	char path[128], junk[4096];
+	int fd;
+
+	/* A file named like an index but holding garbage, and one readable by others: both ignored. */
+	for (size_t i = 0; i < sizeof(junk); i++)
+		junk[i] = (char)(i * 7 + 3);
+	snprintf(path, sizeof(path), "%s/0123456789abcdef.idx", dir);
+	fd = open(path, O_CREAT | O_WRONLY, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+	close(fd);
+	t = open_tier(64 << 20, 100);
+	ck_assert_uint_eq(spill_chain(t, pkv_tier_class(t, &FP), 13, 4, 1000), 4);
+	pkv_tier_close(t);
+	ck_assert_int_eq(chmod(file_of("idx", path, sizeof(path)), 0644), 0);
+	t = open_tier(64 << 20, 100);
+	pkv_tier_stats(t, &st);
+	ck_assert_uint_eq(st.blocks, 0);
+	pkv_tier_close(t);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("tier");
@@ -405,6 +431,7 @@ int main(void)
 	tcase_add_test(tc, test_uid_share);
 	tcase_add_test(tc, test_full_disk_stops_spilling);
 	tcase_add_test(tc, test_refuses_foreign_files);
+	tcase_add_test(tc, test_foreign_index_ignored);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
