@@ -262,6 +262,43 @@ struct pkv_owner_usage {
 /* Usage of one owner (all zero for an owner the cache does not know). */
 void pkv_cache_owner_usage(const struct pkv_cache *c, uint32_t owner, struct pkv_owner_usage *u);
 
+/*
+ * A tier below RAM (src/tier) hooks in here; the cache itself does no I/O.
+ *
+ * The eviction hook runs just before a published block leaves the prefix
+ * table (LRU eviction to make room, flush), while its slots still hold its
+ * KV: the caller may copy them out. It must not call back into the cache.
+ */
+struct pkv_evict_info {
+	struct pkv_key key, parent, ns;
+	const int32_t *tokens;        /* block_size ids */
+};
+typedef void (*pkv_evict_fn)(void *ud, int32_t blk, const struct pkv_evict_info *e);
+void pkv_cache_set_evict_hook(struct pkv_cache *c, pkv_evict_fn fn, void *ud);
+
+/* The key of a full block (DESIGN §2), for callers that look further than RAM. */
+struct pkv_key pkv_cache_block_key(struct pkv_key parent, struct pkv_key ns, const int32_t *tokens,
+				   uint32_t block_size);
+/*
+ * How many whole blocks of tokens an open would find in RAM now (at most
+ * (n_tokens - 1) / block_size), without taking references; *last gets the
+ * key of the last one (ns when none).
+ */
+uint32_t pkv_cache_lookup(const struct pkv_cache *c, struct pkv_key ns, const int32_t *tokens,
+			  uint32_t n_tokens, struct pkv_key *last);
+/*
+ * Adopts a block whose KV comes from elsewhere: allocates a block (evicting
+ * as an allocation does), publishes it as the child of the published block
+ * keyed parent (or as a chain's first block when parent equals ns) and
+ * returns it in *blk holding one reference, so the caller can fill its
+ * slots before anything else sees it; adopt_end drops that reference (the
+ * block becomes cached). -ENOENT: no such parent; -EEXIST: the key is
+ * already published; -ENOSPC: no block can be freed.
+ */
+int pkv_cache_adopt(struct pkv_cache *c, struct pkv_key ns, struct pkv_key parent, const int32_t *tokens,
+		    int32_t *blk);
+void pkv_cache_adopt_end(struct pkv_cache *c, int32_t blk);
+
 /* Geometry of the pool and the block size, as given to pkv_cache_create. */
 const struct pkv_geometry *pkv_cache_geometry(const struct pkv_cache *c);
 

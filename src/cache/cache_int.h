@@ -138,6 +138,9 @@ struct pkv_cache {
 	uint64_t inflight_hit_tokens, claimed_blocks, withdrawn_blocks;
 	uint32_t blocked_seq;    /* handle that made the last step_begin fail -EAGAIN/-ESTALE */
 	uint32_t blocked_by;     /* -EAGAIN: the owner of the sequence computing what it waits for */
+
+	pkv_evict_fn evict_fn;   /* adopt.c: a tier's spill hook */
+	void *evict_ud;
 };
 
 static inline bool key_eq(struct pkv_key a, struct pkv_key b)

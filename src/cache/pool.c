@@ -258,6 +258,9 @@ void pkv_blk_evict(struct pkv_cache *c, int32_t b)
 {
 	struct blk *k = &c->blk[b];
 
+	if (c->evict_fn)
+		c->evict_fn(c->evict_ud, b, &(struct pkv_evict_info){ k->key, k->parent_key, k->ns,
+								     blk_tok(c, b) });
 	if (k->in_lru)
 		lru_unlink(c, b);
 	pkv_prefix_remove(c, k->key);

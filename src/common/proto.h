@@ -63,7 +63,7 @@ struct pkv_msg_attach {
 	uint32_t reserved0;
 };
 
-enum pkv_ctl_cmd { PKV_CTL_STATUS = 1, PKV_CTL_AUDIT, PKV_CTL_FLUSH, PKV_CTL_METRICS };
+enum pkv_ctl_cmd { PKV_CTL_STATUS = 1, PKV_CTL_AUDIT, PKV_CTL_FLUSH, PKV_CTL_METRICS, PKV_CTL_FLUSH_DISK };
 enum pkv_ctl_format { PKV_FMT_TEXT = 0, PKV_FMT_JSON = 1, PKV_FMT_PROM = 2 };
 
 struct pkv_msg_ctl {

@@ -80,6 +80,15 @@ const struct pkv_conf_key pkv_conf_keys[] = {
 	{ .key = "max_arena_per_uid", .type = PKV_CONF_SIZE, F(max_arena_per_uid), .lo = 4096, .hi = 1ull << 50,
 	  .def = "4G", .arg = "SIZE", .flags = PKV_CONF_RELOAD,
 	  .help = "shared memory one user's connections may map" },
+	/* disk tier (tier_glue.c, src/tier) */
+	{ .key = "disk_cache", .type = PKV_CONF_STRING, F(disk_cache), .arg = "DIR", .flags = PKV_CONF_ABSPATH,
+	  .help = "keep prefix blocks that leave RAM in DIR (an absolute path; none: no disk tier)" },
+	{ .key = "disk_budget", .type = PKV_CONF_SIZE, F(disk_budget), .lo = 1 << 20, .hi = 1ull << 50, .def = "10G",
+	  .arg = "SIZE", .help = "disk bytes for them" },
+	{ .key = "disk_uid_share", .type = PKV_CONF_UINT, F(disk_uid_share), .lo = 1, .hi = 100, .def = "100",
+	  .arg = "P", .help = "percent of the disk budget one user may fill" },
+	{ .key = "disk_wait_ms", .type = PKV_CONF_UINT, F(disk_wait_ms), .lo = 1, .hi = 60000, .def = "200",
+	  .arg = "N", .help = "longest an open waits for its disk reads" },
 	/* in-flight prefix sharing (src/cache/inflight.c) */
 	{ .key = "inflight_sharing", .flag = "no-inflight-sharing", .type = PKV_CONF_BOOL, F(inflight_sharing),
 	  .def = "yes", .flag_sets = 0,
@@ -230,6 +239,10 @@ static int set_one(struct pkv_config *cfg, const struct pkv_conf_key *k, size_t 
 		if (!*value || strlen(value) >= k->size) {
 			snprintf(why, why_len, "%s: %s (1 to %zu characters)", name, *value ? "too long" : "empty",
 				 k->size - 1);
+			return -EINVAL;
+		}
+		if ((k->flags & PKV_CONF_ABSPATH) && *value != '/') {
+			snprintf(why, why_len, "%s: '%.64s' is not an absolute path", name, value);
 			return -EINVAL;
 		}
 		memcpy(field, value, strlen(value) + 1);

@@ -40,6 +40,11 @@ struct pkv_config {
 	char admin_group[64];           /* "" = admins are root and the daemon's uid only */
 	unsigned max_unauth_per_uid;    /* connections one uid may hold before their hello */
 	uint64_t max_arena_per_uid;     /* bytes of shared regions one uid may have mapped */
+	/* disk tier (tier_glue.c); 0 / "" = default / off */
+	char disk_cache[4096];          /* directory; "" = no disk tier */
+	uint64_t disk_budget;           /* bytes of records (0 = 10G) */
+	unsigned disk_uid_share;        /* percent of the budget one uid may fill (0 = 100) */
+	unsigned disk_wait_ms;          /* longest an open waits for disk reads (0 = 200) */
 };
 
 enum pkv_conf_type {
@@ -53,6 +58,7 @@ enum pkv_conf_type {
 
 enum {
 	PKV_CONF_RELOAD = 1 << 0,  /* SIGHUP applies a new value; others need a restart */
+	PKV_CONF_ABSPATH = 1 << 1, /* a string that must be an absolute path */
 };
 
 struct pkv_conf_key {

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include "common/log.h"
 #include "daemon/daemon.h"
+#include "daemon/tier_glue.h"
 
 /*
  * Who may do what. Admins (root, the daemon's own uid, members of
@@ -135,9 +136,13 @@ static void do_status(struct pkv_daemon *d, const struct session *who, FILE *f, 
 	int first = 1;
 
 	if (fmt == PKV_FMT_JSON) {
-		fprintf(f, "{\"admin\":%s,\"connections\":%u,\"memory_budget\":%llu,\"memory_used\":%llu,"
-			   "\"pools\":[", who->admin ? "true" : "false", visible_sessions(d, who),
+		fprintf(f, "{\"admin\":%s,\"connections\":%u,\"memory_budget\":%llu,\"memory_used\":%llu,",
+			who->admin ? "true" : "false", visible_sessions(d, who),
 			(unsigned long long)d->cfg.memory_budget, (unsigned long long)d->budget_used);
+		/* The tier's hit rate is every user's: for admins only, as the pools' counters. */
+		if (who->admin)
+			tier_glue_status(d, f, 1);
+		fprintf(f, "\"pools\":[");
 		for (struct pool *p = d->pools; p; p = p->next) {
 			if (!pool_visible(d, who, p))
 				continue;
@@ -181,6 +186,8 @@ static void do_status(struct pkv_daemon *d, const struct session *who, FILE *f, 
 		(unsigned long long)(d->cfg.memory_budget >> 20));
 	if (!who->admin)
 		fprintf(f, "(not an admin: only your uid's pools and connections, no prefix or attend counters)\n");
+	else
+		tier_glue_status(d, f, 0);
 	for (struct pool *p = d->pools; p; p = p->next) {
 		if (!pool_visible(d, who, p))
 			continue;
@@ -277,7 +284,7 @@ static void do_flush(struct pkv_daemon *d, FILE *f, uint32_t fmt)
 	if (fmt == PKV_FMT_JSON)
 		fprintf(f, "{\"pools\":[");
 	for (struct pool *p = d->pools; p; p = p->next) {
-		int n = pkv_cache_flush(p->cache);
+		int n = tier_glue_cache_flush(d, p);
 
 		if (fmt == PKV_FMT_JSON) {
 			fprintf(f, "%s{\"name\":", first ? "" : ",");
@@ -363,9 +370,10 @@ int ctl_run(struct pkv_daemon *d, const struct session *who, uint32_t cmd, uint3
 	f = open_memstream(out, len);
 	if (!f)
 		return -ENOMEM;
-	if ((cmd == PKV_CTL_AUDIT || cmd == PKV_CTL_FLUSH) && !who->admin) {
+	if ((cmd == PKV_CTL_AUDIT || cmd == PKV_CTL_FLUSH || cmd == PKV_CTL_FLUSH_DISK) && !who->admin) {
 		fprintf(f, "%s needs an admin: root, the daemon's uid (%u)%s%s; uid %u is none of these\n",
-			cmd == PKV_CTL_AUDIT ? "audit" : "flush", (unsigned)geteuid(),
+			cmd == PKV_CTL_AUDIT ? "audit" : cmd == PKV_CTL_FLUSH ? "flush" : "flush --disk",
+			(unsigned)geteuid(),
 			d->have_admin_gid ? " or a member of group " : "",
 			d->have_admin_gid ? d->cfg.admin_group : "", (unsigned)who->uid);
 		fclose(f);
@@ -380,6 +388,9 @@ int ctl_run(struct pkv_daemon *d, const struct session *who, uint32_t cmd, uint3
 		break;
 	case PKV_CTL_FLUSH:
 		do_flush(d, f, format);
+		break;
+	case PKV_CTL_FLUSH_DISK:
+		tier_glue_flush(d, f, format == PKV_FMT_JSON);
 		break;
 	case PKV_CTL_METRICS:
 		if (format == PKV_FMT_JSON)

@@ -30,6 +30,7 @@ struct pool {
 	int32_t window_left;
 	uint64_t bytes;               /* KV memory, counted against the budget */
 	struct pkv_cache *cache;      /* touched by the loop thread only */
+	struct tier_pool *tier;       /* tier_glue.c: its disk tier hook, NULL without one */
 	struct pkv_dispatch disp;     /* touched by the worker thread only (after creation) */
 	uint32_t n_clients;
 	/*

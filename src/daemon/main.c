@@ -23,6 +23,7 @@
 #include "daemon/sd.h"
 #include "daemon/sigbus.h"
 #include "daemon/tenant.h"
+#include "daemon/tier_glue.h"
 
 static void usage(FILE *f)
 {
@@ -524,10 +525,12 @@ int main(int argc, char **argv)
 	}
 	if (load_plugins(d))
 		goto out_ring;
+	if (tier_glue_start(d))
+		goto out_plugins;
 	r = worker_start(d);
 	if (r) {
 		pkv_err("worker thread: %s", strerror(-r));
-		goto out_plugins;
+		goto out_tier;
 	}
 	pkv_info("listening on %s%s (protocol %u, budget %llu MiB)", d->cfg.socket_path,
 		 d->activated ? " (from systemd)" : "", PKV_PROTO_VERSION,
@@ -557,6 +560,8 @@ out_worker:
 		pool_destroy(d, p);
 	}
 	tenant_free_all(d);
+out_tier:
+	tier_glue_stop(d);
 out_plugins:
 	if (!d->same_plugin && d->plug_decode.be)
 		pkv_plugin_unload(&d->plug_decode);

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/region.h"
 #include "daemon/daemon.h"
+#include "daemon/tier_glue.h"
 
 uint64_t pool_bytes(const struct pkv_geometry *g)
 {
@@ -192,6 +193,7 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid,
 	tenant_pool_created(d, uid, bytes);
 	p->next = d->pools;
 	d->pools = p;
+	tier_glue_pool_created(d, p);
 	pkv_info("pool '%s' created for uid %u%s: %u layers, %u/%u heads, head_dim %u, %u blocks of %u (%llu MiB)",
 		 p->name, (unsigned)uid, (p->flags & PKV_WIRE_POOL_SHARED) ? " (shared)" : "",
 		 p->geo.num_layers, p->geo.num_heads, p->geo.num_kv_heads, p->geo.head_dim, p->geo.num_blocks, p->geo.block_size, (unsigned long long)(bytes >> 20));
@@ -244,6 +246,7 @@ void pool_reap(struct pkv_daemon *d, uint64_t now_ns)
  */
 void pool_destroy(struct pkv_daemon *d, struct pool *p)
 {
+	tier_glue_pool_destroy(d, p);   /* spills what it caches while its KV memory lives */
 	/* The plugin's context may be inside an attend of another pool on the worker. */
 	pthread_mutex_lock(&d->backend_mu);
 	pkv_dispatch_close(&p->disp);

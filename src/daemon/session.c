@@ -21,6 +21,7 @@
 #include "common/region.h"
 #include "daemon/daemon.h"
 #include "daemon/sigbus.h"
+#include "daemon/tier_glue.h"
 #include "daemon/validate.h"
 
 #define MAX_REGION (64ull << 30)
@@ -362,6 +363,7 @@ static void handle_attach(struct pkv_daemon *d, struct session *s, const struct 
 	s->ns = pkv_namespace(m->model_id, &m->geo,
 			      (p->flags & PKV_WIRE_POOL_SHARED) ? PKV_NS_SHARED : (uint32_t)s->uid,
 			      m->salt, m->salt_len);
+	tier_glue_attach(d, s);
 	reply(d, s, 0, 0, NULL);
 }
 
@@ -773,6 +775,8 @@ static int op_seq_open(struct pkv_daemon *d, struct session *s, const struct pkv
 	tok = copy_out(s, e->off[0], walk_tokens(e->n));
 	if (!tok)
 		return -ENOMEM;
+	/* Blocks of this prompt that only the disk tier holds come back into the pool first. */
+	tier_glue_fetch(d, s, tok, walk_tokens(e->n));
 	r = pkv_cache_seq_open_partial(c, s->id, s->ns, tok, walk_tokens(e->n),
 				       e->flags & PKV_SQE_OPEN_SETTLED ? PKV_OPEN_SETTLED : 0,
 				       turn_blocks(c), &seq, &n_cached);

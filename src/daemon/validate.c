@@ -214,7 +214,7 @@ int pkv_msg_check(const void *buf, size_t len, int role, char *why, size_t why_l
 			return -EBADMSG;
 		}
 		memcpy(&m, buf, sizeof(m));
-		if (m.cmd < PKV_CTL_STATUS || m.cmd > PKV_CTL_METRICS || m.format > PKV_FMT_PROM) {
+		if (m.cmd < PKV_CTL_STATUS || m.cmd > PKV_CTL_FLUSH_DISK || m.format > PKV_FMT_PROM) {
 			snprintf(why, why_len, "unknown control command %u or format %u", m.cmd, m.format);
 			return -EINVAL;
 		}

@@ -15,7 +15,8 @@ static void usage(FILE *f)
 "usage: pagedkvctl [--socket PATH] [--json] COMMAND\n"
 "  status    pools (geometry, blocks free/cached/in use, prefix hit rate) and clients\n"
 "  audit     check the cache invariants of every pool; exit 1 when a problem is found\n"
-"  flush     drop every cached (unreferenced, unpinned) block\n"
+"  flush     drop every cached (unreferenced, unpinned) block (spilled to the disk tier, if any)\n"
+"  flush --disk   drop every block of the disk tier\n"
 "  metrics   Prometheus text format (--json: the status object)\n"
 "  audit and flush are for admins (root, the daemon's uid, its admin_group); anyone\n"
 "  else sees only their own pools and connections, without prefix or attend counters\n"
@@ -33,14 +34,15 @@ int main(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "disk", no_argument, NULL, 'd' },
 		{ NULL, 0, NULL, 0 }
 	};
-	static const char *const cmds[] = { NULL, "status", "audit", "flush", "metrics" };
+	static const char *const cmds[] = { NULL, "status", "audit", "flush", "metrics", "flush --disk" };
 	struct pkv_msg_hello hello = { { PKV_MSG_HELLO, sizeof(hello) }, PKV_PROTO_VERSION, PKV_ROLE_CTL, 0 };
 	struct pkv_msg_ctl m = { { PKV_MSG_CTL, sizeof(m) }, 0, PKV_FMT_TEXT };
 	struct pkv_msg_reply rep;
 	const char *sock = NULL;
-	int json = 0, timeout = 5000, c, s, status;
+	int json = 0, timeout = 5000, disk = 0, c, s, status;
 	ssize_t n;
 
 	while ((c = getopt_long(argc, argv, "s:jt:h", opts, NULL)) != -1) {
@@ -60,6 +62,7 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 'h': usage(stdout); return 0;
+		case 'd': disk = 1; break;
 		default: usage(stderr); return 2;
 		}
 	}
@@ -70,6 +73,10 @@ int main(int argc, char **argv)
 	for (uint32_t i = 1; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		if (!strcmp(argv[optind], cmds[i]))
 			m.cmd = i;
+	if (disk && m.cmd == PKV_CTL_FLUSH)
+		m.cmd = PKV_CTL_FLUSH_DISK;
+	else if (disk)
+		m.cmd = 0;
 	if (!m.cmd) {
 		fprintf(stderr, "pagedkvctl: unknown command '%s'\n", argv[optind]);
 		usage(stderr);

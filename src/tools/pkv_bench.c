@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* pkv-bench: runs the benchmark named by its first argument (cache, attn, ipc, e2e, isolation) as pkv-bench-NAME. */
+/* pkv-bench: runs the benchmark named by its first argument (cache, attn, ipc, e2e, isolation, tier) as
+ * pkv-bench-NAME. */
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
@@ -7,11 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char *const subcommands[] = { "cache", "attn", "ipc", "e2e", "isolation" };
+static const char *const subcommands[] = { "cache", "attn", "ipc", "e2e", "isolation", "tier" };
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: pkv-bench {cache|attn|ipc|e2e|isolation} [--json] [options]\n"
+	fprintf(f, "usage: pkv-bench {cache|attn|ipc|e2e|isolation|tier} [--json] [options]\n"
 		   "       pkv-bench NAME --help   options of one benchmark\n");
 }
 

@@ -1,0 +1,333 @@
+/* SPDX-License-Identifier: MIT */
+/* Glue between pagedkvd and its disk tier: lifetime, spill on eviction, fetch before an open, status. */
+#include "config.h"
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/log.h"
+#include "daemon/daemon.h"
+#include "daemon/tier_glue.h"
+#include "tier/tier.h"
+
+#define DEFAULT_BUDGET (10ull << 30)
+#define DEFAULT_WAIT_MS 200u
+#define NS_SLOTS 4096u            /* namespaces remembered per pool (power of two) */
+#define UID_UNKNOWN (PKV_NS_SHARED - 1)
+#define MAX_FETCH_BLOCKS 4096u
+
+/* Which uid a namespace belongs to: blocks carry only their namespace. */
+struct ns_uid {
+	struct pkv_key ns;
+	uint32_t uid, used;
+};
+
+struct tier_pool {
+	struct pkv_daemon *d;
+	struct pool *p;
+	int cls;                      /* the tier's class for this pool, < 0: not spilled */
+	int may_wait;                 /* flush or pool teardown: a full staging area is waited out */
+	struct ns_uid *ns;
+	uint32_t n_ns;
+};
+
+/* The daemon holds one tier; pools reach it through their glue. */
+static struct pkv_tier *g_tier;
+
+static uint32_t ns_slot(struct pkv_key ns)
+{
+	return (uint32_t)(ns.lo ^ ns.hi) & (NS_SLOTS - 1);
+}
+
+static void ns_remember(struct tier_pool *tp, struct pkv_key ns, uint32_t uid)
+{
+	uint32_t i = ns_slot(ns);
+
+	/* Bounded: salts are client-chosen. Full, it starts over; forgotten ones count as unknown. */
+	if (tp->n_ns >= NS_SLOTS * 3 / 4) {
+		memset(tp->ns, 0, NS_SLOTS * sizeof(*tp->ns));
+		tp->n_ns = 0;
+	}
+	for (;; i = (i + 1) & (NS_SLOTS - 1)) {
+		struct ns_uid *e = &tp->ns[i];
+
+		if (e->used && e->ns.lo == ns.lo && e->ns.hi == ns.hi)
+			return;
+		if (!e->used) {
+			*e = (struct ns_uid){ ns, uid, 1 };
+			tp->n_ns++;
+			return;
+		}
+	}
+}
+
+static uint32_t ns_uid(const struct tier_pool *tp, struct pkv_key ns)
+{
+	for (uint32_t i = ns_slot(ns);; i = (i + 1) & (NS_SLOTS - 1)) {
+		const struct ns_uid *e = &tp->ns[i];
+
+		if (!e->used)
+			return UID_UNKNOWN;
+		if (e->ns.lo == ns.lo && e->ns.hi == ns.hi)
+			return e->uid;
+	}
+}
+
+/* Record layout of KV: layer 0 K, layer 0 V, layer 1 K, ... one block's rows each. */
+static void copy_block(const struct pkv_cache_mem *m, int32_t blk, void *rec, const void *from)
+{
+	size_t bs = m->block_stride;
+
+	for (uint32_t l = 0; l < m->geo.num_layers; l++) {
+		uint8_t *k = (uint8_t *)m->k_base + l * m->layer_stride + (size_t)blk * bs;
+		uint8_t *v = (uint8_t *)m->v_base + l * m->layer_stride + (size_t)blk * bs;
+		size_t o = (size_t)2 * l * bs;
+
+		if (from) {
+			memcpy(k, (const uint8_t *)from + o, bs);
+			memcpy(v, (const uint8_t *)from + o + bs, bs);
+		} else {
+			memcpy((uint8_t *)rec + o, k, bs);
+			memcpy((uint8_t *)rec + o + bs, v, bs);
+		}
+	}
+}
+
+/* The cache's eviction hook (loop thread): copy the block out now, the tier thread writes it. */
+static void on_evict(void *ud, int32_t blk, const struct pkv_evict_info *e)
+{
+	struct tier_pool *tp = ud;
+	struct pkv_tier_block b = { e->key, e->parent, e->ns, ns_uid(tp, e->ns), e->tokens };
+	void *kv;
+	int r;
+
+	while ((r = pkv_tier_spill_begin(g_tier, tp->cls, &b, &kv)) == -EAGAIN && tp->may_wait)
+		pkv_tier_wait_io(g_tier);
+	if (r)
+		return;   /* already there, staging full, or spilling stopped: RAM goes on regardless */
+	copy_block(&tp->p->disp.mem, blk, kv, NULL);
+	pkv_tier_spill_commit(g_tier, kv);
+}
+
+int tier_glue_start(struct pkv_daemon *d)
+{
+	struct pkv_tier_config tc = {
+		.dir = d->cfg.disk_cache,
+		.budget = d->cfg.disk_budget ? d->cfg.disk_budget : DEFAULT_BUDGET,
+		.uid_share = d->cfg.disk_uid_share ? d->cfg.disk_uid_share : 100,
+	};
+	struct pkv_tier_stats st;
+	char why[512] = "";
+	int r;
+
+	if (!d->cfg.disk_cache[0])
+		return 0;
+	/* A file-size limit must fail a write (EFBIG, the tier stops spilling), not kill the daemon. */
+	signal(SIGXFSZ, SIG_IGN);
+	r = pkv_tier_open(&tc, &g_tier, why, sizeof(why));
+	if (r) {
+		pkv_err("%s", why);
+		return r;
+	}
+	pkv_tier_stats(g_tier, &st);
+	pkv_info("disk tier %s: %llu blocks (%llu MiB) of a %llu MiB budget, uid share %u%%",
+		 tc.dir, (unsigned long long)st.blocks, (unsigned long long)(st.bytes >> 20),
+		 (unsigned long long)(tc.budget >> 20), tc.uid_share);
+	return 0;
+}
+
+void tier_glue_stop(struct pkv_daemon *d)
+{
+	(void)d;
+	pkv_tier_close(g_tier);
+	g_tier = NULL;
+}
+
+void tier_glue_pool_created(struct pkv_daemon *d, struct pool *p)
+{
+	struct pkv_tier_fp fp;
+	struct tier_pool *tp;
+
+	if (!g_tier)
+		return;
+	/* The tier copies with memcpy: only a host-domain cache is spilled. */
+	if (p->disp.mem.domain != PKV_DOMAIN_HOST) {
+		pkv_info("pool '%s': cache is not in host memory; no disk tier for it", p->name);
+		return;
+	}
+	tp = calloc(1, sizeof(*tp));
+	if (tp)
+		tp->ns = calloc(NS_SLOTS, sizeof(*tp->ns));
+	if (!tp || !tp->ns) {
+		free(tp);
+		pkv_warn("pool '%s': no memory for its disk tier glue", p->name);
+		return;
+	}
+	pkv_tier_fp_of(&p->geo, p->model_id, &fp);
+	tp->d = d;
+	tp->p = p;
+	tp->cls = pkv_tier_class(g_tier, &fp);
+	if (tp->cls < 0) {
+		pkv_warn("pool '%s': disk tier refuses its blocks: %s", p->name, strerror(-tp->cls));
+		free(tp->ns);
+		free(tp);
+		return;
+	}
+	p->tier = tp;
+	pkv_cache_set_evict_hook(p->cache, on_evict, tp);
+}
+
+void tier_glue_pool_destroy(struct pkv_daemon *d, struct pool *p)
+{
+	struct tier_pool *tp = p->tier;
+
+	(void)d;
+	if (!tp)
+		return;
+	/* Freeing a pool is a spill of everything it still caches. */
+	tp->may_wait = 1;
+	pkv_cache_flush(p->cache);
+	pkv_cache_set_evict_hook(p->cache, NULL, NULL);
+	free(tp->ns);
+	free(tp);
+	p->tier = NULL;
+}
+
+int tier_glue_cache_flush(struct pkv_daemon *d, struct pool *p)
+{
+	int n;
+
+	(void)d;
+	/* An administrator's flush may wait for the disk: every flushed block is spilled. */
+	if (p->tier)
+		p->tier->may_wait = 1;
+	n = pkv_cache_flush(p->cache);
+	if (p->tier) {
+		p->tier->may_wait = 0;
+		pkv_tier_drain(g_tier);   /* the flush returns once its blocks are findable on disk */
+	}
+	return n;
+}
+
+void tier_glue_attach(struct pkv_daemon *d, struct session *s)
+{
+	(void)d;
+	if (s->pool && s->pool->tier)
+		ns_remember(s->pool->tier, s->ns,
+			    (s->pool->flags & PKV_WIRE_POOL_SHARED) ? PKV_NS_SHARED : (uint32_t)s->uid);
+}
+
+void tier_glue_fetch(struct pkv_daemon *d, struct session *s, const int32_t *tokens, uint32_t n)
+{
+	struct tier_pool *tp = s->pool ? s->pool->tier : NULL;
+	struct pkv_cache *c = s->pool ? s->pool->cache : NULL;
+	struct pkv_tier_fetch *f = NULL;
+	struct pkv_key parent, *keys = NULL;
+	uint32_t bs, max_blk, ram, want, i, hits;
+	int32_t *held = NULL;
+	int got, n_held = 0;
+
+	if (!tp || !n)
+		return;
+	bs = s->pool->geo.block_size;
+	max_blk = (n - 1) / bs;
+	ram = pkv_cache_lookup(c, s->ns, tokens, n, &parent);
+	if (ram >= max_blk)
+		return;
+	want = max_blk - ram;
+	if (want > MAX_FETCH_BLOCKS)
+		want = MAX_FETCH_BLOCKS;
+	keys = malloc(want * sizeof(*keys));
+	if (!keys)
+		return;
+	/* The chain continues from the last block RAM has, exactly as the cache would key it. */
+	for (i = 0; i < want; i++) {
+		keys[i] = pkv_cache_block_key(i ? keys[i - 1] : parent, s->ns,
+					      tokens + (size_t)(ram + i) * bs, bs);
+	}
+	hits = pkv_tier_probe(g_tier, tp->cls, keys, want);
+	if (!hits)
+		goto out;
+	/*
+	 * The open waits for the disk (bounded by disk_wait_ms): a resumed
+	 * conversation then starts warm on its first turn. Only blocks the
+	 * index holds are read, so nothing is waited for that cannot be used.
+	 */
+	got = pkv_tier_fetch(g_tier, tp->cls, s->ns, parent, keys, tokens + (size_t)ram * bs, hits,
+			     d->cfg.disk_wait_ms ? d->cfg.disk_wait_ms : DEFAULT_WAIT_MS, &f);
+	if (got <= 0)
+		goto out;
+	held = malloc((size_t)got * sizeof(*held));
+	if (!held)
+		goto out;
+	for (i = 0; i < (uint32_t)got; i++) {
+		int32_t blk;
+
+		if (pkv_cache_adopt(c, s->ns, i ? keys[i - 1] : parent, tokens + (size_t)(ram + i) * bs, &blk))
+			break;
+		copy_block(&s->pool->disp.mem, blk, NULL, pkv_tier_fetch_kv(f, i));
+		held[n_held++] = blk;
+	}
+	/* Tail first into the LRU, as a closed sequence would leave them. */
+	while (n_held > 0)
+		pkv_cache_adopt_end(c, held[--n_held]);
+out:
+	pkv_tier_fetch_done(g_tier, f);
+	free(held);
+	free(keys);
+}
+
+static double gbps(uint64_t bytes, uint64_t ns)
+{
+	return ns ? (double)bytes / (double)ns : 0.0;
+}
+
+void tier_glue_status(struct pkv_daemon *d, FILE *f, int json)
+{
+	struct pkv_tier_stats st;
+
+	if (!g_tier)
+		return;
+	pkv_tier_stats(g_tier, &st);
+	if (json) {
+		fprintf(f, "\"disk_tier\":{\"blocks\":%llu,\"bytes\":%llu,\"budget\":%llu,\"lookups\":%llu,"
+			   "\"hits\":%llu,\"hit_rate\":%.4f,\"spilled\":%llu,\"spill_skipped\":%llu,"
+			   "\"evicted\":%llu,\"corrupt\":%llu,\"read_bytes\":%llu,\"write_bytes\":%llu,"
+			   "\"read_gbps\":%.3f,\"write_gbps\":%.3f,\"o_direct\":%s,\"spilling\":%s},",
+			(unsigned long long)st.blocks, (unsigned long long)st.bytes,
+			(unsigned long long)st.budget, (unsigned long long)st.lookups,
+			(unsigned long long)st.hits, st.lookups ? (double)st.hits / (double)st.lookups : 0.0,
+			(unsigned long long)st.spilled, (unsigned long long)st.spill_skipped,
+			(unsigned long long)st.evicted, (unsigned long long)st.corrupt,
+			(unsigned long long)st.read_bytes, (unsigned long long)st.write_bytes,
+			gbps(st.read_bytes, st.read_ns), gbps(st.write_bytes, st.write_ns),
+			st.direct ? "true" : "false", st.stopped ? "false" : "true");
+		return;
+	}
+	fprintf(f, "disk tier %s: %llu blocks, %llu of %llu MiB; hits %llu of %llu blocks looked up (%.1f%%)\n",
+		d->cfg.disk_cache, (unsigned long long)st.blocks, (unsigned long long)(st.bytes >> 20),
+		(unsigned long long)(st.budget >> 20), (unsigned long long)st.hits,
+		(unsigned long long)st.lookups, st.lookups ? 100.0 * (double)st.hits / (double)st.lookups : 0.0);
+	fprintf(f, "  read %.2f GB/s, write %.2f GB/s (%s); %llu spilled, %llu not spilled, %llu evicted, %llu corrupt dropped\n",
+		gbps(st.read_bytes, st.read_ns), gbps(st.write_bytes, st.write_ns),
+		st.direct ? "O_DIRECT" : "buffered", (unsigned long long)st.spilled,
+		(unsigned long long)st.spill_skipped, (unsigned long long)st.evicted,
+		(unsigned long long)st.corrupt);
+	if (st.stopped)
+		fprintf(f, "  spilling stopped: %s (pagedkvctl flush --disk resumes it)\n", st.stop_reason);
+}
+
+void tier_glue_flush(struct pkv_daemon *d, FILE *f, int json)
+{
+	int64_t n = -1;
+
+	(void)d;
+	if (g_tier)
+		n = pkv_tier_flush(g_tier);
+	if (json)
+		fprintf(f, "{\"disk_flushed_blocks\":%lld}\n", (long long)n);
+	else if (n < 0)
+		fprintf(f, "no disk tier (pagedkvd --disk-cache DIR)\n");
+	else
+		fprintf(f, "disk tier: %lld blocks dropped\n", (long long)n);
+}

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+/* Glue between pagedkvd and its disk tier: lifetime, spill on eviction, fetch before an open, status. */
+#ifndef PKV_DAEMON_TIER_GLUE_H
+#define PKV_DAEMON_TIER_GLUE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+struct pkv_daemon;
+struct pool;
+struct session;
+
+/* Opens the tier when disk_cache is set (loop thread, before the loop runs); -errno after logging why. */
+int tier_glue_start(struct pkv_daemon *d);
+/* After every pool is gone: finishes the writes and closes the tier. */
+void tier_glue_stop(struct pkv_daemon *d);
+/* A pool was created / is about to be freed (its cached blocks are spilled first). */
+void tier_glue_pool_created(struct pkv_daemon *d, struct pool *p);
+void tier_glue_pool_destroy(struct pkv_daemon *d, struct pool *p);
+/* pkv_cache_flush, spilling every block it drops (pagedkvctl flush); returns blocks dropped. */
+int tier_glue_cache_flush(struct pkv_daemon *d, struct pool *p);
+/* A client attached: remembers whose namespace s->ns is, for the per-uid budget. */
+void tier_glue_attach(struct pkv_daemon *d, struct session *s);
+/*
+ * Before seq_open: reads the part of tokens' chain that is on disk but not
+ * in RAM back into the pool (waiting at most disk_wait_ms), so the open
+ * that follows counts those blocks in n_cached. Never fails the open.
+ */
+void tier_glue_fetch(struct pkv_daemon *d, struct session *s, const int32_t *tokens, uint32_t n);
+/* Status: text lines, or a `"disk_tier":{...},` member for JSON; nothing without a tier. */
+void tier_glue_status(struct pkv_daemon *d, FILE *f, int json);
+/* pagedkvctl flush --disk. */
+void tier_glue_flush(struct pkv_daemon *d, FILE *f, int json);
+
+#endif

@@ -1,0 +1,614 @@
+/* SPDX-License-Identifier: MIT */
+/* pkv-bench tier: disk tier spill/fetch bandwidth against a plain O_DIRECT loop, start-up with 1M blocks, open latency. */
+#include "config.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <liburing.h>
+#include <pagedkv/pagedkv.h>
+#include "common/msg.h"
+#include "common/proto.h"
+#include "tier/tier.h"
+
+struct opts {
+	const char *dir;
+	uint32_t blocks, batch, qd, runs;
+	uint32_t startup_blocks;
+	const char *daemon, *plugin_dir, *startup_dir;
+	int json;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, uint32_t n)
+{
+	qsort(v, n, sizeof(*v), cmp_d);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void rm_rf(const char *path)
+{
+	char cmd[4300];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
+	if (system(cmd))
+		fprintf(stderr, "pkv-bench tier: could not remove %s\n", path);
+}
+
+/* SmolLM2-135M's block: 30 layers, 3 KV heads of 64, f16, 16 tokens = 360 KiB of K and V. */
+static const struct pkv_tier_fp SMOL = { .model_id = 0x534d4f4c, .num_layers = 30, .num_kv_heads = 3,
+					 .head_dim = 64, .cache_dtype = PKV_DTYPE_F16, .block_size = 16 };
+
+/* splitmix64: keys as uniform as the XXH3-128 keys the cache makes. */
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static struct pkv_key key_of(uint32_t chain, uint32_t i)
+{
+	uint64_t s = ((uint64_t)chain << 32) | i;
+
+	return (struct pkv_key){ mix(s), mix(s ^ 0x5555555555555555ull) };
+}
+
+static const struct pkv_key NS = { 0x1111, 0x2222 };
+
+static struct pkv_tier *open_tier(const char *dir, unsigned qd, char *why, size_t len)
+{
+	struct pkv_tier_config cfg = { .dir = dir, .budget = 1ull << 40, .uid_share = 100, .queue_depth = qd };
+	struct pkv_tier *t;
+
+	return pkv_tier_open(&cfg, &t, why, len) ? NULL : t;
+}
+
+/* Spills n blocks as chains of `batch`; returns seconds from the first copy to the last write done. */
+static double spill_n(struct pkv_tier *t, int cls, const struct pkv_tier_fp *fp, uint32_t n, uint32_t batch,
+		      uint32_t base)
+{
+	size_t kvb = pkv_tier_kv_bytes(fp);
+	int32_t tok[4096];
+	double t0 = now_s();
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t ch = base + i / batch, j = i % batch;
+		struct pkv_tier_block b = { key_of(ch, j), j ? key_of(ch, j - 1) : NS, NS, 1000, tok };
+		void *kv;
+		int r;
+
+		for (uint32_t k = 0; k < fp->block_size; k++)
+			tok[k] = (int32_t)(ch * 131 + j * fp->block_size + k);
+		/* A full staging area: wait for the tier thread, as a busy loop would see it. */
+		while ((r = pkv_tier_spill_begin(t, cls, &b, &kv)) == -EAGAIN)
+			pkv_tier_wait_io(t);
+		if (r)
+			continue;
+		memset(kv, (int)(i & 0xff), kvb);
+		pkv_tier_spill_commit(t, kv);
+	}
+	pkv_tier_drain(t);
+	return now_s() - t0;
+}
+
+/* Fetches the chains written by spill_n, one submission per chain; returns seconds, *got blocks served. */
+static double fetch_n(struct pkv_tier *t, int cls, const struct pkv_tier_fp *fp, uint32_t n, uint32_t batch,
+		      uint32_t base, uint64_t *got)
+{
+	struct pkv_key *keys = malloc(batch * sizeof(*keys));
+	int32_t *tok = malloc((size_t)batch * fp->block_size * sizeof(*tok));
+	double t0 = now_s();
+
+	*got = 0;
+	for (uint32_t c = 0; keys && tok && c < n / batch; c++) {
+		struct pkv_tier_fetch *f;
+		int r;
+
+		for (uint32_t j = 0; j < batch; j++) {
+			keys[j] = key_of(base + c, j);
+			for (uint32_t k = 0; k < fp->block_size; k++)
+				tok[j * fp->block_size + k] = (int32_t)((base + c) * 131 + j * fp->block_size + k);
+		}
+		r = pkv_tier_fetch(t, cls, NS, NS, keys, tok, batch, 60000, &f);
+		if (r > 0)
+			*got += (uint64_t)r;
+		pkv_tier_fetch_done(t, f);
+	}
+	free(keys);
+	free(tok);
+	return now_s() - t0;
+}
+
+/*
+ * The reference: the same bytes, written then read sequentially with
+ * O_DIRECT through io_uring at the same queue depth and request size, on
+ * the same filesystem. Returns seconds for write and read.
+ */
+static int ref_loop(const char *dir, size_t rec, uint32_t n, unsigned qd, double *w_s, double *r_s)
+{
+	char path[4300];
+	struct io_uring ring;
+	struct iovec iov;
+	uint8_t *buf;
+	int fd, r = -1;
+
+	snprintf(path, sizeof(path), "%s/reference.dat", dir);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	if (posix_memalign((void **)&buf, 4096, rec * qd)) {
+		close(fd);
+		return -ENOMEM;
+	}
+	memset(buf, 0x5a, rec * qd);
+	if (io_uring_queue_init(2 * qd, &ring, 0))
+		goto out;
+	iov = (struct iovec){ buf, rec * qd };
+	io_uring_register_buffers(&ring, &iov, 1);
+	for (int pass = 0; pass < 2; pass++) {
+		uint32_t sub = 0, done = 0, infl = 0;
+		double t0 = now_s();
+
+		while (done < n) {
+			struct io_uring_cqe *cqe;
+
+			while (infl < qd && sub < n) {
+				struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+				uint8_t *b = buf + (sub % qd) * rec;
+
+				if (pass == 0)
+					io_uring_prep_write_fixed(sqe, fd, b, rec, (uint64_t)sub * rec, 0);
+				else
+					io_uring_prep_read_fixed(sqe, fd, b, rec, (uint64_t)sub * rec, 0);
+				sub++;
+				infl++;
+			}
+			io_uring_submit_and_wait(&ring, 1);
+			while (!io_uring_peek_cqe(&ring, &cqe)) {
+				if (cqe->res < 0) {
+					fprintf(stderr, "pkv-bench tier: reference I/O: %s\n", strerror(-cqe->res));
+					io_uring_cqe_seen(&ring, cqe);
+					goto out_ring;
+				}
+				io_uring_cqe_seen(&ring, cqe);
+				infl--;
+				done++;
+			}
+		}
+		*(pass ? r_s : w_s) = now_s() - t0;
+	}
+	r = 0;
+out_ring:
+	io_uring_queue_exit(&ring);
+out:
+	free(buf);
+	close(fd);
+	unlink(path);
+	return r;
+}
+
+struct bw {
+	double spill_gbps, fetch_gbps, ref_w_gbps, ref_r_gbps;
+	double dev_w_gbps, dev_r_gbps;
+	int direct;
+};
+
+static int bench_bandwidth(const struct opts *o, struct bw *res)
+{
+	double sp[16], fe[16], rw[16], rr[16], dw[16], dr[16];
+	char dir[4200], why[256];
+	uint32_t runs = o->runs > 16 ? 16 : o->runs;
+	size_t rec;
+
+	for (uint32_t r = 0; r < runs; r++) {
+		struct pkv_tier_stats st;
+		struct pkv_tier *t;
+		uint64_t got;
+		double ws = 0, rs = 0, s_s, f_s;
+		int cls;
+
+		snprintf(dir, sizeof(dir), "%s/bw", o->dir);
+		rm_rf(dir);
+		t = open_tier(dir, o->qd, why, sizeof(why));
+		if (!t) {
+			fprintf(stderr, "pkv-bench tier: %s\n", why);
+			return -1;
+		}
+		cls = pkv_tier_class(t, &SMOL);
+		if (cls < 0)
+			return -1;
+		s_s = spill_n(t, cls, &SMOL, o->blocks, o->batch, 0);
+		f_s = fetch_n(t, cls, &SMOL, o->blocks, o->batch, 0, &got);
+		pkv_tier_stats(t, &st);
+		rec = st.blocks ? st.bytes / st.blocks : 0;
+		res->direct = st.direct;
+		if (st.blocks != o->blocks || got != (uint64_t)(o->blocks / o->batch) * o->batch) {
+			fprintf(stderr, "pkv-bench tier: %llu of %u blocks stored, %llu fetched\n",
+				(unsigned long long)st.blocks, o->blocks, (unsigned long long)got);
+			pkv_tier_close(t);
+			return -1;
+		}
+		sp[r] = (double)rec * o->blocks / s_s / 1e9;
+		fe[r] = (double)rec * (double)got / f_s / 1e9;
+		dw[r] = st.write_ns ? (double)st.write_bytes / (double)st.write_ns : 0;
+		dr[r] = st.read_ns ? (double)st.read_bytes / (double)st.read_ns : 0;
+		pkv_tier_close(t);
+		if (ref_loop(dir, rec, o->blocks, o->qd, &ws, &rs))
+			return -1;
+		rw[r] = (double)rec * o->blocks / ws / 1e9;
+		rr[r] = (double)rec * o->blocks / rs / 1e9;
+		fprintf(stderr, "run %u: spill %.2f GB/s (reference write %.2f), fetch %.2f GB/s (reference read %.2f)\n",
+			r, sp[r], rw[r], fe[r], rr[r]);
+		rm_rf(dir);
+	}
+	res->spill_gbps = median(sp, runs);
+	res->fetch_gbps = median(fe, runs);
+	res->ref_w_gbps = median(rw, runs);
+	res->ref_r_gbps = median(rr, runs);
+	res->dev_w_gbps = median(dw, runs);
+	res->dev_r_gbps = median(dr, runs);
+	return 0;
+}
+
+static long rss_bytes(void)
+{
+	long pages = 0, res = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	if (f) {
+		if (fscanf(f, "%ld %ld", &pages, &res) != 2)
+			res = 0;
+		fclose(f);
+	}
+	return res * sysconf(_SC_PAGESIZE);
+}
+
+struct startup {
+	uint32_t blocks;
+	double open_s, fill_s;
+	double index_bytes_per_block, rss_bytes_per_block;
+};
+
+/* Fills a tier with n one-page records, then times reopening it (index rebuilt from the entries). */
+static int bench_startup(const struct opts *o, struct startup *res)
+{
+	/* The smallest record: one layer, one KV head of 16, f32, 16 tokens -> 4 KiB on disk. */
+	static const struct pkv_tier_fp tiny = { .model_id = 7, .num_layers = 1, .num_kv_heads = 1,
+						 .head_dim = 16, .cache_dtype = PKV_DTYPE_F32, .block_size = 16 };
+	double opens[5];
+	char dir[4200], why[256];
+	struct pkv_tier_stats st;
+	struct pkv_tier *t;
+	int cls;
+
+	snprintf(dir, sizeof(dir), "%s", o->startup_dir ? o->startup_dir : o->dir);
+	if (!o->startup_dir)
+		snprintf(dir + strlen(dir), sizeof(dir) - strlen(dir), "/startup");
+	t = open_tier(dir, o->qd, why, sizeof(why));
+	if (!t || (cls = pkv_tier_class(t, &tiny)) < 0) {
+		fprintf(stderr, "pkv-bench tier: %s\n", why);
+		return -1;
+	}
+	pkv_tier_stats(t, &st);
+	/* A kept directory (--startup-dir) that already holds the blocks is reused as it is. */
+	if (st.blocks != o->startup_blocks) {
+		pkv_tier_close(t);
+		rm_rf(dir);
+		t = open_tier(dir, o->qd, why, sizeof(why));
+		if (!t || (cls = pkv_tier_class(t, &tiny)) < 0)
+			return -1;
+		fprintf(stderr, "filling a tier with %u blocks...\n", o->startup_blocks);
+		res->fill_s = spill_n(t, cls, &tiny, o->startup_blocks, 64, 1u << 20);
+	}
+	pkv_tier_close(t);
+	for (int i = 0; i < 5; i++) {
+		long rss0 = rss_bytes();
+		double t0 = now_s();
+
+		t = open_tier(dir, o->qd, why, sizeof(why));
+		opens[i] = now_s() - t0;
+		if (!t)
+			return -1;
+		pkv_tier_stats(t, &st);
+		res->blocks = (uint32_t)st.blocks;
+		res->index_bytes_per_block = st.blocks ? (double)pkv_tier_index_bytes(t) / (double)st.blocks : 0;
+		res->rss_bytes_per_block = st.blocks ? (double)(rss_bytes() - rss0) / (double)st.blocks : 0;
+		pkv_tier_close(t);
+	}
+	res->open_s = median(opens, 5);
+	if (!o->startup_dir)
+		rm_rf(dir);
+	return res->blocks == o->startup_blocks ? 0 : -1;
+}
+
+/* ---- open of a 546-token prefix through a real pagedkvd: cold, RAM-warm, disk-warm */
+
+#define PREFIX 546u
+
+struct opens {
+	double cold_ms, ram_ms, disk_ms, flush_ms;
+	double cold_open_ms, ram_open_ms, disk_open_ms, flush_open_ms;
+	uint32_t cold_cached, ram_cached, disk_cached, flush_cached;
+};
+
+static pid_t start_daemon(const struct opts *o, const char *sock, const char *tdir)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		execl(o->daemon, o->daemon, "-f", "--socket", sock, "--disk-cache", tdir, "--backend", "cpu",
+		      "--plugin-dir", o->plugin_dir, "--log-level", "warn", "--memory-budget", "512M",
+		      (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; pid > 0 && i < 500; i++) {
+		struct pkv_connect_opts co = { .socket_path = sock, .arena_bytes = 1 << 20, .timeout_ms = 2000 };
+		struct pkv_client *c;
+
+		if (!pkv_connect(&co, &c)) {
+			pkv_disconnect(c);
+			return pid;
+		}
+		usleep(10000);
+	}
+	return -1;
+}
+
+/* pagedkvctl flush: RAM drops every cached block (each one spilled) and answers once they are on disk. */
+static int ctl_flush(const char *sock)
+{
+	struct pkv_msg_hello h = { { PKV_MSG_HELLO, sizeof(h) }, PKV_PROTO_VERSION, PKV_ROLE_CTL, 0 };
+	struct pkv_msg_ctl m = { { PKV_MSG_CTL, sizeof(m) }, PKV_CTL_FLUSH, PKV_FMT_TEXT };
+	struct pkv_msg_reply rep;
+	int s = pkv_sock_connect(sock, 5000), r = -EPROTO;
+	ssize_t n;
+
+	if (s < 0)
+		return s;
+	if (pkv_msg_send(s, &h, sizeof(h), NULL, 0) ||
+	    pkv_msg_recv(s, &rep, sizeof(rep), NULL, 0, NULL, 5000) < (ssize_t)PKV_REPLY_HDR_SIZE || rep.status ||
+	    pkv_msg_send(s, &m, sizeof(m), NULL, 0))
+		goto out;
+	do {
+		n = pkv_msg_recv(s, &rep, sizeof(rep), NULL, 0, NULL, 60000);
+		if (n < (ssize_t)PKV_REPLY_HDR_SIZE)
+			goto out;
+		r = rep.status;
+	} while (rep.flags & PKV_REPLY_MORE);
+out:
+	close(s);
+	return r;
+}
+
+static void stop_daemon(pid_t pid)
+{
+	kill(pid, SIGTERM);
+	waitpid(pid, NULL, 0);
+}
+
+/* One conversation's first step: open the prompt, compute what is not cached through every layer. */
+static int open_and_prefill(const char *sock, const int32_t *tok, double *ms, double *open_ms, uint32_t *n_cached)
+{
+	struct pkv_connect_opts co = { .socket_path = sock, .arena_bytes = 256 << 20, .timeout_ms = 60000 };
+	struct pkv_pool_params pp = { .name = "smol", .geo = { 30, 9, 3, 64, PKV_DTYPE_F16, 16, 1024 },
+				      .act_dtype = PKV_DTYPE_F32, .model_id = 0x534d4f4c, .window_left = -1 };
+	struct pkv_client *c;
+	uint32_t seq, k;
+	float *q, *kk, *v, *out;
+	double t0;
+	int r;
+
+	if (pkv_connect(&co, &c))
+		return -1;
+	r = pkv_pool_attach(c, &pp);
+	q = pkv_alloc(c, (size_t)PREFIX * 9 * 64 * 4);
+	kk = pkv_alloc(c, (size_t)PREFIX * 3 * 64 * 4);
+	v = pkv_alloc(c, (size_t)PREFIX * 3 * 64 * 4);
+	out = pkv_alloc(c, (size_t)PREFIX * 9 * 64 * 4);
+	if (r || !q || !kk || !v || !out) {
+		pkv_disconnect(c);
+		return -1;
+	}
+	for (size_t i = 0; i < (size_t)PREFIX * 9 * 64; i++)
+		q[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+	for (size_t i = 0; i < (size_t)PREFIX * 3 * 64; i++) {
+		kk[i] = (float)((i * 40503u) % 1000) * 1e-3f - 0.5f;
+		v[i] = (float)((i * 9973u) % 1000) * 1e-3f - 0.5f;
+	}
+	/* Timed: what a client waits for before its first logits, less the model's own matmuls. */
+	t0 = now_s();
+	r = pkv_seq_open(c, tok, PREFIX, &seq, n_cached);
+	*open_ms = (now_s() - t0) * 1e3;
+	k = PREFIX - *n_cached;
+	if (!r)
+		r = pkv_step_begin(c, &seq, &k, tok + *n_cached, 1);
+	for (uint32_t l = 0; !r && l < 30; l++)
+		r = pkv_attend(c, l, q, kk, v, out);
+	if (!r)
+		r = pkv_step_end(c);
+	*ms = (now_s() - t0) * 1e3;
+	pkv_disconnect(c);
+	return r;
+}
+
+static int bench_opens(const struct opts *o, struct opens *res)
+{
+	char sock[4200], tdir[4200];
+	int32_t tok[PREFIX];
+	pid_t pid;
+	int r;
+
+	snprintf(sock, sizeof(sock), "%s/pagedkv.sock", o->dir);
+	snprintf(tdir, sizeof(tdir), "%s/opens", o->dir);
+	rm_rf(tdir);
+	for (uint32_t i = 0; i < PREFIX; i++)
+		tok[i] = (int32_t)((i * 7919u) % 49152u);
+	pid = start_daemon(o, sock, tdir);
+	if (pid < 0)
+		return -1;
+	r = open_and_prefill(sock, tok, &res->cold_ms, &res->cold_open_ms, &res->cold_cached);
+	if (!r)
+		r = open_and_prefill(sock, tok, &res->ram_ms, &res->ram_open_ms, &res->ram_cached);
+	/* Disk only, same daemon: the pool's memory is already faulted in. */
+	if (!r)
+		r = ctl_flush(sock);
+	if (!r)
+		r = open_and_prefill(sock, tok, &res->flush_ms, &res->flush_open_ms, &res->flush_cached);
+	/* Back to RAM-warm, so that the restart below finds the prompt spilled at shutdown. */
+	/* A restart: the prompt's blocks now exist on disk only, and the new pool's memory is untouched. */
+	stop_daemon(pid);
+	if (!r) {
+		pid = start_daemon(o, sock, tdir);
+		r = pid < 0 ? -1 : open_and_prefill(sock, tok, &res->disk_ms, &res->disk_open_ms, &res->disk_cached);
+		if (pid > 0)
+			stop_daemon(pid);
+	}
+	rm_rf(tdir);
+	return r;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: pkv-bench tier [--json] [--dir DIR] [--blocks N] [--batch N] [--qd N] [--runs N]\n"
+		   "                      [--startup-blocks N] [--daemon PATH --plugin-dir DIR]\n"
+		   "  --dir DIR            where the tier files go (default $TMPDIR or /var/tmp); removed after\n"
+		   "  --blocks N           SmolLM2-135M blocks (360 KiB) spilled and fetched per run (default 1024)\n"
+		   "  --batch N            blocks per fetch submission (default 64)\n"
+		   "  --qd N               I/O queue depth of the tier and of the reference loop (default 64)\n"
+		   "  --startup-blocks N   blocks on disk for the start-up figure (default 1000000; 0 = skip)\n"
+		   "  --startup-dir DIR    keep (and reuse) the start-up tier there instead of refilling it\n"
+		   "  --daemon PATH        pagedkvd for the 546-token open figure (with --plugin-dir: the cpu backend)\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "json", no_argument, NULL, 'j' }, { "dir", required_argument, NULL, 'd' },
+		{ "blocks", required_argument, NULL, 'b' }, { "batch", required_argument, NULL, 'B' },
+		{ "qd", required_argument, NULL, 'q' }, { "runs", required_argument, NULL, 'r' },
+		{ "startup-blocks", required_argument, NULL, 's' }, { "daemon", required_argument, NULL, 'D' },
+		{ "plugin-dir", required_argument, NULL, 'P' }, { "help", no_argument, NULL, 'h' },
+		{ "startup-dir", required_argument, NULL, 'S' },
+		{ NULL, 0, NULL, 0 }
+	};
+	struct opts o = { .blocks = 1024, .batch = 64, .qd = 64, .runs = 3, .startup_blocks = 1000000 };
+	char base[4096];
+	struct bw bw = { 0 };
+	struct startup su = { 0 };
+	struct opens op = { 0 };
+	int c, have_su = 0, have_op = 0;
+
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'j': o.json = 1; break;
+		case 'd': o.dir = optarg; break;
+		case 'b': o.blocks = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'B': o.batch = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'q': o.qd = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'r': o.runs = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 's': o.startup_blocks = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'D': o.daemon = optarg; break;
+		case 'P': o.plugin_dir = optarg; break;
+		case 'S': o.startup_dir = optarg; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!o.batch || !o.qd || !o.runs || o.blocks < o.batch || o.batch > 4096) {
+		usage(stderr);
+		return 2;
+	}
+	snprintf(base, sizeof(base), "%s/pkv-bench-tier.XXXXXX",
+		 o.dir ? o.dir : getenv("TMPDIR") ? getenv("TMPDIR") : "/var/tmp");
+	if (!mkdtemp(base)) {
+		fprintf(stderr, "pkv-bench tier: %s: %s\n", base, strerror(errno));
+		return 1;
+	}
+	o.dir = base;
+	if (bench_bandwidth(&o, &bw)) {
+		rm_rf(base);
+		return 1;
+	}
+	if (o.startup_blocks)
+		have_su = !bench_startup(&o, &su);
+	if (o.daemon && o.plugin_dir)
+		have_op = !bench_opens(&o, &op);
+	rm_rf(base);
+
+	if (o.json) {
+		printf("{\"bench\":\"tier\",\"block_bytes\":%llu,\"blocks\":%u,\"batch\":%u,\"queue_depth\":%u,"
+		       "\"runs\":%u,\"o_direct\":%s,\"spill_gbps\":%.3f,\"fetch_gbps\":%.3f,"
+		       "\"reference_write_gbps\":%.3f,\"reference_read_gbps\":%.3f,"
+		       "\"spill_vs_reference\":%.3f,\"fetch_vs_reference\":%.3f,"
+		       "\"device_write_gbps\":%.3f,\"device_read_gbps\":%.3f",
+		       (unsigned long long)pkv_tier_kv_bytes(&SMOL), o.blocks, o.batch, o.qd, o.runs,
+		       bw.direct ? "true" : "false", bw.spill_gbps, bw.fetch_gbps, bw.ref_w_gbps, bw.ref_r_gbps,
+		       bw.ref_w_gbps ? bw.spill_gbps / bw.ref_w_gbps : 0, bw.ref_r_gbps ? bw.fetch_gbps / bw.ref_r_gbps : 0,
+		       bw.dev_w_gbps, bw.dev_r_gbps);
+		if (have_su)
+			printf(",\"startup\":{\"blocks\":%u,\"open_s\":%.4f,\"fill_s\":%.2f,"
+			       "\"index_bytes_per_block\":%.1f,\"rss_bytes_per_block\":%.1f}",
+			       su.blocks, su.open_s, su.fill_s, su.index_bytes_per_block, su.rss_bytes_per_block);
+		else
+			printf(",\"startup\":null");
+		if (have_op)
+			printf(",\"open_546\":{\"cold_ms\":%.2f,\"ram_warm_ms\":%.2f,\"disk_warm_ms\":%.2f,"
+			       "\"cold_open_ms\":%.2f,\"ram_warm_open_ms\":%.2f,\"disk_warm_open_ms\":%.2f,"
+			       "\"cold_cached\":%u,\"ram_cached\":%u,\"disk_cached\":%u,"
+			       "\"disk_vs_ram\":%.2f,\"disk_vs_cold\":%.3f,"
+			       "\"flushed_ms\":%.2f,\"flushed_open_ms\":%.2f,\"flushed_cached\":%u,"
+			       "\"flushed_vs_ram\":%.2f,\"flushed_vs_cold\":%.3f}",
+			       op.cold_ms, op.ram_ms, op.disk_ms, op.cold_open_ms, op.ram_open_ms, op.disk_open_ms,
+			       op.cold_cached, op.ram_cached, op.disk_cached,
+			       op.ram_ms ? op.disk_ms / op.ram_ms : 0, op.cold_ms ? op.disk_ms / op.cold_ms : 0,
+			       op.flush_ms, op.flush_open_ms, op.flush_cached,
+			       op.ram_ms ? op.flush_ms / op.ram_ms : 0, op.cold_ms ? op.flush_ms / op.cold_ms : 0);
+		else
+			printf(",\"open_546\":null");
+		printf("}\n");
+		return 0;
+	}
+	printf("disk tier, %u blocks of %llu KiB (SmolLM2-135M), fetch batches of %u, queue depth %u, %s, median of %u\n",
+	       o.blocks, (unsigned long long)(pkv_tier_kv_bytes(&SMOL) >> 10), o.batch, o.qd,
+	       bw.direct ? "O_DIRECT" : "buffered", o.runs);
+	printf("  spill %.2f GB/s vs reference write %.2f GB/s (%.0f%%)\n", bw.spill_gbps, bw.ref_w_gbps,
+	       bw.ref_w_gbps ? 100 * bw.spill_gbps / bw.ref_w_gbps : 0);
+	printf("  fetch %.2f GB/s vs reference read %.2f GB/s (%.0f%%)\n", bw.fetch_gbps, bw.ref_r_gbps,
+	       bw.ref_r_gbps ? 100 * bw.fetch_gbps / bw.ref_r_gbps : 0);
+	if (have_su)
+		printf("start-up with %u blocks: %.3f s; index %.1f bytes/block (RSS %.1f)\n", su.blocks, su.open_s,
+		       su.index_bytes_per_block, su.rss_bytes_per_block);
+	if (have_op)
+		printf("open + prefill of a %u-token prefix: cold %.2f ms, RAM-warm %.2f ms (%u cached), disk-warm %.2f ms (%u cached)\n"
+		       "  of which the open: cold %.2f ms, RAM-warm %.2f ms, disk-warm %.2f ms\n"
+		       "  disk-warm in the same daemon after a RAM flush: %.2f ms (open %.2f ms, %u cached)\n",
+		       PREFIX, op.cold_ms, op.ram_ms, op.ram_cached, op.disk_ms, op.disk_cached,
+		       op.cold_open_ms, op.ram_open_ms, op.disk_open_ms, op.flush_ms, op.flush_open_ms,
+		       op.flush_cached);
+	return 0;
+}

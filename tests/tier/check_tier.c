@@ -1,0 +1,441 @@
+/* SPDX-License-Identifier: MIT */
+/* libpkvtier on a real directory: round trip, restart, corruption, budgets, per-uid share, a full disk. */
+#include "config.h"
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "tier/tier.h"
+#include "tier/tier_int.h"
+
+#define BS 16u
+#define NCHAIN 40u
+
+static char dir[64];
+static struct pkv_tier_fp FP = { .model_id = 0x1234, .num_layers = 2, .num_kv_heads = 2,
+				 .head_dim = 16, .cache_dtype = PKV_DTYPE_F32, .block_size = BS };
+static struct pkv_key NS = { 0xabcdef, 0x123456 };
+
+static void setup(void)
+{
+	snprintf(dir, sizeof(dir), "/tmp/pkv-tier-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+static struct pkv_tier *open_tier(uint64_t budget, unsigned share)
+{
+	struct pkv_tier_config cfg = { .dir = dir, .budget = budget, .uid_share = share,
+				       .staging = 8 << 20, .queue_depth = 16 };
+	struct pkv_tier *t;
+	char why[256] = "";
+	int r = pkv_tier_open(&cfg, &t, why, sizeof(why));
+
+	ck_assert_msg(r == 0, "open: %s", why);
+	return t;
+}
+
+static struct pkv_key key_of(uint32_t chain, uint32_t i)
+{
+	return (struct pkv_key){ 0x9e3779b97f4a7c15ull * (i + 1) ^ chain, chain * 1000003ull + i };
+}
+
+static void tokens_of(uint32_t chain, uint32_t i, int32_t *t)
+{
+	for (uint32_t j = 0; j < BS; j++)
+		t[j] = (int32_t)(chain * 7919 + i * BS + j);
+}
+
+static uint8_t kv_byte(uint32_t chain, uint32_t i, size_t off)
+{
+	return (uint8_t)(chain * 31 + i * 17 + off * 13 + (off >> 8));
+}
+
+/* Spills blocks [0, n) of a chain for uid; returns how many were accepted. */
+static uint32_t spill_chain(struct pkv_tier *t, int cls, uint32_t chain, uint32_t n, uint32_t uid)
+{
+	size_t kvb = pkv_tier_kv_bytes(&FP);
+	uint32_t ok = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		int32_t tok[BS];
+		struct pkv_tier_block b = { key_of(chain, i), i ? key_of(chain, i - 1) : NS, NS, uid, tok };
+		uint8_t *kv;
+		int r;
+
+		tokens_of(chain, i, tok);
+		/* The staging arena is finite: a full one is a skipped spill, so let the thread catch up. */
+		while ((r = pkv_tier_spill_begin(t, cls, &b, (void **)&kv)) == -EAGAIN)
+			pkv_tier_wait_io(t);
+		if (r)
+			continue;
+		for (size_t o = 0; o < kvb; o++)
+			kv[o] = kv_byte(chain, i, o);
+		pkv_tier_spill_commit(t, kv);
+		ok++;
+	}
+	pkv_tier_drain(t);
+	return ok;
+}
+
+/* Fetches blocks [0, n) of a chain; returns how many came back and checks their bytes. */
+static int fetch_chain(struct pkv_tier *t, int cls, uint32_t chain, uint32_t n)
+{
+	size_t kvb = pkv_tier_kv_bytes(&FP);
+	struct pkv_key keys[NCHAIN];
+	int32_t tok[NCHAIN * BS];
+	struct pkv_tier_fetch *f;
+	int r;
+
+	for (uint32_t i = 0; i < n; i++) {
+		keys[i] = key_of(chain, i);
+		tokens_of(chain, i, tok + i * BS);
+	}
+	r = pkv_tier_fetch(t, cls, NS, NS, keys, tok, n, 10000, &f);
+	for (int i = 0; i < r; i++) {
+		const uint8_t *kv = pkv_tier_fetch_kv(f, (uint32_t)i);
+
+		for (size_t o = 0; o < kvb; o++)
+			ck_assert_msg(kv[o] == kv_byte(chain, (uint32_t)i, o), "block %d byte %zu", i, o);
+	}
+	pkv_tier_fetch_done(t, f);
+	return r;
+}
+
+static char *file_of(const char *ext, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/%016llx.%s", dir, (unsigned long long)pkv_tier_fp_hash(&FP), ext);
+	return buf;
+}
+
+START_TEST(test_round_trip)
+{
+	struct pkv_tier *t = open_tier(64 << 20, 100);
+	int cls = pkv_tier_class(t, &FP);
+	struct pkv_tier_stats st;
+	struct pkv_key keys[NCHAIN];
+
+	ck_assert_int_ge(cls, 0);
+	ck_assert_uint_eq(spill_chain(t, cls, 1, NCHAIN, 1000), NCHAIN);
+	for (uint32_t i = 0; i < NCHAIN; i++)
+		keys[i] = key_of(1, i);
+	ck_assert_uint_eq(pkv_tier_probe(t, cls, keys, NCHAIN), NCHAIN);
+	ck_assert_int_eq(fetch_chain(t, cls, 1, NCHAIN), (int)NCHAIN);
+	pkv_tier_stats(t, &st);
+	ck_assert_uint_eq(st.blocks, NCHAIN);
+	ck_assert_uint_eq(st.spilled, NCHAIN);
+	ck_assert_uint_eq(st.hits, NCHAIN);
+	ck_assert_uint_eq(st.corrupt, 0);
+	/* A key already there is not written twice. */
+	ck_assert_uint_eq(spill_chain(t, cls, 1, 4, 1000), 0);
+	pkv_tier_close(t);
+}
+END_TEST
+
+START_TEST(test_restart_keeps_blocks)
+{
+	struct pkv_tier *t = open_tier(64 << 20, 100);
+	int cls = pkv_tier_class(t, &FP);
+	struct pkv_tier_fp other = FP;
+	struct pkv_key keys[NCHAIN];
+	struct stat st;
+	char path[128];
+
+	ck_assert_uint_eq(spill_chain(t, cls, 2, NCHAIN, 1000), NCHAIN);
+	pkv_tier_close(t);
+	ck_assert_int_eq(stat(file_of("dat", path, sizeof(path)), &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0600);
+	ck_assert_int_eq(stat(file_of("idx", path, sizeof(path)), &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0600);
+
+	t = open_tier(64 << 20, 100);
+	/* Another model's pool attaching first does not see them... */
+	other.model_id++;
+	cls = pkv_tier_class(t, &other);
+	ck_assert_int_ge(cls, 0);
+	for (uint32_t i = 0; i < NCHAIN; i++)
+		keys[i] = key_of(2, i);
+	ck_assert_uint_eq(pkv_tier_probe(t, cls, keys, NCHAIN), 0);
+	/* ...the matching one finds every block. */
+	cls = pkv_tier_class(t, &FP);
+	ck_assert_uint_eq(pkv_tier_probe(t, cls, keys, NCHAIN), NCHAIN);
+	ck_assert_int_eq(fetch_chain(t, cls, 2, NCHAIN), (int)NCHAIN);
+	pkv_tier_close(t);
+}
+END_TEST
+
+static void flip_byte(const char *path, off_t off)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t b;
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pread(fd, &b, 1, off), 1);
+	b ^= 0x10;
+	ck_assert_int_eq(pwrite(fd, &b, 1, off), 1);
+	close(fd);
+}
+
+START_TEST(test_bit_flip_dropped)
+{
+	struct pkv_tier *t = open_tier(64 << 20, 100);
+	int cls = pkv_tier_class(t, &FP);
+	struct tier_layout l;
+	struct pkv_tier_stats st;
+	struct pkv_key keys[NCHAIN];
+	char path[128];
+
+	ck_assert_uint_eq(spill_chain(t, cls, 3, NCHAIN, 1000), NCHAIN);
+	pkv_tier_close(t);
+	ck_assert_int_eq(pkv_tier_layout(&FP, &l), 0);
+	/* Slot 10 holds block 10 (slots are taken in order): flip one KV bit deep inside it. */
+	flip_byte(file_of("dat", path, sizeof(path)), (off_t)l.rec_size * 10 + l.kv_off + 100);
+	t = open_tier(64 << 20, 100);
+	cls = pkv_tier_class(t, &FP);
+	ck_assert_int_eq(fetch_chain(t, cls, 3, NCHAIN), 10);
+	pkv_tier_stats(t, &st);
+	ck_assert_uint_eq(st.corrupt, 1);
+	/* Dropped from the index: never read again. */
+	for (uint32_t i = 0; i < NCHAIN; i++)
+		keys[i] = key_of(3, i);
+	ck_assert_uint_eq(pkv_tier_probe(t, cls, keys, NCHAIN), 10);
+	pkv_tier_close(t);
+}
+END_TEST
+
+START_TEST(test_truncated_dropped)
+{
+	struct pkv_tier *t = open_tier(64 << 20, 100);
+	int cls = pkv_tier_class(t, &FP);
+	struct tier_layout l;
+	char path[128];
+
+	ck_assert_uint_eq(spill_chain(t, cls, 4, NCHAIN, 1000), NCHAIN);
+	pkv_tier_close(t);
+	ck_assert_int_eq(pkv_tier_layout(&FP, &l), 0);
+	/* Cut in the middle of record 25: it and everything after it are gone or torn. */
+	ck_assert_int_eq(truncate(file_of("dat", path, sizeof(path)), (off_t)l.rec_size * 25 + 1000), 0);
+	t = open_tier(64 << 20, 100);
+	cls = pkv_tier_class(t, &FP);
+	ck_assert_int_eq(fetch_chain(t, cls, 4, NCHAIN), 25);
+	pkv_tier_close(t);
+}
+END_TEST
+
+START_TEST(test_check_all)
+{
+	struct pkv_tier *t = open_tier(64 << 20, 100);
+	int cls = pkv_tier_class(t, &FP);
+	struct tier_layout l;
+	uint64_t dropped;
+	char path[128];
+
+	ck_assert_uint_eq(spill_chain(t, cls, 12, NCHAIN, 1000), NCHAIN);
+	ck_assert_int_eq(pkv_tier_check_all(t, &dropped), NCHAIN);
+	ck_assert_uint_eq(dropped, 0);
+	pkv_tier_close(t);
+	ck_assert_int_eq(pkv_tier_layout(&FP, &l), 0);
+	flip_byte(file_of("dat", path, sizeof(path)), (off_t)l.rec_size * 3 + 40);
+	flip_byte(file_of("dat", path, sizeof(path)), (off_t)l.rec_size * 30 + l.kv_off);
+	t = open_tier(64 << 20, 100);
+	ck_assert_int_eq(pkv_tier_check_all(t, &dropped), NCHAIN);
+	ck_assert_uint_eq(dropped, 2);
+	ck_assert_int_eq(pkv_tier_check_all(t, &dropped), NCHAIN - 2);
+	ck_assert_uint_eq(dropped, 0);
+	pkv_tier_close(t);
+}
+END_TEST
+
+START_TEST(test_torn_entry_ignored)
+{
+	struct pkv_tier *t = open_tier(64 << 20, 100);
+	int cls = pkv_tier_class(t, &FP);
+	struct pkv_key keys[NCHAIN];
+	char path[128];
+
+	ck_assert_uint_eq(spill_chain(t, cls, 5, NCHAIN, 1000), NCHAIN);
+	pkv_tier_close(t);
+	/* Entry of slot 7 (offset 64 * 8): a flipped bit fails its checksum. */
+	flip_byte(file_of("idx", path, sizeof(path)), 64 * 8 + 20);
+	t = open_tier(64 << 20, 100);
+	cls = pkv_tier_class(t, &FP);
+	for (uint32_t i = 0; i < NCHAIN; i++)
+		keys[i] = key_of(5, i);
+	ck_assert_uint_eq(pkv_tier_probe(t, cls, keys, NCHAIN), 7);
+	ck_assert_int_eq(fetch_chain(t, cls, 5, NCHAIN), 7);
+	pkv_tier_close(t);
+}
+END_TEST
+
+START_TEST(test_budget_evicts_oldest)
+{
+	struct tier_layout l;
+	struct pkv_tier *t;
+	struct pkv_tier_stats st;
+	struct pkv_key keys[NCHAIN];
+	int cls;
+
+	ck_assert_int_eq(pkv_tier_layout(&FP, &l), 0);
+	t = open_tier((uint64_t)l.rec_size * 30, 100);
+	cls = pkv_tier_class(t, &FP);
+	spill_chain(t, cls, 6, 20, 1000);   /* older chain */
+	spill_chain(t, cls, 7, 20, 1000);
+	pkv_tier_stats(t, &st);
+	ck_assert_uint_eq(st.blocks, 30);
+	ck_assert_uint_le(st.bytes, st.budget);
+	ck_assert_uint_eq(st.evicted, 10);
+	for (uint32_t i = 0; i < 20; i++)
+		keys[i] = key_of(7, i);
+	ck_assert_uint_eq(pkv_tier_probe(t, cls, keys, 20), 20);
+	/* The first chain lost its first-spilled blocks (0..9); 10..19 remain. */
+	for (uint32_t i = 0; i < 20; i++)
+		keys[i] = key_of(6, i);
+	ck_assert_uint_eq(pkv_tier_probe(t, cls, keys, 20), 0);
+	ck_assert_uint_eq(pkv_tier_probe(t, cls, keys + 10, 10), 10);
+	pkv_tier_close(t);
+}
+END_TEST
+
+START_TEST(test_uid_share)
+{
+	struct tier_layout l;
+	struct pkv_tier *t;
+	struct pkv_key keys[NCHAIN];
+	int cls;
+
+	ck_assert_int_eq(pkv_tier_layout(&FP, &l), 0);
+	/* 40 records of budget, a uid may hold half of it. */
+	t = open_tier((uint64_t)l.rec_size * 40, 50);
+	cls = pkv_tier_class(t, &FP);
+	spill_chain(t, cls, 8, NCHAIN, 2000);
+	spill_chain(t, cls, 9, 10, 3000);
+	for (uint32_t i = 0; i < NCHAIN; i++)
+		keys[i] = key_of(8, i);
+	/* uid 2000 keeps its 20 newest; uid 3000's spills did not evict them. */
+	ck_assert_uint_eq(pkv_tier_probe(t, cls, keys + 20, 20), 20);
+	ck_assert_uint_eq(pkv_tier_probe(t, cls, keys, 1), 0);
+	for (uint32_t i = 0; i < 10; i++)
+		keys[i] = key_of(9, i);
+	ck_assert_uint_eq(pkv_tier_probe(t, cls, keys, 10), 10);
+	pkv_tier_close(t);
+}
+END_TEST
+
+START_TEST(test_full_disk_stops_spilling)
+{
+	struct tier_layout l;
+	struct pkv_tier *t;
+	struct pkv_tier_stats st;
+	struct rlimit rl;
+	int cls;
+
+	ck_assert_int_eq(pkv_tier_layout(&FP, &l), 0);
+	t = open_tier(64 << 20, 100);
+	cls = pkv_tier_class(t, &FP);
+	/* The filesystem refuses growth past 12 records (EFBIG, as ENOSPC would): Check forks each test. */
+	signal(SIGXFSZ, SIG_IGN);
+	rl.rlim_cur = rl.rlim_max = (rlim_t)l.rec_size * 12;
+	ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+	spill_chain(t, cls, 10, 30, 1000);
+	pkv_tier_stats(t, &st);
+	ck_assert_int_ne(st.stopped, 0);
+	ck_assert_msg(strstr(st.stop_reason, "write") != NULL, "reason: %s", st.stop_reason);
+	ck_assert_uint_eq(st.blocks, 12);
+	ck_assert_int_eq(fetch_chain(t, cls, 10, 30), 12);
+	/* Stopped means stopped: nothing more is even staged. */
+	{
+		int32_t tok[BS] = { 0 };
+		struct pkv_tier_block b = { key_of(11, 0), NS, NS, 1000, tok };
+		void *kv;
+
+		ck_assert_int_eq(pkv_tier_spill_begin(t, cls, &b, &kv), -ENOSPC);
+	}
+	/* A flush gives the space back and resumes spilling. */
+	ck_assert_int_eq(pkv_tier_flush(t), 12);
+	ck_assert_uint_eq(spill_chain(t, cls, 11, 5, 1000), 5);
+	pkv_tier_stats(t, &st);
+	ck_assert_int_eq(st.stopped, 0);
+	ck_assert_uint_eq(st.blocks, 5);
+	pkv_tier_close(t);
+}
+END_TEST
+
+START_TEST(test_refuses_foreign_files)
+{
+	struct pkv_tier_config cfg = { .dir = dir, .budget = 1 << 20, .uid_share = 100 };
+	struct pkv_tier *t;
+	char why[256];
+
+	/* A directory others may write to is refused outright. */
+	ck_assert_int_eq(chmod(dir, 0777), 0);
+	ck_assert_int_eq(pkv_tier_open(&cfg, &t, why, sizeof(why)), -EPERM);
+	ck_assert_ptr_nonnull(strstr(why, "writable"));
+	ck_assert_int_eq(chmod(dir, 0700), 0);
+}
+END_TEST
+
+START_TEST(test_foreign_index_ignored)
+{
+	struct pkv_tier *t;
+	struct pkv_tier_stats st;
+	char path[128], junk[4096];
+	int fd;
+
+	/* A file named like an index but holding garbage, and one readable by others: both ignored. */
+	for (size_t i = 0; i < sizeof(junk); i++)
+		junk[i] = (char)(i * 7 + 3);
+	snprintf(path, sizeof(path), "%s/0123456789abcdef.idx", dir);
+	fd = open(path, O_CREAT | O_WRONLY, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+	close(fd);
+	t = open_tier(64 << 20, 100);
+	ck_assert_uint_eq(spill_chain(t, pkv_tier_class(t, &FP), 13, 4, 1000), 4);
+	pkv_tier_close(t);
+	ck_assert_int_eq(chmod(file_of("idx", path, sizeof(path)), 0644), 0);
+	t = open_tier(64 << 20, 100);
+	pkv_tier_stats(t, &st);
+	ck_assert_uint_eq(st.blocks, 0);
+	pkv_tier_close(t);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("tier");
+	TCase *tc = tcase_create("disk");
+	SRunner *sr;
+	int nf;
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_round_trip);
+	tcase_add_test(tc, test_restart_keeps_blocks);
+	tcase_add_test(tc, test_bit_flip_dropped);
+	tcase_add_test(tc, test_truncated_dropped);
+	tcase_add_test(tc, test_torn_entry_ignored);
+	tcase_add_test(tc, test_check_all);
+	tcase_add_test(tc, test_budget_evicts_oldest);
+	tcase_add_test(tc, test_uid_share);
+	tcase_add_test(tc, test_full_disk_stops_spilling);
+	tcase_add_test(tc, test_refuses_foreign_files);
+	tcase_add_test(tc, test_foreign_index_ignored);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	nf = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return nf ? 1 : 0;
+}
