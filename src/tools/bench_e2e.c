@@ -281,7 +281,7 @@ int main(int argc, char **argv)
 		printf("{\"model\": \"%s\", \"attention\": \"%s\", \"isa\": \"%s\", \"threads\": %d, "
 		       "\"reps\": %d, \"prompt_tokens\": %u, \"decode_tokens\": %u, "
 		       "\"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f",
-		       o.so.model, s.attn.name, pkv_dot_ops()->isa, tpool_size(s.tp), o.reps, o.prompt_len,
+		       o.so.model, s.attn.name, s.m.output.packed ? "avx512vnni" : pkv_dot_ops()->isa, tpool_size(s.tp), o.reps, o.prompt_len,
 		       o.decode_len, m_pf, m_dc);
 		if (!o.single_only)
 			printf(", \"agg8_inproc_tok_s\": %.1f, \"agg8_procs_tok_s\": %.1f, \"ttft_cold_ms\": %.1f, "
