@@ -48,6 +48,12 @@ tests_model_test_q8agree_SOURCES = tests/model/test_q8agree.c
 tests_model_test_q8agree_CFLAGS = $(MODEL_TEST_CFLAGS)
 tests_model_test_q8agree_LDADD = $(MODEL_TEST_LIBS)
 
+check_PROGRAMS += tests/model/test_attn_ref
+TESTS += tests/model/test_attn_ref
+tests_model_test_attn_ref_SOURCES = tests/model/test_attn_ref.c
+tests_model_test_attn_ref_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_attn_ref_LDADD = $(MODEL_TEST_LIBS) $(LIBM)
+
 check_PROGRAMS += tests/model/test_equality
 TESTS += tests/model/test_equality
 tests_model_test_equality_SOURCES = tests/model/test_equality.c
