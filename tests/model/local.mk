@@ -54,6 +54,12 @@ tests_model_test_attn_ref_SOURCES = tests/model/test_attn_ref.c
 tests_model_test_attn_ref_CFLAGS = $(MODEL_TEST_CFLAGS)
 tests_model_test_attn_ref_LDADD = $(MODEL_TEST_LIBS) $(LIBM)
 
+check_PROGRAMS += tests/model/test_peer_json
+TESTS += tests/model/test_peer_json
+tests_model_test_peer_json_SOURCES = tests/model/test_peer_json.c src/tools/bench_peer.c
+tests_model_test_peer_json_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_peer_json_LDADD = $(CHECK_LIBS)
+
 check_PROGRAMS += tests/model/test_equality
 TESTS += tests/model/test_equality
 tests_model_test_equality_SOURCES = tests/model/test_equality.c
