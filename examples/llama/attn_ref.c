@@ -310,6 +310,109 @@ struct attn_job {
 	float *o;
 };
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define T_ATT __attribute__((target("avx2,fma,avx512f")))
+
+/* e^x for x <= 0 (softmax after the max is taken off): 2^n * p(r), r = x - n ln2, |r| <= ln2/2,
+ * a degree-6 Taylor polynomial: relative error ~2e-7, below f32's own rounding of the scores. */
+T_ATT static inline __m512 exp_neg512(__m512 x)
+{
+	x = _mm512_max_ps(x, _mm512_set1_ps(-87.f)); /* e^-87 is already below the smallest normal */
+	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
+	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
+	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+	__m512 p = _mm512_set1_ps(1.f / 720);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+	return _mm512_scalef_ps(p, n);
+}
+
+/*
+ * One query row against nk keys, NC x 16 = head_dim: the same formula as the portable loop below,
+ * with the query and the output row held in registers and the exponentials 16 at a time (a decode
+ * step at a 512-token context spends most of its attention time in per-key calls and expf).
+ */
+__attribute__((always_inline)) T_ATT static inline void attn_row512(const float *qv, const float *K, const float *V,
+								     size_t w, uint32_t nk, float scale, float *sc,
+								     float *ov, const int NC)
+{
+	__m512 q[8], o[8];
+	for (int c = 0; c < NC; c++) {
+		q[c] = _mm512_mul_ps(_mm512_loadu_ps(qv + 16 * c), _mm512_set1_ps(scale));
+		o[c] = _mm512_setzero_ps();
+	}
+	float mx = -INFINITY;
+	for (uint32_t k = 0; k < nk; k++) {
+		const float *kv = K + (size_t)k * w;
+		__m512 a = _mm512_mul_ps(q[0], _mm512_loadu_ps(kv));
+		for (int c = 1; c < NC; c++)
+			a = _mm512_fmadd_ps(q[c], _mm512_loadu_ps(kv + 16 * c), a);
+		sc[k] = _mm512_reduce_add_ps(a);
+		mx = fmaxf(mx, sc[k]);
+	}
+	__m512 vm = _mm512_set1_ps(mx), vs = _mm512_setzero_ps();
+	uint32_t k = 0;
+	for (; k + 16 <= nk; k += 16) {
+		__m512 e = exp_neg512(_mm512_sub_ps(_mm512_loadu_ps(sc + k), vm));
+		_mm512_storeu_ps(sc + k, e);
+		vs = _mm512_add_ps(vs, e);
+	}
+	if (k < nk) {
+		__mmask16 m = (__mmask16)((1u << (nk - k)) - 1);
+		__m512 e = exp_neg512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, sc + k), vm));
+		_mm512_mask_storeu_ps(sc + k, m, e);
+		vs = _mm512_add_ps(vs, _mm512_maskz_mov_ps(m, e));
+	}
+	float inv = 1.f / _mm512_reduce_add_ps(vs);
+	for (k = 0; k < nk; k++) {
+		const float *vv = V + (size_t)k * w;
+		__m512 p = _mm512_set1_ps(sc[k] * inv);
+		for (int c = 0; c < NC; c++)
+			o[c] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vv + 16 * c), o[c]);
+	}
+	for (int c = 0; c < NC; c++)
+		_mm512_storeu_ps(ov + 16 * c, o[c]);
+}
+
+T_ATT static void attn_row_d64(const float *qv, const float *K, const float *V, size_t w, uint32_t nk, float scale,
+			       float *sc, float *ov)
+{
+	attn_row512(qv, K, V, w, nk, scale, sc, ov, 4);
+}
+
+T_ATT static void attn_row_d128(const float *qv, const float *K, const float *V, size_t w, uint32_t nk, float scale,
+				float *sc, float *ov)
+{
+	attn_row512(qv, K, V, w, nk, scale, sc, ov, 8);
+}
+
+typedef void (*attn_row_fn)(const float *, const float *, const float *, size_t, uint32_t, float, float *, float *);
+
+/* NULL: use the portable loop (no AVX-512, another head size, or $PKV_ISA names a path other than
+ * vnni: PKV_ISA=avx512 reproduces the previous client, the "before" of pkv-bench comparisons). */
+static attn_row_fn attn_row_for(uint32_t D)
+{
+	const char *isa = getenv("PKV_ISA");
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("fma") || (isa && strcmp(isa, "vnni")))
+		return NULL;
+	return D == 64 ? attn_row_d64 : D == 128 ? attn_row_d128 : NULL;
+}
+#else
+typedef void (*attn_row_fn)(const float *, const float *, const float *, size_t, uint32_t, float, float *, float *);
+static attn_row_fn attn_row_for(uint32_t D)
+{
+	(void)D;
+	return NULL;
+}
+#endif
+
 /* One (sequence, query head) pair per task: the plain softmax(q k^T * scale) v in f32. */
 static void attn_worker(void *arg, int ith, int nth)
 {
@@ -323,6 +426,7 @@ static void attn_worker(void *arg, int ith, int nth)
 	uint32_t sc_cap = 0;
 	/* the model's own f32 dot (SIMD): the plain formula, just not a scalar loop */
 	float (*dot)(const float *, const float *, size_t) = pkv_dot_ops()->f32;
+	attn_row_fn row = attn_row_for(D);
 	for (uint64_t t; (t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < tasks;) {
 		uint32_t si = (uint32_t)(t / H), h = (uint32_t)(t % H), kh = h / grp;
 		struct rseq *s = &r->s[r->step_seq[si]];
@@ -339,6 +443,10 @@ static void attn_worker(void *arg, int ith, int nth)
 			const float *qv = j->q + ((size_t)(r->q_start[si] + i) * H + h) * D;
 			float *ov = j->o + ((size_t)(r->q_start[si] + i) * H + h) * D;
 			uint32_t nk = i + (sk - sq) + 1; /* bottom-right causal */
+			if (row) {
+				row(qv, K + (size_t)kh * D, V + (size_t)kh * D, w, nk, scale, sc, ov);
+				continue;
+			}
 			float mx = -INFINITY, sum = 0;
 			for (uint32_t k = 0; k < nk; k++) {
 				sc[k] = dot(qv, K + (size_t)k * w + (size_t)kh * D, D) * scale;

@@ -162,6 +162,33 @@ int llama_load(struct llama *m, const char *path)
 		m->model_id = XXH3_64bits_digest(st);
 		XXH3_freeState(st);
 	}
+	/* tok_embd stays unpacked: the embedding lookup reads single rows */
+	if ((r = pkv_wmat_pack(&m->output)))
+		goto err;
+	{
+		/*
+		 * Which inputs keep 16 bits (two int8 planes) rather than plain int8 blocks, by matrix
+		 * letter: q k v o gate up down, x = output. Default: all. SmolLM2's normalized inputs and
+		 * its SwiGLU product carry outlier channels that int8 blocks round their neighbours away
+		 * for: with all eight int8 (llama.cpp's choice) greedy decoding no longer answers "Paris"
+		 * and top-1 agreement with 16 bits falls to 97.6 % (tests/model/test_q8agree); int8 on
+		 * o and x only keeps 100 % agreement there but is past the 16-bit tolerance of
+		 * tests/model/test_equality. $PKV_ACT16 overrides ("" = int8 everywhere).
+		 */
+		const char *a16 = getenv("PKV_ACT16");
+		if (!a16)
+			a16 = "qkvogudx";
+		m->output.act16 = !!strchr(a16, 'x');
+		for (uint32_t l = 0; l < hp->n_layers; l++) {
+			struct llama_layer *L = &m->layers[l];
+			struct wmat *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down };
+			for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
+				if ((r = pkv_wmat_pack(ws[i])))
+					goto err;
+				ws[i]->act16 = !!strchr(a16, "qkvogud"[i]);
+			}
+		}
+	}
 	return 0;
 err:
 	llama_free(m);
@@ -170,8 +197,21 @@ err:
 	return r;
 }
 
+void llama_unpack(struct llama *m)
+{
+	pkv_wmat_unpack(&m->output);
+	if (m->layers)
+		for (uint32_t l = 0; l < m->hp.n_layers; l++) {
+			struct llama_layer *L = &m->layers[l];
+			struct wmat *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down };
+			for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+				pkv_wmat_unpack(ws[i]);
+		}
+}
+
 void llama_free(struct llama *m)
 {
+	llama_unpack(m);
 	if (m->layers)
 		for (uint32_t l = 0; l < m->hp.n_layers; l++) {
 			free(m->layers[l].attn_norm);
@@ -300,10 +340,13 @@ int llama_forward(struct llama_ctx *c, const uint32_t *seqs, const uint32_t *n_n
 		const struct llama_layer *L = &m->layers[l];
 		for (uint32_t t = 0; t < T; t++)
 			rmsnorm(c->xb + (size_t)t * D, c->x + (size_t)t * D, L->attn_norm, D, hp->eps);
-		if ((r = pkv_matmul(c->tp, &c->mm, &L->wq, c->xb, T, c->q)) ||
-		    (r = pkv_matmul(c->tp, &c->mm, &L->wk, c->xb, T, c->k)) ||
-		    (r = pkv_matmul(c->tp, &c->mm, &L->wv, c->xb, T, c->v)))
-			goto err;
+		{
+			/* Q, K and V in one pass of the pool: one barrier and one activation quantization */
+			const struct wmat *ws[] = { &L->wq, &L->wk, &L->wv };
+			float *ys[] = { c->q, c->k, c->v };
+			if ((r = pkv_matmul_n(c->tp, &c->mm, ws, ys, 3, c->xb, T, 0)))
+				goto err;
+		}
 		for (uint32_t t = 0; t < T; t++) {
 			const float *cs = c->rope + (size_t)t * hp->rope_dims;
 			rope_apply(c->q + (size_t)t * qd, hp->n_heads, hp->head_dim, hp->rope_dims, cs);
@@ -319,12 +362,12 @@ int llama_forward(struct llama_ctx *c, const uint32_t *seqs, const uint32_t *n_n
 			c->x[i] += c->xb[i];
 		for (uint32_t t = 0; t < T; t++)
 			rmsnorm(c->xb + (size_t)t * D, c->x + (size_t)t * D, L->ffn_norm, D, hp->eps);
-		if ((r = pkv_matmul(c->tp, &c->mm, &L->gate, c->xb, T, c->hb)) ||
-		    (r = pkv_matmul(c->tp, &c->mm, &L->up, c->xb, T, c->hb2)))
-			goto err;
-		for (size_t i = 0; i < (size_t)T * hp->ffn; i++) {
-			float g = c->hb[i];
-			c->hb[i] = g / (1.f + expf(-g)) * c->hb2[i];
+		{
+			/* gate, up and SwiGLU fused: each thread finishes the rows it computed */
+			const struct wmat *ws[] = { &L->gate, &L->up };
+			float *ys[] = { c->hb, c->hb2 };
+			if ((r = pkv_matmul_n(c->tp, &c->mm, ws, ys, 2, c->xb, T, 1)))
+				goto err;
 		}
 		if ((r = pkv_matmul(c->tp, &c->mm, &L->down, c->hb, T, c->xb)))
 			goto err;

@@ -33,6 +33,9 @@ struct llama {
 /* Loads and validates; on failure m->err says why. */
 int llama_load(struct llama *m, const char *path);
 void llama_free(struct llama *m);
+/* Drops the VNNI-packed weight copies: the model then runs the 16-bit-activation kernels (the
+ * reference the int8 path is checked against). */
+void llama_unpack(struct llama *m);
 /* Pool geometry for this model (f32 cache unless overridden by the caller). */
 void llama_geometry(const struct llama *m, uint32_t block_size, uint32_t num_blocks, struct pkv_geometry *geo);
 

@@ -243,7 +243,8 @@ const struct pkv_dot_ops *pkv_dot_ops(void)
 {
 	static const struct pkv_dot_ops *ops;
 	if (!ops) {
-		/* PKV_ISA=scalar|avx2|avx512 forces a path (for tests and benchmarks). */
+		/* PKV_ISA=scalar|avx2|avx512 forces a path (for tests and benchmarks); vnni (the
+		 * default where the CPU has it) packs the quantized weights for gemm_vnni.c. */
 		const char *want = getenv("PKV_ISA");
 		const struct pkv_dot_ops *a512 = pkv_dot_ops_avx512(), *a2 = pkv_dot_ops_avx2();
 		if (want && !strcmp(want, "scalar"))

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* pkv-bench e2e: end-to-end model figures through pagedkvd — single-stream prefill and decode, aggregate
  * decode with 8 conversations in one process and in 8 processes, and TTFT behind a 1,000-token shared
- * system prompt, cold and warm. Medians over --reps runs. */
+ * system prompt, cold and warm; optionally llama.cpp's llama-bench on the same model, alternating with
+ * ours rep by rep. Medians over --reps runs. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -13,11 +14,13 @@
 #include "../../examples/llama/engine.h"
 #include "../../examples/llama/session.h"
 #include "bench_e2e_burst.h"
+#include "bench_peer.h"
 
 struct opts {
 	struct session_opts so;
-	int reps, json, burst;
+	int reps, json, single_only, burst;
 	uint32_t prompt_len, decode_len;
+	const char *peer; /* llama-bench binary, or NULL */
 };
 
 static int cmp_d(const void *a, const void *b)
@@ -204,7 +207,8 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "model", 1, 0, 'm' }, { "socket", 1, 0, 1 }, { "in-process", 0, 0, 2 }, { "json", 0, 0, 3 },
 		{ "reps", 1, 0, 'r' }, { "threads", 1, 0, 't' }, { "prompt", 1, 0, 'p' }, { "decode", 1, 0, 'n' },
-		{ "no-burst", 0, 0, 4 }, { "help", 0, 0, 'h' }, { 0 } };
+		{ "peer-llama-bench", 1, 0, 4 }, { "single", 0, 0, 5 }, { "no-burst", 0, 0, 6 },
+		{ "help", 0, 0, 'h' }, { 0 } };
 	struct opts o = { .so = { .threads = 2 }, .reps = 3, .prompt_len = 512, .decode_len = 64, .burst = 1 };
 	int c;
 	char err[512];
@@ -214,7 +218,9 @@ int main(int argc, char **argv)
 		case 1: o.so.socket = optarg; break;
 		case 2: o.so.in_process = 1; break;
 		case 3: o.json = 1; break;
-		case 4: o.burst = 0; break;
+		case 4: o.peer = optarg; break;
+		case 5: o.single_only = 1; break;
+		case 6: o.burst = 0; break;
 		case 'r': o.reps = atoi(optarg); break;
 		case 't': o.so.threads = atoi(optarg); break;
 		case 'p': o.prompt_len = (uint32_t)strtoul(optarg, NULL, 10); break;
@@ -222,12 +228,19 @@ int main(int argc, char **argv)
 		default:
 			fprintf(c == 'h' ? stdout : stderr,
 				"usage: pkv-bench e2e -m MODEL [--socket PATH | --in-process] [--json] [--reps N]\n"
-				"       [-t THREADS] [-p PROMPT_TOKENS (512)] [-n DECODE_TOKENS (64)] [--no-burst]\n"
-				"Runs through pagedkvd (start it first) unless --in-process. Run it under\n"
+				"       [-t THREADS] [-p PROMPT_TOKENS (512)] [-n DECODE_TOKENS (64)]\n"
+				"       [--single] [--peer-llama-bench PATH] [--no-burst]\n"
+				"Runs through pagedkvd (start it first) unless --in-process. --single: only the\n"
+				"single-stream figures. --peer-llama-bench: also run llama.cpp's llama-bench on the\n"
+				"same model and threads (prefill; decode after the prompt), alternating with ours.\n"
+				"--no-burst: skip the bursts of 8 conversations behind one prompt (with and without\n"
+				"in-flight prefix sharing). Run it under\n"
 				"flock /tmp/pkv-bench.lock so benchmarks never overlap.\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
+	if (o.single_only)
+		o.burst = 0;
 	if (!o.so.model || o.reps < 1 || o.reps > 99) {
 		fprintf(stderr, "pkv-bench e2e: -m MODEL is required (--reps 1..99)\n");
 		return 2;
@@ -239,19 +252,33 @@ int main(int argc, char **argv)
 		fprintf(stderr, "pkv-bench e2e: %s\n", err);
 		return 1;
 	}
-	double pf[99], dc[99], ai[99], ap[99], tc[99], tw[99];
+	double pf[99], dc[99], ai[99] = { 0 }, ap[99] = { 0 }, tc[99] = { 0 }, tw[99] = { 0 }, ppf[99], pdc[99];
 	for (int i = 0; i < o.reps; i++) {
 		unsigned salt = (unsigned)getpid() * 131u + (unsigned)i * 17u;
+		struct peer_result pr;
 		int r;
-		if ((r = single_stream(&s, &o, salt, &pf[i], &dc[i])) || (r = agg_inproc(&s, &o, salt, &ai[i])) ||
-		    (r = agg_procs(&o, salt, &ap[i])) || (r = ttft(&s, &o, salt, &tc[i], &tw[i]))) {
+		if ((r = single_stream(&s, &o, salt, &pf[i], &dc[i])) ||
+		    (!o.single_only && ((r = agg_inproc(&s, &o, salt, &ai[i])) || (r = agg_procs(&o, salt, &ap[i])) ||
+					(r = ttft(&s, &o, salt, &tc[i], &tw[i]))))) {
 			fprintf(stderr, "pkv-bench e2e: run %d failed: %s\n", i, strerror(-r));
 			session_close(&s);
 			return 1;
 		}
+		if (o.peer) {
+			/* our pool's threads would take the peer's CPUs while they spin */
+			tpool_idle(s.tp);
+			if ((r = peer_llama_bench(o.peer, o.so.model, tpool_size(s.tp), o.prompt_len, o.decode_len, &pr))) {
+				fprintf(stderr, "pkv-bench e2e: %s failed: %s\n", o.peer, strerror(-r));
+				session_close(&s);
+				return 1;
+			}
+			ppf[i] = pr.pp_tok_s;
+			pdc[i] = pr.tg_tok_s;
+		}
 		if (!o.json)
 			fprintf(stderr, "run %d: prefill %.1f tok/s, decode %.1f tok/s, agg8 %.1f / %.1f tok/s, "
-				"ttft %.0f / %.0f ms\n", i, pf[i], dc[i], ai[i], ap[i], tc[i], tw[i]);
+				"ttft %.0f / %.0f ms; peer prefill %.1f, decode %.1f tok/s\n", i, pf[i], dc[i], ai[i],
+				ap[i], tc[i], tw[i], o.peer ? ppf[i] : 0, o.peer ? pdc[i] : 0);
 	}
 	/* Bursts behind one system prompt: in-flight sharing on and off, alternated, in one process and in 8. */
 	struct burst_figures bf[2][2][99];
@@ -278,13 +305,21 @@ int main(int argc, char **argv)
 				bm[procs][on][k] = median(bx[procs][on][k], o.reps);
 	double m_pf = median(pf, o.reps), m_dc = median(dc, o.reps), m_ai = median(ai, o.reps),
 	       m_ap = median(ap, o.reps), m_tc = median(tc, o.reps), m_tw = median(tw, o.reps);
+	double m_ppf = o.peer ? median(ppf, o.reps) : 0, m_pdc = o.peer ? median(pdc, o.reps) : 0;
 	if (o.json) {
-		printf("{\"model\": \"%s\", \"attention\": \"%s\", \"threads\": %d, \"reps\": %d, "
-		       "\"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f, \"agg8_inproc_tok_s\": %.1f, "
-		       "\"agg8_procs_tok_s\": %.1f, \"ttft_cold_ms\": %.1f, \"ttft_warm_ms\": %.1f, "
-		       "\"ttft_warm_over_cold\": %.4f",
-		       o.so.model, s.attn.name, tpool_size(s.tp), o.reps, m_pf, m_dc, m_ai, m_ap, m_tc, m_tw,
-		       m_tc > 0 ? m_tw / m_tc : 0);
+		printf("{\"model\": \"%s\", \"attention\": \"%s\", \"isa\": \"%s\", \"threads\": %d, "
+		       "\"reps\": %d, \"prompt_tokens\": %u, \"decode_tokens\": %u, "
+		       "\"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f",
+		       o.so.model, s.attn.name, s.m.output.packed ? "avx512vnni" : pkv_dot_ops()->isa, tpool_size(s.tp), o.reps, o.prompt_len,
+		       o.decode_len, m_pf, m_dc);
+		if (!o.single_only)
+			printf(", \"agg8_inproc_tok_s\": %.1f, \"agg8_procs_tok_s\": %.1f, \"ttft_cold_ms\": %.1f, "
+			       "\"ttft_warm_ms\": %.1f, \"ttft_warm_over_cold\": %.4f", m_ai, m_ap, m_tc, m_tw,
+			       m_tc > 0 ? m_tw / m_tc : 0);
+		if (o.peer)
+			printf(", \"peer_prefill_tok_s\": %.1f, \"peer_decode_tok_s\": %.1f, "
+			       "\"prefill_vs_peer\": %.3f, \"decode_vs_peer\": %.3f",
+			       m_ppf, m_pdc, m_ppf > 0 ? m_pf / m_ppf : 0, m_pdc > 0 ? m_dc / m_pdc : 0);
 		for (int procs = 0; o.burst && procs < 2; procs++) {
 			const char *w = procs ? "procs" : "inproc";
 
@@ -303,10 +338,18 @@ int main(int argc, char **argv)
 		       tpool_size(s.tp), o.reps);
 		printf("  prefill (%u-token prompt)      %8.1f tok/s\n", o.prompt_len, m_pf);
 		printf("  decode, single stream          %8.1f tok/s\n", m_dc);
-		printf("  decode, 8 convs in 1 process   %8.1f tok/s aggregate\n", m_ai);
-		printf("  decode, 8 processes            %8.1f tok/s aggregate\n", m_ap);
-		printf("  TTFT behind 1000-token prompt  %8.1f ms cold, %.1f ms warm (%.3f of cold)\n", m_tc, m_tw,
-		       m_tc > 0 ? m_tw / m_tc : 0);
+		if (!o.single_only) {
+			printf("  decode, 8 convs in 1 process   %8.1f tok/s aggregate\n", m_ai);
+			printf("  decode, 8 processes            %8.1f tok/s aggregate\n", m_ap);
+			printf("  TTFT behind 1000-token prompt  %8.1f ms cold, %.1f ms warm (%.3f of cold)\n", m_tc,
+			       m_tw, m_tc > 0 ? m_tw / m_tc : 0);
+		}
+		if (o.peer) {
+			printf("  llama.cpp prefill              %8.1f tok/s (ours %.3fx)\n", m_ppf,
+			       m_ppf > 0 ? m_pf / m_ppf : 0);
+			printf("  llama.cpp decode after prompt  %8.1f tok/s (ours %.3fx)\n", m_pdc,
+			       m_pdc > 0 ? m_dc / m_pdc : 0);
+		}
 		for (int procs = 0; o.burst && procs < 2; procs++)
 			printf("  burst of 8 (%s): computed %.2fx of one prompt + questions (%.2fx without "
 			       "in-flight sharing), TTFT mean %.0f / p99 %.0f ms (%.0f / %.0f ms without)\n",

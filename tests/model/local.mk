@@ -36,6 +36,30 @@ tests_model_test_quant_SOURCES = tests/model/test_quant.c
 tests_model_test_quant_CFLAGS = $(MODEL_TEST_CFLAGS)
 tests_model_test_quant_LDADD = $(MODEL_TEST_LIBS) $(LIBM)
 
+check_PROGRAMS += tests/model/test_q8act
+TESTS += tests/model/test_q8act
+tests_model_test_q8act_SOURCES = tests/model/test_q8act.c
+tests_model_test_q8act_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_q8act_LDADD = $(MODEL_TEST_LIBS) $(LIBM)
+
+check_PROGRAMS += tests/model/test_q8agree
+TESTS += tests/model/test_q8agree
+tests_model_test_q8agree_SOURCES = tests/model/test_q8agree.c
+tests_model_test_q8agree_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_q8agree_LDADD = $(MODEL_TEST_LIBS)
+
+check_PROGRAMS += tests/model/test_attn_ref
+TESTS += tests/model/test_attn_ref
+tests_model_test_attn_ref_SOURCES = tests/model/test_attn_ref.c
+tests_model_test_attn_ref_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_attn_ref_LDADD = $(MODEL_TEST_LIBS) $(LIBM)
+
+check_PROGRAMS += tests/model/test_peer_json
+TESTS += tests/model/test_peer_json
+tests_model_test_peer_json_SOURCES = tests/model/test_peer_json.c src/tools/bench_peer.c
+tests_model_test_peer_json_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_peer_json_LDADD = $(CHECK_LIBS)
+
 check_PROGRAMS += tests/model/test_equality
 TESTS += tests/model/test_equality
 tests_model_test_equality_SOURCES = tests/model/test_equality.c
