@@ -743,34 +743,31 @@ static inline struct cpu_scratch rows_from(const struct cpu_call *c, const struc
 	return v;
 }
 
-static void attend_item(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc)
+/* What attend_item decided once per item: the paths it takes and the keys any row sees. */
+struct item_plan {
+	int32_t kstart, kend;   /* keys [kstart, kend) cover every row's visible range; kend <= 0: none */
+	uint32_t Rh, R;         /* rows per KV head, rows in all */
+	int direct;             /* f32 cache rows used in place */
+	int use_dp, use_dp_pv;  /* bf16 scores / PV with vdpbf16ps */
+	int use_amx, kdirect;   /* AMX tiles; AMX scores straight from K rows */
+	uint32_t *qt;           /* AMX kdirect: [nkvh][hd/2][Rh] Q^T pairs */
+};
+
+/*
+ * Loads the item's queries (f32, and raw bf16 for the vdpbf16ps paths),
+ * each row's visible key range and its fresh online-softmax state.
+ */
+static void load_rows(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc,
+		      struct item_plan *pl)
 {
 	const struct pkv_attn_batch *b = c->b;
-	const int32_t *bt = b->block_tables + (size_t)it->seq * b->max_blocks_per_seq;
 	int32_t sq = b->cu_seq_lens_q[it->seq + 1] - b->cu_seq_lens_q[it->seq];
 	int32_t sk = b->cu_seq_lens_k[it->seq + 1] - b->cu_seq_lens_k[it->seq];
-	int32_t kstart = INT32_MAX, kend = -1;
-	uint32_t Rh = it->nq * c->G, R = Rh * it->nkvh, asz = pkv_dtype_size(c->adt), r, t, t0, hh;
-	size_t csz = pkv_dtype_size(c->cdt);
-	const float *krow[CPU_TK], *vrow[CPU_TK];
-	const char *kraw[CPU_TK], *vraw[CPU_TK];
-	size_t tok[CPU_TK], tok_next[CPU_TK];
-	const char *knext[CPU_TK], *vnext[CPU_TK];
-	uint32_t n2;
-	int direct = c->cdt == PKV_DTYPE_F32 && c->hd == c->hdp;
-#if defined(KERNEL_DPBF16)
-	int use_dp = c->cdt == PKV_DTYPE_BF16 && c->adt == PKV_DTYPE_BF16;
-	int use_dp_pv = use_dp && c->hd % 32 == 0;
-#endif
-#if defined(KERNEL_AMX)
-	/* 16-row blocks (prefill), or one block of G < 16 rows per KV head (decode). */
-	int use_amx = use_dp_pv && (Rh % 16 == 0 || Rh < 16) && R <= 128;
-	int kdirect = 0;
-	uint32_t *qt = (uint32_t *)sc->qf; /* [nkvh][hd/2][Rh] Q^T pairs; qf is unused on bf16 paths */
-#endif
+	uint32_t asz = pkv_dtype_size(c->adt), r;
 
-	/* Queries of this item, f32 (and raw bf16 for the dpbf16 scores). */
-	for (r = 0; r < R; r++) {
+	pl->kstart = INT32_MAX;
+	pl->kend = -1;
+	for (r = 0; r < pl->R; r++) {
 		uint32_t qi, h;
 		const char *src;
 		int32_t i;
@@ -780,12 +777,10 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 					    (size_t)h * b->q_stride_head) * asz;
 		i = (int32_t)(it->q0 + qi);
 		row_to_f32(sc->qf + (size_t)r * c->hdp, src, c->adt, c->hd, c->hdp);
-#if defined(KERNEL_DPBF16)
-		if (use_dp) {
+		if (pl->use_dp) {
 			memset(sc->qh + (size_t)r * CPU_MAX_HD, 0, CPU_MAX_HD * 2);
 			memcpy(sc->qh + (size_t)r * CPU_MAX_HD, src, c->hd * 2);
 		}
-#endif
 		sc->hi[r] = i + (sk - sq);
 		sc->lo[r] = c->window >= 0 ? sc->hi[r] - c->window : 0;
 		if (sc->lo[r] < (int32_t)it->k0)
@@ -793,147 +788,27 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 		if (sc->hi[r] > (int32_t)it->k1 - 1)
 			sc->hi[r] = (int32_t)it->k1 - 1;
 		if (sc->lo[r] <= sc->hi[r]) {
-			kstart = sc->lo[r] < kstart ? sc->lo[r] : kstart;
-			kend = sc->hi[r] + 1 > kend ? sc->hi[r] + 1 : kend;
+			pl->kstart = sc->lo[r] < pl->kstart ? sc->lo[r] : pl->kstart;
+			pl->kend = sc->hi[r] + 1 > pl->kend ? sc->hi[r] + 1 : pl->kend;
 		}
 		sc->m[r] = -INFINITY;
 		sc->l[r] = 0.0f;
 		memset(sc->acc + (size_t)r * c->hdp, 0, c->hdp * sizeof(float));
 	}
+}
 
-#if defined(KERNEL_AMX)
-	/*
-	 * K rows as the A operand when 16-key groups stay inside one block. Only
-	 * from head_dim 128: at 64 the K transpose is cheap and the S^T scatter
-	 * costs more than it saves (measured).
-	 */
-	kdirect = KDIRECT && use_amx && Rh < 16 && c->hd >= 128 && c->bs % 16 == 0 && kstart >= 0 &&
-		  kstart % 16 == 0;
+/* Writes each row's result: O = acc / l, or the (m, l, acc) partial of a split item. */
+static void store_rows(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc,
+		       const struct item_plan *pl)
+{
+	const struct pkv_attn_batch *b = c->b;
+	uint32_t asz = pkv_dtype_size(c->adt), r;
 
-	if (kdirect) {
-		uint32_t k, n;
-
-		for (hh = 0; hh < it->nkvh; hh++)
-			for (k = 0; k < c->hd / 2; k++)
-				for (n = 0; n < Rh; n++)
-					qt[((size_t)hh * (c->hd / 2) + k) * Rh + n] =
-						((const uint32_t *)(sc->qh + (size_t)(hh * Rh + n) * CPU_MAX_HD))[k];
-	}
-	if (use_amx)
-		amx_begin(Rh < 16 ? Rh : 16, kdirect);
-#endif
-
-	for (t0 = (uint32_t)kstart; kend > 0 && (int32_t)t0 < kend; t0 += CPU_TK) {
-		uint32_t nt = (uint32_t)kend - t0 < CPU_TK ? (uint32_t)kend - t0 : CPU_TK;
-		/* Walk the block table: one division per tile, not per key. */
-		uint32_t blk = t0 / c->bs, off = t0 % c->bs;
-
-		for (t = 0; t < nt; t++) {
-			tok[t] = (size_t)bt[blk] * c->block_stride + (size_t)off * c->token_stride;
-			if (++off == c->bs) {
-				off = 0;
-				blk++;
-			}
-		}
-		/*
-		 * Token offsets of the next tile, so the tile code can prefetch each
-		 * row it reads for the next tile right next to the read: spread out,
-		 * the prefetches overlap memory with compute; issued in one burst they
-		 * stall on the fill buffers and serialise the two.
-		 */
-		n2 = 0;
-		if ((int32_t)(t0 + PREFETCH_AHEAD) < kend) {
-			uint32_t p0 = t0 + PREFETCH_AHEAD;
-
-			n2 = (uint32_t)kend - p0 < CPU_TK ? (uint32_t)kend - p0 : CPU_TK;
-			blk = p0 / c->bs;
-			off = p0 % c->bs;
-			for (t = 0; t < n2; t++) {
-				tok_next[t] = (size_t)bt[blk] * c->block_stride + (size_t)off * c->token_stride;
-				if (++off == c->bs) {
-					off = 0;
-					blk++;
-				}
-			}
-		}
-
-		for (hh = 0; hh < it->nkvh; hh++) {
-			struct cpu_scratch v = rows_from(c, sc, hh * Rh);
-			size_t head = (size_t)(it->kvh + hh) * c->hd * csz;
-
-			for (t = 0; t < CPU_TK; t++) {
-				if (t < nt) {
-					kraw[t] = c->kbase + tok[t] + head;
-					vraw[t] = c->vbase + tok[t] + head;
-				}
-				knext[t] = t < n2 ? c->kbase + tok_next[t] + head : NULL;
-				vnext[t] = t < n2 ? c->vbase + tok_next[t] + head : NULL;
-			}
-#if defined(KERNEL_DPBF16)
-#if defined(KERNEL_AMX)
-			if (kdirect) {
-				prefetch_rows(c, knext);
-				scores_amx_kdirect(c, &v, kraw, nt, Rh, qt + (size_t)hh * (c->hd / 2) * Rh);
-			} else if (use_amx) {
-				/* The transposed K tile is AMX's B operand as it stands. */
-				transpose_k_tile(c, &v, kraw, knext, nt);
-				scores_amx(c, &v, Rh);
-			} else
-#endif
-			if (use_dp_pv) {
-				scores_dpbf16_t(c, &v, kraw, knext, nt, Rh);
-			} else if (use_dp) {
-				scores_dpbf16(c, &v, kraw, nt, Rh);
-				prefetch_rows(c, knext);
-			} else
-#endif
-			{
-				prefetch_rows(c, knext);
-				for (t = 0; t < nt; t++) {
-					if (direct) {
-						krow[t] = (const float *)kraw[t];
-					} else {
-						row_to_f32(sc->kf + (size_t)t * c->hdp, kraw[t], c->cdt, c->hd, c->hdp);
-						krow[t] = sc->kf + (size_t)t * c->hdp;
-					}
-				}
-				scores_f32(c, &v, krow, nt, Rh);
-			}
-			softmax_tile(c, &v, t0, nt, Rh);
-#if defined(KERNEL_AMX)
-			if (use_amx) {
-				accumulate_pv_amx(c, &v, vraw, vnext, nt, Rh);
-				continue;
-			}
-#endif
-#if defined(KERNEL_DPBF16)
-			if (use_dp_pv) {
-				accumulate_pv_dpbf16(c, &v, vraw, vnext, nt, Rh);
-				continue;
-			}
-#endif
-			prefetch_rows(c, vnext);
-			for (t = 0; t < nt; t++) {
-				if (direct) {
-					vrow[t] = (const float *)vraw[t];
-				} else {
-					row_to_f32(sc->vf + (size_t)t * c->hdp, vraw[t], c->cdt, c->hd, c->hdp);
-					vrow[t] = sc->vf + (size_t)t * c->hdp;
-				}
-			}
-			accumulate_pv(c, &v, vrow, nt, Rh);
-		}
-	}
-
-#if defined(KERNEL_AMX)
-	if (use_amx)
-		_tile_release();
-#endif
-	for (r = 0; r < R; r++) {
+	for (r = 0; r < pl->R; r++) {
 		float *a = sc->acc + (size_t)r * c->hdp;
 
 #if defined(KERNEL_DPBF16)
-		if (use_dp_pv)
+		if (pl->use_dp_pv)
 			unpermute_acc(a, c->hd);
 #endif
 		if (it->part >= 0) {
@@ -956,6 +831,196 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 			pkv_cpu_store_row(dst, c->adt, a, c->hd);
 		}
 	}
+}
+
+/* Byte offsets (in a layer) of the token rows of keys [t0, t0 + n): one division per tile, not per key. */
+static inline void tile_tokens(const struct cpu_call *c, const int32_t *bt, uint32_t t0, uint32_t n, size_t *tok)
+{
+	uint32_t blk = t0 / c->bs, off = t0 % c->bs, t;
+
+	for (t = 0; t < n; t++) {
+		tok[t] = (size_t)bt[blk] * c->block_stride + (size_t)off * c->token_stride;
+		if (++off == c->bs) {
+			off = 0;
+			blk++;
+		}
+	}
+}
+
+#if defined(KERNEL_AMX)
+/* Decides on AMX for the item and, for kdirect, lays out Q^T; then configures the tiles. */
+static void amx_prepare(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc,
+			struct item_plan *pl)
+{
+	uint32_t hh, k, n, Rh = pl->Rh;
+
+	/* 16-row blocks (prefill), or one block of G < 16 rows per KV head (decode). */
+	pl->use_amx = pl->use_dp_pv && (Rh % 16 == 0 || Rh < 16) && pl->R <= 128;
+	/*
+	 * K rows as the A operand when 16-key groups stay inside one block. Only
+	 * from head_dim 128: at 64 the K transpose is cheap and the S^T scatter
+	 * costs more than it saves (measured).
+	 */
+	pl->kdirect = KDIRECT && pl->use_amx && Rh < 16 && c->hd >= 128 && c->bs % 16 == 0 && pl->kstart >= 0 &&
+		      pl->kstart % 16 == 0;
+	pl->qt = (uint32_t *)sc->qf; /* qf is unused on the bf16 paths */
+	if (pl->kdirect)
+		for (hh = 0; hh < it->nkvh; hh++)
+			for (k = 0; k < c->hd / 2; k++)
+				for (n = 0; n < Rh; n++)
+					pl->qt[((size_t)hh * (c->hd / 2) + k) * Rh + n] =
+						((const uint32_t *)(sc->qh + (size_t)(hh * Rh + n) * CPU_MAX_HD))[k];
+	if (pl->use_amx)
+		amx_begin(Rh < 16 ? Rh : 16, pl->kdirect);
+}
+#endif
+
+/* Scores of one KV head's rows (v) against the tile's keys, on the widest path the item allows. */
+static void head_scores(const struct cpu_call *c, const struct item_plan *pl, struct cpu_scratch *sc,
+			struct cpu_scratch *v, uint32_t hh, const char *const *kraw, const char *const *knext,
+			uint32_t nt)
+{
+	const float *krow[CPU_TK];
+	uint32_t t;
+
+#if defined(KERNEL_AMX)
+	if (pl->kdirect) {
+		prefetch_rows(c, knext);
+		scores_amx_kdirect(c, v, kraw, nt, pl->Rh, pl->qt + (size_t)hh * (c->hd / 2) * pl->Rh);
+		return;
+	}
+	if (pl->use_amx) {
+		/* The transposed K tile is AMX's B operand as it stands. */
+		transpose_k_tile(c, v, kraw, knext, nt);
+		scores_amx(c, v, pl->Rh);
+		return;
+	}
+#endif
+#if defined(KERNEL_DPBF16)
+	if (pl->use_dp_pv) {
+		scores_dpbf16_t(c, v, kraw, knext, nt, pl->Rh);
+		return;
+	}
+	if (pl->use_dp) {
+		scores_dpbf16(c, v, kraw, nt, pl->Rh);
+		prefetch_rows(c, knext);
+		return;
+	}
+#endif
+	prefetch_rows(c, knext);
+	for (t = 0; t < nt; t++) {
+		if (pl->direct) {
+			krow[t] = (const float *)kraw[t];
+		} else {
+			row_to_f32(sc->kf + (size_t)t * c->hdp, kraw[t], c->cdt, c->hd, c->hdp);
+			krow[t] = sc->kf + (size_t)t * c->hdp;
+		}
+	}
+	scores_f32(c, v, krow, nt, pl->Rh);
+}
+
+/* acc += P . V for one KV head's rows (v) over the tile's keys. */
+static void head_pv(const struct cpu_call *c, const struct item_plan *pl, struct cpu_scratch *sc,
+		    struct cpu_scratch *v, const char *const *vraw, const char *const *vnext, uint32_t nt)
+{
+	const float *vrow[CPU_TK];
+	uint32_t t;
+
+#if defined(KERNEL_AMX)
+	if (pl->use_amx) {
+		accumulate_pv_amx(c, v, vraw, vnext, nt, pl->Rh);
+		return;
+	}
+#endif
+#if defined(KERNEL_DPBF16)
+	if (pl->use_dp_pv) {
+		accumulate_pv_dpbf16(c, v, vraw, vnext, nt, pl->Rh);
+		return;
+	}
+#endif
+	prefetch_rows(c, vnext);
+	for (t = 0; t < nt; t++) {
+		if (pl->direct) {
+			vrow[t] = (const float *)vraw[t];
+		} else {
+			row_to_f32(sc->vf + (size_t)t * c->hdp, vraw[t], c->cdt, c->hd, c->hdp);
+			vrow[t] = sc->vf + (size_t)t * c->hdp;
+		}
+	}
+	accumulate_pv(c, v, vrow, nt, pl->Rh);
+}
+
+/*
+ * The general tile loop: tiles of CPU_TK keys; per tile, each KV head's rows
+ * take scores, softmax and PV in turn, prefetching the same head's rows of
+ * the tile PREFETCH_AHEAD keys on next to the reads.
+ */
+static void tiles_general(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc,
+			  const struct item_plan *pl, const int32_t *bt)
+{
+	size_t csz = pkv_dtype_size(c->cdt), tok[CPU_TK], tok_next[CPU_TK];
+	const char *kraw[CPU_TK], *vraw[CPU_TK], *knext[CPU_TK], *vnext[CPU_TK];
+	uint32_t t0, t, hh, nt, n2;
+
+	for (t0 = (uint32_t)pl->kstart; (int32_t)t0 < pl->kend; t0 += CPU_TK) {
+		nt = (uint32_t)pl->kend - t0 < CPU_TK ? (uint32_t)pl->kend - t0 : CPU_TK;
+		tile_tokens(c, bt, t0, nt, tok);
+		/*
+		 * Token offsets of the next tile, so the tile code can prefetch each
+		 * row it reads for the next tile right next to the read: spread out,
+		 * the prefetches overlap memory with compute; issued in one burst they
+		 * stall on the fill buffers and serialise the two.
+		 */
+		n2 = 0;
+		if ((int32_t)(t0 + PREFETCH_AHEAD) < pl->kend) {
+			uint32_t p0 = t0 + PREFETCH_AHEAD;
+
+			n2 = (uint32_t)pl->kend - p0 < CPU_TK ? (uint32_t)pl->kend - p0 : CPU_TK;
+			tile_tokens(c, bt, p0, n2, tok_next);
+		}
+		for (hh = 0; hh < it->nkvh; hh++) {
+			struct cpu_scratch v = rows_from(c, sc, hh * pl->Rh);
+			size_t head = (size_t)(it->kvh + hh) * c->hd * csz;
+
+			for (t = 0; t < CPU_TK; t++) {
+				if (t < nt) {
+					kraw[t] = c->kbase + tok[t] + head;
+					vraw[t] = c->vbase + tok[t] + head;
+				}
+				knext[t] = t < n2 ? c->kbase + tok_next[t] + head : NULL;
+				vnext[t] = t < n2 ? c->vbase + tok_next[t] + head : NULL;
+			}
+			head_scores(c, pl, sc, &v, hh, kraw, knext, nt);
+			softmax_tile(c, &v, t0, nt, pl->Rh);
+			head_pv(c, pl, sc, &v, vraw, vnext, nt);
+		}
+	}
+}
+
+static void attend_item(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc)
+{
+	const int32_t *bt = c->b->block_tables + (size_t)it->seq * c->b->max_blocks_per_seq;
+	struct item_plan pl = { 0 };
+
+	pl.Rh = it->nq * c->G;
+	pl.R = pl.Rh * it->nkvh;
+	pl.direct = c->cdt == PKV_DTYPE_F32 && c->hd == c->hdp;
+#if defined(KERNEL_DPBF16)
+	pl.use_dp = c->cdt == PKV_DTYPE_BF16 && c->adt == PKV_DTYPE_BF16;
+	pl.use_dp_pv = pl.use_dp && c->hd % 32 == 0;
+#endif
+	load_rows(c, it, sc, &pl);
+	if (pl.kend > 0) {
+#if defined(KERNEL_AMX)
+		amx_prepare(c, it, sc, &pl);
+#endif
+		tiles_general(c, it, sc, &pl, bt);
+#if defined(KERNEL_AMX)
+		if (pl.use_amx)
+			_tile_release();
+#endif
+	}
+	store_rows(c, it, sc, &pl);
 }
 
 const struct cpu_isa ISA_SYM = {
