@@ -751,7 +751,17 @@ struct item_plan {
 	int use_dp, use_dp_pv;  /* bf16 scores / PV with vdpbf16ps */
 	int use_amx, kdirect;   /* AMX tiles; AMX scores straight from K rows */
 	uint32_t *qt;           /* AMX kdirect: [nkvh][hd/2][Rh] Q^T pairs */
+	int dec;                /* tiles_decode */
 };
+
+/* The decode loop (tiles_decode) on the bf16 kernels; not on AMX until measured there. */
+#ifndef DEC_PATH
+#if defined(KERNEL_DPBF16) && !defined(KERNEL_AMX)
+#define DEC_PATH 1
+#else
+#define DEC_PATH 0
+#endif
+#endif
 
 /*
  * Loads the item's queries (f32, and raw bf16 for the vdpbf16ps paths),
@@ -997,6 +1007,249 @@ static void tiles_general(const struct cpu_call *c, const struct cpu_item *it, s
 	}
 }
 
+#if defined(KERNEL_DPBF16)
+/*
+ * ---- Decode: a few query rows per KV head (G), whole token rows per item ----
+ *
+ * With G = 3-4 rows per KV head, sharing a transposed K tile across rows
+ * does not pay: its 16x16 transposes cost 4 shuffles per 64 bytes of K
+ * (~40% of hd64 decode compute). Here each key's dot product stays along
+ * the head dim (vdpbf16ps straight from the cache row, queries in
+ * registers) and 16 keys' partial vectors are reduced together in one tree
+ * (hsum16: 2 shuffles per key and row), about half the shuffles at hd64 and
+ * a third at hd128. PV keeps the key-pair interleave of accumulate_pv_dpbf16
+ * but in registers, every row's accumulators updated from one load of V.
+ */
+
+/* How far ahead of its reads the decode loop prefetches, in bytes of K (and as many of V). */
+#ifndef DEC_PF_BYTES
+#define DEC_PF_BYTES 65536
+#endif
+
+/* A run of whole token rows of one block: [off, off + len) bytes in a layer. */
+struct kv_span {
+	size_t off, len;
+};
+
+/* The spans of keys [t0, t0 + n), block by block (each block-table entry once). */
+static uint32_t tile_spans(const struct cpu_call *c, const int32_t *bt, uint32_t t0, uint32_t n, struct kv_span *sp,
+			   size_t *total)
+{
+	uint32_t blk = t0 / c->bs, off = t0 % c->bs, ns = 0;
+
+	*total = 0;
+	while (n) {
+		uint32_t m = c->bs - off < n ? c->bs - off : n;
+
+		sp[ns].off = (size_t)bt[blk] * c->block_stride + (size_t)off * c->token_stride;
+		sp[ns].len = (size_t)m * c->token_stride;
+		*total += sp[ns++].len;
+		n -= m;
+		off = 0;
+		blk++;
+	}
+	return ns;
+}
+
+/*
+ * A walk over spans' bytes in address order, prefetching `per` lines into
+ * L2 at each step: the compute loops take steps between their loads, so
+ * the requests go out spread over the tile instead of in one burst that
+ * stalls on the fill buffers.
+ */
+struct pf_cursor {
+	const char *base;
+	const struct kv_span *sp;
+	uint32_t ns, i, per;
+	size_t b;           /* byte within sp[i] */
+};
+
+static inline void pf_step(struct pf_cursor *pc)
+{
+	uint32_t n;
+
+	for (n = 0; n < pc->per && pc->i < pc->ns; n++) {
+		__builtin_prefetch(pc->base + pc->sp[pc->i].off + pc->b, 0, 2);
+		pc->b += 64;
+		if (pc->b >= pc->sp[pc->i].len) {
+			pc->b = 0;
+			pc->i++;
+		}
+	}
+}
+
+/* Positions a cursor at byte `from` of the spans, to cover `bytes` in `steps` steps. */
+static void pf_start(struct pf_cursor *pc, const char *base, const struct kv_span *sp, uint32_t ns, size_t from,
+		     size_t bytes, uint32_t steps)
+{
+	pc->base = base;
+	pc->sp = sp;
+	pc->ns = ns;
+	pc->i = 0;
+	while (pc->i < ns && from >= sp[pc->i].len)
+		from -= sp[pc->i++].len;
+	pc->b = from & ~(size_t)63;
+	pc->per = (uint32_t)((bytes / 64 + steps) / (steps ? steps : 1));
+	if (!bytes)
+		pc->ns = 0;
+}
+
+/* Lane sums of 16 vectors at once: lane i of the result is the sum of a[i]. */
+static inline __m512 hsum16(const __m512 *a)
+{
+	__m512 b[8], c4[4], d0, d1;
+	int i;
+
+	/* b[i], per 128-bit lane: [x0+x2, y0+y2, x1+x3, y1+y3] of x = a[2i], y = a[2i+1]. */
+	for (i = 0; i < 8; i++)
+		b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+	/* c4[j], lane L, element m: the part of a[4j + m] that lane L of a[4j + m] held. */
+	for (i = 0; i < 4; i++) {
+		__m512d x = _mm512_castps_pd(b[2 * i]), y = _mm512_castps_pd(b[2 * i + 1]);
+
+		c4[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+				      _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+	}
+	/* Then the four 128-bit lanes of each c4[j] are added up: two rounds of lane shuffles. */
+	d0 = _mm512_add_ps(_mm512_shuffle_f32x4(c4[0], c4[1], 0x88), _mm512_shuffle_f32x4(c4[0], c4[1], 0xdd));
+	d1 = _mm512_add_ps(_mm512_shuffle_f32x4(c4[2], c4[3], 0x88), _mm512_shuffle_f32x4(c4[2], c4[3], 0xdd));
+	return _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, 0x88), _mm512_shuffle_f32x4(d0, d1, 0xdd));
+}
+
+/* Scores of R rows against a tile of CPU_TK K rows (rows past the tile's end point to zeros). */
+static void scores_dec(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *kraw, uint32_t R,
+		       struct pf_cursor *pc)
+{
+	uint32_t nc = c->hd / 32, r, g, k, i;
+
+	for (r = 0; r < R; r++) {
+		const uint16_t *q = sc->qh + (size_t)r * CPU_MAX_HD;
+
+		for (g = 0; g < CPU_TK / 16; g++) {
+			const char *const *kr = kraw + 16 * g;
+			__m512 a[16];
+
+			for (i = 0; i < 16; i++)
+				a[i] = _mm512_setzero_ps();
+			for (k = 0; k < nc; k++) {
+				__m512bh qv = (__m512bh)_mm512_loadu_si512(q + 32 * k);
+
+				pf_step(pc);
+#pragma GCC unroll 16
+				for (i = 0; i < 16; i++)
+					a[i] = _mm512_dpbf16_ps(a[i], (__m512bh)_mm512_loadu_si512(kr[i] + 64 * k), qv);
+			}
+			_mm512_storeu_ps(sc->s + (size_t)r * CPU_TK + 16 * g, hsum16(a));
+		}
+	}
+}
+
+/* acc[r0..r0+nr) += P . V over np key pairs; nr <= 4 is a constant where inlined. */
+static inline __attribute__((always_inline)) void pv_dec_rows(const struct cpu_call *c, struct cpu_scratch *sc,
+							      const char *const *vraw, uint32_t np,
+							      const uint32_t *ph, uint32_t r0, const uint32_t nr,
+							      struct pf_cursor *pc)
+{
+	uint32_t nc = c->hd / 32, k, t, j;
+
+	for (k = 0; k < nc; k++) {
+		__m512 lo[4], hi[4];
+
+		for (j = 0; j < nr; j++) {
+			lo[j] = _mm512_loadu_ps(sc->acc + (size_t)(r0 + j) * c->hdp + 32 * k);
+			hi[j] = _mm512_loadu_ps(sc->acc + (size_t)(r0 + j) * c->hdp + 32 * k + 16);
+		}
+		for (t = 0; t < np; t++) {
+			__m512i a = _mm512_loadu_si512(vraw[2 * t] + 64 * k), b = _mm512_loadu_si512(vraw[2 * t + 1] + 64 * k);
+			__m512bh ul = (__m512bh)_mm512_unpacklo_epi16(a, b), uh = (__m512bh)_mm512_unpackhi_epi16(a, b);
+
+			if (!(t & 3))
+				pf_step(pc);
+
+			for (j = 0; j < nr; j++) {
+				__m512bh p = (__m512bh)_mm512_set1_epi32((int)ph[(r0 + j) * (CPU_TK / 2) + t]);
+
+				lo[j] = _mm512_dpbf16_ps(lo[j], ul, p);
+				hi[j] = _mm512_dpbf16_ps(hi[j], uh, p);
+			}
+		}
+		for (j = 0; j < nr; j++) {
+			_mm512_storeu_ps(sc->acc + (size_t)(r0 + j) * c->hdp + 32 * k, lo[j]);
+			_mm512_storeu_ps(sc->acc + (size_t)(r0 + j) * c->hdp + 32 * k + 16, hi[j]);
+		}
+	}
+}
+
+/* acc += P . V for R rows over a tile of nt V rows (accumulators in accumulate_pv_dpbf16's lane order). */
+static void pv_dec(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *vraw, uint32_t nt, uint32_t R,
+		   struct pf_cursor *pc)
+{
+	uint32_t ph[CPU_TK / 2 * 8], np = (nt + 1) / 2, r;
+
+	for (r = 0; r < R; r++) {
+		const float *p = sc->s + (size_t)r * CPU_TK;
+
+		_mm512_storeu_si512(ph + r * (CPU_TK / 2), (__m512i)_mm512_cvtne2ps_pbh((__m512)ld(p + 16), (__m512)ld(p)));
+	}
+	for (r = 0; r + 4 <= R; r += 4)
+		pv_dec_rows(c, sc, vraw, np, ph, r, 4, pc);
+	switch (R - r) {
+	case 3: pv_dec_rows(c, sc, vraw, np, ph, r, 3, pc); break;
+	case 2: pv_dec_rows(c, sc, vraw, np, ph, r, 2, pc); break;
+	case 1: pv_dec_rows(c, sc, vraw, np, ph, r, 1, pc); break;
+	}
+}
+
+/*
+ * The decode tile loop. Prefetch follows the block table, not addresses: a
+ * tile DEC_PF_BYTES on, its blocks are prefetched whole and in address order
+ * (so a shuffled table costs no more than a sequential one), spread over
+ * the tile's heads so the requests never queue up in one burst.
+ */
+static void tiles_decode(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc,
+			 const struct item_plan *pl, const int32_t *bt)
+{
+	static const uint16_t zero_row[CPU_MAX_HD] __attribute__((aligned(64)));
+	size_t tok[CPU_TK], tile_bytes = (size_t)CPU_TK * c->token_stride, total;
+	const char *kraw[CPU_TK], *vraw[CPU_TK];
+	struct kv_span sp[CPU_TK + 1];
+	struct pf_cursor pc;
+	uint32_t ahead = (uint32_t)((DEC_PF_BYTES + tile_bytes - 1) / tile_bytes) * CPU_TK, t0, t, hh, nt, ns;
+
+	for (t = 0; t < CPU_TK; t++)
+		kraw[t] = vraw[t] = (const char *)zero_row;
+	for (t0 = (uint32_t)pl->kstart; (int32_t)t0 < pl->kend; t0 += CPU_TK) {
+		nt = (uint32_t)pl->kend - t0 < CPU_TK ? (uint32_t)pl->kend - t0 : CPU_TK;
+		tile_tokens(c, bt, t0, nt, tok);
+		ns = 0;
+		total = 0;
+		if ((int64_t)t0 + ahead < pl->kend) {
+			uint32_t p0 = t0 + ahead, n2 = (uint32_t)pl->kend - p0 < CPU_TK ? (uint32_t)pl->kend - p0 : CPU_TK;
+
+			ns = tile_spans(c, bt, p0, n2, sp, &total);
+		}
+		for (hh = 0; hh < it->nkvh; hh++) {
+			struct cpu_scratch v = rows_from(c, sc, hh * pl->Rh);
+			size_t head = (size_t)(it->kvh + hh) * c->hd * 2;
+			size_t from = total * hh / it->nkvh, to = total * (hh + 1) / it->nkvh;
+
+			for (t = 0; t < nt; t++) {
+				kraw[t] = c->kbase + tok[t] + head;
+				vraw[t] = c->vbase + tok[t] + head;
+			}
+			for (; t < CPU_TK; t++)
+				kraw[t] = vraw[t] = (const char *)zero_row;
+			/* Steps: scores take one per 16 keys x 32 dims x row, PV one per 4 key pairs x 32 dims x row block. */
+			pf_start(&pc, c->kbase, sp, ns, from, to - from, pl->Rh * (CPU_TK / 16) * (c->hd / 32));
+			scores_dec(c, &v, kraw, pl->Rh, &pc);
+			softmax_tile(c, &v, t0, nt, pl->Rh);
+			pf_start(&pc, c->vbase, sp, ns, from, to - from, (pl->Rh + 3) / 4 * (CPU_TK / 8) * (c->hd / 32));
+			pv_dec(c, &v, vraw, nt, pl->Rh, &pc);
+		}
+	}
+}
+#endif
+
 static void attend_item(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc)
 {
 	const int32_t *bt = c->b->block_tables + (size_t)it->seq * c->b->max_blocks_per_seq;
@@ -1009,12 +1262,20 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 	pl.use_dp = c->cdt == PKV_DTYPE_BF16 && c->adt == PKV_DTYPE_BF16;
 	pl.use_dp_pv = pl.use_dp && c->hd % 32 == 0;
 #endif
+	/* Few rows per KV head and whole token rows (every KV head): the decode loop. */
+	pl.dec = DEC_PATH && pl.use_dp_pv && pl.Rh <= 8 && it->nkvh * c->hd * 2 == c->token_stride;
 	load_rows(c, it, sc, &pl);
 	if (pl.kend > 0) {
 #if defined(KERNEL_AMX)
-		amx_prepare(c, it, sc, &pl);
+		if (!pl.dec)
+			amx_prepare(c, it, sc, &pl);
 #endif
-		tiles_general(c, it, sc, &pl, bt);
+#if defined(KERNEL_DPBF16)
+		if (pl.dec)
+			tiles_decode(c, it, sc, &pl, bt);
+		else
+#endif
+			tiles_general(c, it, sc, &pl, bt);
 #if defined(KERNEL_AMX)
 		if (pl.use_amx)
 			_tile_release();

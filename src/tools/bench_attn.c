@@ -354,6 +354,27 @@ static double time_calls(struct bench_pool *bp, struct batch_data *d, int decode
 	return median(t, n);
 }
 
+/*
+ * PKV_BENCH_FILTER: comma-separated key prefixes of the decode rows to run,
+ * keys being shape:batch:ctx:table (hd64:1:2048 runs both tables of one
+ * configuration, hd128:16:8192:shuf one row); unset runs every row.
+ */
+static int filter_match(const char *filter, const char *key)
+{
+	const char *p = filter;
+
+	if (!filter)
+		return 1;
+	while (*p) {
+		size_t n = strcspn(p, ",");
+
+		if (n && n <= strlen(key) && !strncmp(p, key, n))
+			return 1;
+		p += n + (p[n] == ',');
+	}
+	return 0;
+}
+
 static int run_threads(const char *plugin, uint32_t threads, struct result *res, int json)
 {
 	struct pkv_host *host;
@@ -394,9 +415,8 @@ static int run_threads(const char *plugin, uint32_t threads, struct result *res,
 				double sec, bytes = (double)B * ctx * sh->nkv * sh->hd * 2 * 2;
 				char key[64];
 
-				/* PKV_BENCH_FILTER=hd64:1:512 (both orders) or hd64:1:512:shuf runs one decode configuration. */
 				snprintf(key, sizeof(key), "%s:%u:%u:%s", sh->name, B, ctx, orders[oi]);
-				if (filter && strncmp(filter, key, strlen(filter)))
+				if (!filter_match(filter, key))
 					continue;
 
 				ret = pool_open(&bp, &plug, sh, (uint64_t)B * (ctx + 16), sweep_bytes);
@@ -519,7 +539,7 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *plugin = NULL;
-	struct result res[2];
+	struct result res[2] = { 0 };
 	uint32_t tl[2], nt = 0, i;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	int json = 0, threads = 0, c, ret = 0;
