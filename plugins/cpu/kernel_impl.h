@@ -743,34 +743,41 @@ static inline struct cpu_scratch rows_from(const struct cpu_call *c, const struc
 	return v;
 }
 
-static void attend_item(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc)
-{
-	const struct pkv_attn_batch *b = c->b;
-	const int32_t *bt = b->block_tables + (size_t)it->seq * b->max_blocks_per_seq;
-	int32_t sq = b->cu_seq_lens_q[it->seq + 1] - b->cu_seq_lens_q[it->seq];
-	int32_t sk = b->cu_seq_lens_k[it->seq + 1] - b->cu_seq_lens_k[it->seq];
-	int32_t kstart = INT32_MAX, kend = -1;
-	uint32_t Rh = it->nq * c->G, R = Rh * it->nkvh, asz = pkv_dtype_size(c->adt), r, t, t0, hh;
-	size_t csz = pkv_dtype_size(c->cdt);
-	const float *krow[CPU_TK], *vrow[CPU_TK];
-	const char *kraw[CPU_TK], *vraw[CPU_TK];
-	size_t tok[CPU_TK], tok_next[CPU_TK];
-	const char *knext[CPU_TK], *vnext[CPU_TK];
-	uint32_t n2;
-	int direct = c->cdt == PKV_DTYPE_F32 && c->hd == c->hdp;
-#if defined(KERNEL_DPBF16)
-	int use_dp = c->cdt == PKV_DTYPE_BF16 && c->adt == PKV_DTYPE_BF16;
-	int use_dp_pv = use_dp && c->hd % 32 == 0;
+/* What attend_item decided once per item: the paths it takes and the keys any row sees. */
+struct item_plan {
+	int32_t kstart, kend;   /* keys [kstart, kend) cover every row's visible range; kend <= 0: none */
+	uint32_t Rh, R;         /* rows per KV head, rows in all */
+	int direct;             /* f32 cache rows used in place */
+	int use_dp, use_dp_pv;  /* bf16 scores / PV with vdpbf16ps */
+	int use_amx, kdirect;   /* AMX tiles; AMX scores straight from K rows */
+	uint32_t *qt;           /* AMX kdirect: [nkvh][hd/2][Rh] Q^T pairs */
+	int dec;                /* tiles_decode */
+};
+
+/* The decode loop (tiles_decode) on the bf16 kernels; not on AMX until measured there. */
+#ifndef DEC_PATH
+#if defined(KERNEL_DPBF16) && !defined(KERNEL_AMX)
+#define DEC_PATH 1
+#else
+#define DEC_PATH 0
 #endif
-#if defined(KERNEL_AMX)
-	/* 16-row blocks (prefill), or one block of G < 16 rows per KV head (decode). */
-	int use_amx = use_dp_pv && (Rh % 16 == 0 || Rh < 16) && R <= 128;
-	int kdirect = 0;
-	uint32_t *qt = (uint32_t *)sc->qf; /* [nkvh][hd/2][Rh] Q^T pairs; qf is unused on bf16 paths */
 #endif
 
-	/* Queries of this item, f32 (and raw bf16 for the dpbf16 scores). */
-	for (r = 0; r < R; r++) {
+/*
+ * Loads the item's queries (f32, and raw bf16 for the vdpbf16ps paths),
+ * each row's visible key range and its fresh online-softmax state.
+ */
+static void load_rows(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc,
+		      struct item_plan *pl)
+{
+	const struct pkv_attn_batch *b = c->b;
+	int32_t sq = b->cu_seq_lens_q[it->seq + 1] - b->cu_seq_lens_q[it->seq];
+	int32_t sk = b->cu_seq_lens_k[it->seq + 1] - b->cu_seq_lens_k[it->seq];
+	uint32_t asz = pkv_dtype_size(c->adt), r;
+
+	pl->kstart = INT32_MAX;
+	pl->kend = -1;
+	for (r = 0; r < pl->R; r++) {
 		uint32_t qi, h;
 		const char *src;
 		int32_t i;
@@ -780,12 +787,10 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 					    (size_t)h * b->q_stride_head) * asz;
 		i = (int32_t)(it->q0 + qi);
 		row_to_f32(sc->qf + (size_t)r * c->hdp, src, c->adt, c->hd, c->hdp);
-#if defined(KERNEL_DPBF16)
-		if (use_dp) {
+		if (pl->use_dp) {
 			memset(sc->qh + (size_t)r * CPU_MAX_HD, 0, CPU_MAX_HD * 2);
 			memcpy(sc->qh + (size_t)r * CPU_MAX_HD, src, c->hd * 2);
 		}
-#endif
 		sc->hi[r] = i + (sk - sq);
 		sc->lo[r] = c->window >= 0 ? sc->hi[r] - c->window : 0;
 		if (sc->lo[r] < (int32_t)it->k0)
@@ -793,147 +798,27 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 		if (sc->hi[r] > (int32_t)it->k1 - 1)
 			sc->hi[r] = (int32_t)it->k1 - 1;
 		if (sc->lo[r] <= sc->hi[r]) {
-			kstart = sc->lo[r] < kstart ? sc->lo[r] : kstart;
-			kend = sc->hi[r] + 1 > kend ? sc->hi[r] + 1 : kend;
+			pl->kstart = sc->lo[r] < pl->kstart ? sc->lo[r] : pl->kstart;
+			pl->kend = sc->hi[r] + 1 > pl->kend ? sc->hi[r] + 1 : pl->kend;
 		}
 		sc->m[r] = -INFINITY;
 		sc->l[r] = 0.0f;
 		memset(sc->acc + (size_t)r * c->hdp, 0, c->hdp * sizeof(float));
 	}
+}
 
-#if defined(KERNEL_AMX)
-	/*
-	 * K rows as the A operand when 16-key groups stay inside one block. Only
-	 * from head_dim 128: at 64 the K transpose is cheap and the S^T scatter
-	 * costs more than it saves (measured).
-	 */
-	kdirect = KDIRECT && use_amx && Rh < 16 && c->hd >= 128 && c->bs % 16 == 0 && kstart >= 0 &&
-		  kstart % 16 == 0;
+/* Writes each row's result: O = acc / l, or the (m, l, acc) partial of a split item. */
+static void store_rows(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc,
+		       const struct item_plan *pl)
+{
+	const struct pkv_attn_batch *b = c->b;
+	uint32_t asz = pkv_dtype_size(c->adt), r;
 
-	if (kdirect) {
-		uint32_t k, n;
-
-		for (hh = 0; hh < it->nkvh; hh++)
-			for (k = 0; k < c->hd / 2; k++)
-				for (n = 0; n < Rh; n++)
-					qt[((size_t)hh * (c->hd / 2) + k) * Rh + n] =
-						((const uint32_t *)(sc->qh + (size_t)(hh * Rh + n) * CPU_MAX_HD))[k];
-	}
-	if (use_amx)
-		amx_begin(Rh < 16 ? Rh : 16, kdirect);
-#endif
-
-	for (t0 = (uint32_t)kstart; kend > 0 && (int32_t)t0 < kend; t0 += CPU_TK) {
-		uint32_t nt = (uint32_t)kend - t0 < CPU_TK ? (uint32_t)kend - t0 : CPU_TK;
-		/* Walk the block table: one division per tile, not per key. */
-		uint32_t blk = t0 / c->bs, off = t0 % c->bs;
-
-		for (t = 0; t < nt; t++) {
-			tok[t] = (size_t)bt[blk] * c->block_stride + (size_t)off * c->token_stride;
-			if (++off == c->bs) {
-				off = 0;
-				blk++;
-			}
-		}
-		/*
-		 * Token offsets of the next tile, so the tile code can prefetch each
-		 * row it reads for the next tile right next to the read: spread out,
-		 * the prefetches overlap memory with compute; issued in one burst they
-		 * stall on the fill buffers and serialise the two.
-		 */
-		n2 = 0;
-		if ((int32_t)(t0 + PREFETCH_AHEAD) < kend) {
-			uint32_t p0 = t0 + PREFETCH_AHEAD;
-
-			n2 = (uint32_t)kend - p0 < CPU_TK ? (uint32_t)kend - p0 : CPU_TK;
-			blk = p0 / c->bs;
-			off = p0 % c->bs;
-			for (t = 0; t < n2; t++) {
-				tok_next[t] = (size_t)bt[blk] * c->block_stride + (size_t)off * c->token_stride;
-				if (++off == c->bs) {
-					off = 0;
-					blk++;
-				}
-			}
-		}
-
-		for (hh = 0; hh < it->nkvh; hh++) {
-			struct cpu_scratch v = rows_from(c, sc, hh * Rh);
-			size_t head = (size_t)(it->kvh + hh) * c->hd * csz;
-
-			for (t = 0; t < CPU_TK; t++) {
-				if (t < nt) {
-					kraw[t] = c->kbase + tok[t] + head;
-					vraw[t] = c->vbase + tok[t] + head;
-				}
-				knext[t] = t < n2 ? c->kbase + tok_next[t] + head : NULL;
-				vnext[t] = t < n2 ? c->vbase + tok_next[t] + head : NULL;
-			}
-#if defined(KERNEL_DPBF16)
-#if defined(KERNEL_AMX)
-			if (kdirect) {
-				prefetch_rows(c, knext);
-				scores_amx_kdirect(c, &v, kraw, nt, Rh, qt + (size_t)hh * (c->hd / 2) * Rh);
-			} else if (use_amx) {
-				/* The transposed K tile is AMX's B operand as it stands. */
-				transpose_k_tile(c, &v, kraw, knext, nt);
-				scores_amx(c, &v, Rh);
-			} else
-#endif
-			if (use_dp_pv) {
-				scores_dpbf16_t(c, &v, kraw, knext, nt, Rh);
-			} else if (use_dp) {
-				scores_dpbf16(c, &v, kraw, nt, Rh);
-				prefetch_rows(c, knext);
-			} else
-#endif
-			{
-				prefetch_rows(c, knext);
-				for (t = 0; t < nt; t++) {
-					if (direct) {
-						krow[t] = (const float *)kraw[t];
-					} else {
-						row_to_f32(sc->kf + (size_t)t * c->hdp, kraw[t], c->cdt, c->hd, c->hdp);
-						krow[t] = sc->kf + (size_t)t * c->hdp;
-					}
-				}
-				scores_f32(c, &v, krow, nt, Rh);
-			}
-			softmax_tile(c, &v, t0, nt, Rh);
-#if defined(KERNEL_AMX)
-			if (use_amx) {
-				accumulate_pv_amx(c, &v, vraw, vnext, nt, Rh);
-				continue;
-			}
-#endif
-#if defined(KERNEL_DPBF16)
-			if (use_dp_pv) {
-				accumulate_pv_dpbf16(c, &v, vraw, vnext, nt, Rh);
-				continue;
-			}
-#endif
-			prefetch_rows(c, vnext);
-			for (t = 0; t < nt; t++) {
-				if (direct) {
-					vrow[t] = (const float *)vraw[t];
-				} else {
-					row_to_f32(sc->vf + (size_t)t * c->hdp, vraw[t], c->cdt, c->hd, c->hdp);
-					vrow[t] = sc->vf + (size_t)t * c->hdp;
-				}
-			}
-			accumulate_pv(c, &v, vrow, nt, Rh);
-		}
-	}
-
-#if defined(KERNEL_AMX)
-	if (use_amx)
-		_tile_release();
-#endif
-	for (r = 0; r < R; r++) {
+	for (r = 0; r < pl->R; r++) {
 		float *a = sc->acc + (size_t)r * c->hdp;
 
 #if defined(KERNEL_DPBF16)
-		if (use_dp_pv)
+		if (pl->use_dp_pv)
 			unpermute_acc(a, c->hd);
 #endif
 		if (it->part >= 0) {
@@ -956,6 +841,447 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 			pkv_cpu_store_row(dst, c->adt, a, c->hd);
 		}
 	}
+}
+
+/* Byte offsets (in a layer) of the token rows of keys [t0, t0 + n): one division per tile, not per key. */
+static inline void tile_tokens(const struct cpu_call *c, const int32_t *bt, uint32_t t0, uint32_t n, size_t *tok)
+{
+	uint32_t blk = t0 / c->bs, off = t0 % c->bs, t;
+
+	for (t = 0; t < n; t++) {
+		tok[t] = (size_t)bt[blk] * c->block_stride + (size_t)off * c->token_stride;
+		if (++off == c->bs) {
+			off = 0;
+			blk++;
+		}
+	}
+}
+
+#if defined(KERNEL_AMX)
+/* Decides on AMX for the item and, for kdirect, lays out Q^T; then configures the tiles. */
+static void amx_prepare(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc,
+			struct item_plan *pl)
+{
+	uint32_t hh, k, n, Rh = pl->Rh;
+
+	/* 16-row blocks (prefill), or one block of G < 16 rows per KV head (decode). */
+	pl->use_amx = pl->use_dp_pv && (Rh % 16 == 0 || Rh < 16) && pl->R <= 128;
+	/*
+	 * K rows as the A operand when 16-key groups stay inside one block. Only
+	 * from head_dim 128: at 64 the K transpose is cheap and the S^T scatter
+	 * costs more than it saves (measured).
+	 */
+	pl->kdirect = KDIRECT && pl->use_amx && Rh < 16 && c->hd >= 128 && c->bs % 16 == 0 && pl->kstart >= 0 &&
+		      pl->kstart % 16 == 0;
+	pl->qt = (uint32_t *)sc->qf; /* qf is unused on the bf16 paths */
+	if (pl->kdirect)
+		for (hh = 0; hh < it->nkvh; hh++)
+			for (k = 0; k < c->hd / 2; k++)
+				for (n = 0; n < Rh; n++)
+					pl->qt[((size_t)hh * (c->hd / 2) + k) * Rh + n] =
+						((const uint32_t *)(sc->qh + (size_t)(hh * Rh + n) * CPU_MAX_HD))[k];
+	if (pl->use_amx)
+		amx_begin(Rh < 16 ? Rh : 16, pl->kdirect);
+}
+#endif
+
+/* Scores of one KV head's rows (v) against the tile's keys, on the widest path the item allows. */
+static void head_scores(const struct cpu_call *c, const struct item_plan *pl, struct cpu_scratch *sc,
+			struct cpu_scratch *v, uint32_t hh, const char *const *kraw, const char *const *knext,
+			uint32_t nt)
+{
+	const float *krow[CPU_TK];
+	uint32_t t;
+
+#if defined(KERNEL_AMX)
+	if (pl->kdirect) {
+		prefetch_rows(c, knext);
+		scores_amx_kdirect(c, v, kraw, nt, pl->Rh, pl->qt + (size_t)hh * (c->hd / 2) * pl->Rh);
+		return;
+	}
+	if (pl->use_amx) {
+		/* The transposed K tile is AMX's B operand as it stands. */
+		transpose_k_tile(c, v, kraw, knext, nt);
+		scores_amx(c, v, pl->Rh);
+		return;
+	}
+#endif
+#if defined(KERNEL_DPBF16)
+	if (pl->use_dp_pv) {
+		scores_dpbf16_t(c, v, kraw, knext, nt, pl->Rh);
+		return;
+	}
+	if (pl->use_dp) {
+		scores_dpbf16(c, v, kraw, nt, pl->Rh);
+		prefetch_rows(c, knext);
+		return;
+	}
+#endif
+	prefetch_rows(c, knext);
+	for (t = 0; t < nt; t++) {
+		if (pl->direct) {
+			krow[t] = (const float *)kraw[t];
+		} else {
+			row_to_f32(sc->kf + (size_t)t * c->hdp, kraw[t], c->cdt, c->hd, c->hdp);
+			krow[t] = sc->kf + (size_t)t * c->hdp;
+		}
+	}
+	scores_f32(c, v, krow, nt, pl->Rh);
+}
+
+/* acc += P . V for one KV head's rows (v) over the tile's keys. */
+static void head_pv(const struct cpu_call *c, const struct item_plan *pl, struct cpu_scratch *sc,
+		    struct cpu_scratch *v, const char *const *vraw, const char *const *vnext, uint32_t nt)
+{
+	const float *vrow[CPU_TK];
+	uint32_t t;
+
+#if defined(KERNEL_AMX)
+	if (pl->use_amx) {
+		accumulate_pv_amx(c, v, vraw, vnext, nt, pl->Rh);
+		return;
+	}
+#endif
+#if defined(KERNEL_DPBF16)
+	if (pl->use_dp_pv) {
+		accumulate_pv_dpbf16(c, v, vraw, vnext, nt, pl->Rh);
+		return;
+	}
+#endif
+	prefetch_rows(c, vnext);
+	for (t = 0; t < nt; t++) {
+		if (pl->direct) {
+			vrow[t] = (const float *)vraw[t];
+		} else {
+			row_to_f32(sc->vf + (size_t)t * c->hdp, vraw[t], c->cdt, c->hd, c->hdp);
+			vrow[t] = sc->vf + (size_t)t * c->hdp;
+		}
+	}
+	accumulate_pv(c, v, vrow, nt, pl->Rh);
+}
+
+/*
+ * The general tile loop: tiles of CPU_TK keys; per tile, each KV head's rows
+ * take scores, softmax and PV in turn, prefetching the same head's rows of
+ * the tile PREFETCH_AHEAD keys on next to the reads.
+ */
+static void tiles_general(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc,
+			  const struct item_plan *pl, const int32_t *bt)
+{
+	size_t csz = pkv_dtype_size(c->cdt), tok[CPU_TK], tok_next[CPU_TK];
+	const char *kraw[CPU_TK], *vraw[CPU_TK], *knext[CPU_TK], *vnext[CPU_TK];
+	uint32_t t0, t, hh, nt, n2;
+
+	for (t0 = (uint32_t)pl->kstart; (int32_t)t0 < pl->kend; t0 += CPU_TK) {
+		nt = (uint32_t)pl->kend - t0 < CPU_TK ? (uint32_t)pl->kend - t0 : CPU_TK;
+		tile_tokens(c, bt, t0, nt, tok);
+		/*
+		 * Token offsets of the next tile, so the tile code can prefetch each
+		 * row it reads for the next tile right next to the read: spread out,
+		 * the prefetches overlap memory with compute; issued in one burst they
+		 * stall on the fill buffers and serialise the two.
+		 */
+		n2 = 0;
+		if ((int32_t)(t0 + PREFETCH_AHEAD) < pl->kend) {
+			uint32_t p0 = t0 + PREFETCH_AHEAD;
+
+			n2 = (uint32_t)pl->kend - p0 < CPU_TK ? (uint32_t)pl->kend - p0 : CPU_TK;
+			tile_tokens(c, bt, p0, n2, tok_next);
+		}
+		for (hh = 0; hh < it->nkvh; hh++) {
+			struct cpu_scratch v = rows_from(c, sc, hh * pl->Rh);
+			size_t head = (size_t)(it->kvh + hh) * c->hd * csz;
+
+			for (t = 0; t < CPU_TK; t++) {
+				if (t < nt) {
+					kraw[t] = c->kbase + tok[t] + head;
+					vraw[t] = c->vbase + tok[t] + head;
+				}
+				knext[t] = t < n2 ? c->kbase + tok_next[t] + head : NULL;
+				vnext[t] = t < n2 ? c->vbase + tok_next[t] + head : NULL;
+			}
+			head_scores(c, pl, sc, &v, hh, kraw, knext, nt);
+			softmax_tile(c, &v, t0, nt, pl->Rh);
+			head_pv(c, pl, sc, &v, vraw, vnext, nt);
+		}
+	}
+}
+
+#if defined(KERNEL_DPBF16)
+/*
+ * ---- Decode: a few query rows per KV head (G), whole token rows per item ----
+ *
+ * With G = 3-4 rows per KV head, sharing a transposed K tile across rows
+ * does not pay: its 16x16 transposes cost 4 shuffles per 64 bytes of K
+ * (~40% of hd64 decode compute). Here each key's dot product stays along
+ * the head dim (vdpbf16ps straight from the cache row, queries in
+ * registers) and 16 keys' partial vectors are reduced together in one tree
+ * (hsum16: 2 shuffles per key and row), about half the shuffles at hd64 and
+ * a third at hd128. PV keeps the key-pair interleave of accumulate_pv_dpbf16
+ * but in registers, every row's accumulators updated from one load of V.
+ */
+
+/* How far ahead of its reads the decode loop prefetches, in bytes of K (and as many of V). */
+#ifndef DEC_PF_BYTES
+#define DEC_PF_BYTES 65536
+#endif
+
+/* A run of whole token rows of one block: [off, off + len) bytes in a layer. */
+struct kv_span {
+	size_t off, len;
+};
+
+/* The spans of keys [t0, t0 + n), block by block (each block-table entry once). */
+static uint32_t tile_spans(const struct cpu_call *c, const int32_t *bt, uint32_t t0, uint32_t n, struct kv_span *sp,
+			   size_t *total)
+{
+	uint32_t blk = t0 / c->bs, off = t0 % c->bs, ns = 0;
+
+	*total = 0;
+	while (n) {
+		uint32_t m = c->bs - off < n ? c->bs - off : n;
+
+		sp[ns].off = (size_t)bt[blk] * c->block_stride + (size_t)off * c->token_stride;
+		sp[ns].len = (size_t)m * c->token_stride;
+		*total += sp[ns++].len;
+		n -= m;
+		off = 0;
+		blk++;
+	}
+	return ns;
+}
+
+/*
+ * A walk over spans' bytes in address order, prefetching `per` lines into
+ * L2 at each step: the compute loops take steps between their loads, so
+ * the requests go out spread over the tile instead of in one burst that
+ * stalls on the fill buffers.
+ */
+struct pf_cursor {
+	const char *base;
+	const struct kv_span *sp;
+	uint32_t ns, i, per;
+	size_t b;           /* byte within sp[i] */
+};
+
+static inline void pf_step(struct pf_cursor *pc)
+{
+	uint32_t n;
+
+	for (n = 0; n < pc->per && pc->i < pc->ns; n++) {
+		__builtin_prefetch(pc->base + pc->sp[pc->i].off + pc->b, 0, 2);
+		pc->b += 64;
+		if (pc->b >= pc->sp[pc->i].len) {
+			pc->b = 0;
+			pc->i++;
+		}
+	}
+}
+
+/* Positions a cursor at byte `from` of the spans, to cover `bytes` in `steps` steps. */
+static void pf_start(struct pf_cursor *pc, const char *base, const struct kv_span *sp, uint32_t ns, size_t from,
+		     size_t bytes, uint32_t steps)
+{
+	pc->base = base;
+	pc->sp = sp;
+	pc->ns = ns;
+	pc->i = 0;
+	while (pc->i < ns && from >= sp[pc->i].len)
+		from -= sp[pc->i++].len;
+	pc->b = from & ~(size_t)63;
+	pc->per = (uint32_t)((bytes / 64 + steps) / (steps ? steps : 1));
+	if (!bytes)
+		pc->ns = 0;
+}
+
+/* Lane sums of 16 vectors at once: lane i of the result is the sum of a[i]. */
+static inline __m512 hsum16(const __m512 *a)
+{
+	__m512 b[8], c4[4], d0, d1;
+	int i;
+
+	/* b[i], per 128-bit lane: [x0+x2, y0+y2, x1+x3, y1+y3] of x = a[2i], y = a[2i+1]. */
+	for (i = 0; i < 8; i++)
+		b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+	/* c4[j], lane L, element m: the part of a[4j + m] that lane L of a[4j + m] held. */
+	for (i = 0; i < 4; i++) {
+		__m512d x = _mm512_castps_pd(b[2 * i]), y = _mm512_castps_pd(b[2 * i + 1]);
+
+		c4[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+				      _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+	}
+	/* Then the four 128-bit lanes of each c4[j] are added up: two rounds of lane shuffles. */
+	d0 = _mm512_add_ps(_mm512_shuffle_f32x4(c4[0], c4[1], 0x88), _mm512_shuffle_f32x4(c4[0], c4[1], 0xdd));
+	d1 = _mm512_add_ps(_mm512_shuffle_f32x4(c4[2], c4[3], 0x88), _mm512_shuffle_f32x4(c4[2], c4[3], 0xdd));
+	return _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, 0x88), _mm512_shuffle_f32x4(d0, d1, 0xdd));
+}
+
+/* Scores of R rows against a tile of CPU_TK K rows (rows past the tile's end point to zeros). */
+static void scores_dec(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *kraw, uint32_t R,
+		       struct pf_cursor *pc)
+{
+	uint32_t nc = c->hd / 32, r, g, k, i;
+
+	for (r = 0; r < R; r++) {
+		const uint16_t *q = sc->qh + (size_t)r * CPU_MAX_HD;
+
+		for (g = 0; g < CPU_TK / 16; g++) {
+			const char *const *kr = kraw + 16 * g;
+			__m512 a[16];
+
+			for (i = 0; i < 16; i++)
+				a[i] = _mm512_setzero_ps();
+			for (k = 0; k < nc; k++) {
+				__m512bh qv = (__m512bh)_mm512_loadu_si512(q + 32 * k);
+
+				pf_step(pc);
+#pragma GCC unroll 16
+				for (i = 0; i < 16; i++)
+					a[i] = _mm512_dpbf16_ps(a[i], (__m512bh)_mm512_loadu_si512(kr[i] + 64 * k), qv);
+			}
+			_mm512_storeu_ps(sc->s + (size_t)r * CPU_TK + 16 * g, hsum16(a));
+		}
+	}
+}
+
+/* acc[r0..r0+nr) += P . V over np key pairs; nr <= 4 is a constant where inlined. */
+static inline __attribute__((always_inline)) void pv_dec_rows(const struct cpu_call *c, struct cpu_scratch *sc,
+							      const char *const *vraw, uint32_t np,
+							      const uint32_t *ph, uint32_t r0, const uint32_t nr,
+							      struct pf_cursor *pc)
+{
+	uint32_t nc = c->hd / 32, k, t, j;
+
+	for (k = 0; k < nc; k++) {
+		__m512 lo[4], hi[4];
+
+		for (j = 0; j < nr; j++) {
+			lo[j] = _mm512_loadu_ps(sc->acc + (size_t)(r0 + j) * c->hdp + 32 * k);
+			hi[j] = _mm512_loadu_ps(sc->acc + (size_t)(r0 + j) * c->hdp + 32 * k + 16);
+		}
+		for (t = 0; t < np; t++) {
+			__m512i a = _mm512_loadu_si512(vraw[2 * t] + 64 * k), b = _mm512_loadu_si512(vraw[2 * t + 1] + 64 * k);
+			__m512bh ul = (__m512bh)_mm512_unpacklo_epi16(a, b), uh = (__m512bh)_mm512_unpackhi_epi16(a, b);
+
+			if (!(t & 3))
+				pf_step(pc);
+
+			for (j = 0; j < nr; j++) {
+				__m512bh p = (__m512bh)_mm512_set1_epi32((int)ph[(r0 + j) * (CPU_TK / 2) + t]);
+
+				lo[j] = _mm512_dpbf16_ps(lo[j], ul, p);
+				hi[j] = _mm512_dpbf16_ps(hi[j], uh, p);
+			}
+		}
+		for (j = 0; j < nr; j++) {
+			_mm512_storeu_ps(sc->acc + (size_t)(r0 + j) * c->hdp + 32 * k, lo[j]);
+			_mm512_storeu_ps(sc->acc + (size_t)(r0 + j) * c->hdp + 32 * k + 16, hi[j]);
+		}
+	}
+}
+
+/* acc += P . V for R rows over a tile of nt V rows (accumulators in accumulate_pv_dpbf16's lane order). */
+static void pv_dec(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *vraw, uint32_t nt, uint32_t R,
+		   struct pf_cursor *pc)
+{
+	uint32_t ph[CPU_TK / 2 * 8], np = (nt + 1) / 2, r;
+
+	for (r = 0; r < R; r++) {
+		const float *p = sc->s + (size_t)r * CPU_TK;
+
+		_mm512_storeu_si512(ph + r * (CPU_TK / 2), (__m512i)_mm512_cvtne2ps_pbh((__m512)ld(p + 16), (__m512)ld(p)));
+	}
+	for (r = 0; r + 4 <= R; r += 4)
+		pv_dec_rows(c, sc, vraw, np, ph, r, 4, pc);
+	switch (R - r) {
+	case 3: pv_dec_rows(c, sc, vraw, np, ph, r, 3, pc); break;
+	case 2: pv_dec_rows(c, sc, vraw, np, ph, r, 2, pc); break;
+	case 1: pv_dec_rows(c, sc, vraw, np, ph, r, 1, pc); break;
+	}
+}
+
+/*
+ * The decode tile loop. Prefetch follows the block table, not addresses: a
+ * tile DEC_PF_BYTES on, its blocks are prefetched whole and in address order
+ * (so a shuffled table costs no more than a sequential one), spread over
+ * the tile's heads so the requests never queue up in one burst.
+ */
+static void tiles_decode(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc,
+			 const struct item_plan *pl, const int32_t *bt)
+{
+	static const uint16_t zero_row[CPU_MAX_HD] __attribute__((aligned(64)));
+	size_t tok[CPU_TK], tile_bytes = (size_t)CPU_TK * c->token_stride, total;
+	const char *kraw[CPU_TK], *vraw[CPU_TK];
+	struct kv_span sp[CPU_TK + 1];
+	struct pf_cursor pc;
+	uint32_t ahead = (uint32_t)((DEC_PF_BYTES + tile_bytes - 1) / tile_bytes) * CPU_TK, t0, t, hh, nt, ns;
+
+	for (t = 0; t < CPU_TK; t++)
+		kraw[t] = vraw[t] = (const char *)zero_row;
+	for (t0 = (uint32_t)pl->kstart; (int32_t)t0 < pl->kend; t0 += CPU_TK) {
+		nt = (uint32_t)pl->kend - t0 < CPU_TK ? (uint32_t)pl->kend - t0 : CPU_TK;
+		tile_tokens(c, bt, t0, nt, tok);
+		ns = 0;
+		total = 0;
+		if ((int64_t)t0 + ahead < pl->kend) {
+			uint32_t p0 = t0 + ahead, n2 = (uint32_t)pl->kend - p0 < CPU_TK ? (uint32_t)pl->kend - p0 : CPU_TK;
+
+			ns = tile_spans(c, bt, p0, n2, sp, &total);
+		}
+		for (hh = 0; hh < it->nkvh; hh++) {
+			struct cpu_scratch v = rows_from(c, sc, hh * pl->Rh);
+			size_t head = (size_t)(it->kvh + hh) * c->hd * 2;
+			size_t from = total * hh / it->nkvh, to = total * (hh + 1) / it->nkvh;
+
+			for (t = 0; t < nt; t++) {
+				kraw[t] = c->kbase + tok[t] + head;
+				vraw[t] = c->vbase + tok[t] + head;
+			}
+			for (; t < CPU_TK; t++)
+				kraw[t] = vraw[t] = (const char *)zero_row;
+			/* Steps: scores take one per 16 keys x 32 dims x row, PV one per 4 key pairs x 32 dims x row block. */
+			pf_start(&pc, c->kbase, sp, ns, from, to - from, pl->Rh * (CPU_TK / 16) * (c->hd / 32));
+			scores_dec(c, &v, kraw, pl->Rh, &pc);
+			softmax_tile(c, &v, t0, nt, pl->Rh);
+			pf_start(&pc, c->vbase, sp, ns, from, to - from, (pl->Rh + 3) / 4 * (CPU_TK / 8) * (c->hd / 32));
+			pv_dec(c, &v, vraw, nt, pl->Rh, &pc);
+		}
+	}
+}
+#endif
+
+static void attend_item(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc)
+{
+	const int32_t *bt = c->b->block_tables + (size_t)it->seq * c->b->max_blocks_per_seq;
+	struct item_plan pl = { 0 };
+
+	pl.Rh = it->nq * c->G;
+	pl.R = pl.Rh * it->nkvh;
+	pl.direct = c->cdt == PKV_DTYPE_F32 && c->hd == c->hdp;
+#if defined(KERNEL_DPBF16)
+	pl.use_dp = c->cdt == PKV_DTYPE_BF16 && c->adt == PKV_DTYPE_BF16;
+	pl.use_dp_pv = pl.use_dp && c->hd % 32 == 0;
+#endif
+	/* Few rows per KV head and whole token rows (every KV head): the decode loop. */
+	pl.dec = DEC_PATH && pl.use_dp_pv && pl.Rh <= 8 && it->nkvh * c->hd * 2 == c->token_stride;
+	load_rows(c, it, sc, &pl);
+	if (pl.kend > 0) {
+#if defined(KERNEL_AMX)
+		if (!pl.dec)
+			amx_prepare(c, it, sc, &pl);
+#endif
+#if defined(KERNEL_DPBF16)
+		if (pl.dec)
+			tiles_decode(c, it, sc, &pl, bt);
+		else
+#endif
+			tiles_general(c, it, sc, &pl, bt);
+#if defined(KERNEL_AMX)
+		if (pl.use_amx)
+			_tile_release();
+#endif
+	}
+	store_rows(c, it, sc, &pl);
 }
 
 const struct cpu_isa ISA_SYM = {

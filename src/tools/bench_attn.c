@@ -1,20 +1,24 @@
 /* SPDX-License-Identifier: MIT */
 /* pkv-bench attn: decode KV read rate and prefill GFLOP/s of a backend, against STREAM read measured in the same run. */
 /*
- * Usage: pkv-bench attn [--json] [--threads N] [--plugin PATH] [--quick]
+ * Usage: pkv-bench attn [--json] [--threads N] [--plugin PATH] [--quick] [--block-size N]
  *
  * For each thread count (1 and all CPUs by default, or just N):
- * - STREAM-style read bandwidth: every thread sums its share of a 1 GiB
- *   buffer mapped like the cache (anonymous, 2 MiB aligned, MADV_HUGEPAGE),
- *   before the attention runs (the ratios' reference) and again after them
- *   (stream_read_end_gbs: if the two differ, the host's load changed mid-run),
- *   and 3 sweeps right before each decode row, the reference of that row's
- *   of_stream (the load of this shared host drifts within a run);
+ * - STREAM reference: every thread sums, as bf16 numbers (AVX-512, else
+ *   AVX2, chosen at run time), its share of a 1 GiB pool the plugin's own
+ *   cache_alloc mapped (the decode pools' kind of memory), timed in 16 MiB
+ *   pieces (median piece rate, as robust to preemption as the decode
+ *   rows' median call time), before the
+ *   attention runs and again after them (stream_read_end_gbs: if the two
+ *   differ, the host's load changed mid-run), and 3 sweeps right before
+ *   each decode row, the reference of that row's of_stream (the load of
+ *   this shared host drifts within a run);
  * - decode: one query per sequence, batch 1 and 16, ctx 512/2048/8192,
  *   bf16 cache and activations, shapes hd64 (9 q / 3 kv heads) and hd128
- *   (32 / 8); figure = K+V bytes the call must read / median call time. The
- *   pool has enough layers that one sweep over them exceeds 1 GiB, and each
- *   call uses the next layer, so the KV comes from DRAM, not a cache level;
+ *   (32 / 8), each with a sequential block table and a shuffled one (a
+ *   fragmented pool); figure = K+V bytes the call must read / median call
+ *   time. The pool has enough layers that one sweep over them exceeds 1 GiB,
+ *   and each call uses the next layer, so the KV comes from DRAM;
  * - prefill: 512 new queries over 512 and 4096 keys, causal (bottom-right),
  *   same shapes; figure = 4 * head_dim * num_heads * visible (q, k) pairs /
  *   median call time.
@@ -48,20 +52,24 @@ static const struct shape shapes[] = {
 struct result {
 	double stream_gbs;
 	double stream_end_gbs;       /* STREAM again after the attention runs: shows drift on a shared host */
-	double decode_gbs[2][2][3];  /* shape, batch (1, 16), ctx (512, 2048, 8192) */
-	double decode_cpu[2][2][3];
-	double decode_stream[2][2][3]; /* STREAM read (3 sweeps) just before that decode row: its ratio's reference */  /* CPU time the process got / (wall time x threads) while timing */
+	/* Decode rows: shape, batch (1, 16), ctx (512, 2048, 8192), block table (sequential, shuffled). */
+	double decode_gbs[2][2][3][2];
+	double decode_cpu[2][2][3][2];    /* CPU time the process got / (wall time x threads) while timing */
+	double decode_stream[2][2][3][2]; /* STREAM read (3 sweeps) just before that decode row: its ratio's reference */
 	double prefill_gflops[2][2]; /* shape, k (512, 4096) */
 };
 
 static const uint32_t batches[] = { 1, 16 };
 static const uint32_t ctxs[] = { 512, 2048, 8192 };
 static const uint32_t pre_k[] = { 512, 4096 };
+static const char *const orders[] = { "seq", "shuf" };
 static int quick;
 /* --only decode|prefill: run one half (profiling). */
 static const char *only;
 /* Bytes one sweep over the decode pool's layers covers: 1 GiB keeps KV out of the caches. */
 static uint64_t sweep_bytes = 1ull << 30;
+/* Tokens per block of the decode and prefill pools (--block-size). */
+static uint32_t block_size = 16;
 
 /* PKV_BENCH_CPUTIME=1 times with this thread's CPU time: steadier on a busy machine, valid for --threads 1 only. */
 static clockid_t bench_clock = CLOCK_MONOTONIC;
@@ -89,36 +97,49 @@ static double median(double *v, int n)
 
 /* ---- STREAM read ---- */
 
-typedef uint64_t v8du __attribute__((vector_size(64)));
+typedef uint32_t v16su __attribute__((vector_size(64)));
+typedef float v16f __attribute__((vector_size(64)));
 
+/* Each task reads its share of K, then its share of V. */
 struct stream_job {
-	const char *buf;
-	size_t bytes;
+	const char *k, *v;
+	size_t bytes;                /* of K, and of V */
 	uint32_t n;
-	uint64_t sums[256];
+	float sums[256];
 };
 
-/* Sums a chunk with 4 independent vector accumulators; cloned per ISA so it reads at full width. */
+/*
+ * The reference a decode kernel is held to: a bf16 sum, i.e. the least work
+ * that still reads every bf16 element as a number. Each 64-byte line is 32
+ * bf16 values, widened to f32 exactly (even elements shifted up, odd ones
+ * masked) and added into 8 independent accumulators. Cloned per ISA and
+ * dispatched at run time, so it reads at full vector width (AVX-512, else AVX2).
+ */
 __attribute__((target_clones("avx512f", "avx2", "default")))
-static uint64_t sum_chunk(const char *p, size_t bytes)
+static float sum_bf16_chunk(const char *p, size_t bytes)
 {
-	v8du a = { 0 }, b = { 0 }, c = { 0 }, d = { 0 };
+	v16f a[8] = { { 0 } };
 	size_t i;
+	int k;
 
-	for (i = 0; i + 256 <= bytes; i += 256) {
-		v8du x, y, z, w;
+	for (i = 0; i + 256 <= bytes; i += 256)
+		for (k = 0; k < 4; k++) {
+			v16su x;
+			v16f lo, hi;
 
-		memcpy(&x, p + i, 64);
-		memcpy(&y, p + i + 64, 64);
-		memcpy(&z, p + i + 128, 64);
-		memcpy(&w, p + i + 192, 64);
-		a += x;
-		b += y;
-		c += z;
-		d += w;
-	}
-	a += b + c + d;
-	return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+			memcpy(&x, p + i + 64 * k, 64);
+			{
+				v16su l = x << 16, h = x & 0xffff0000u;
+
+				memcpy(&lo, &l, 64);
+				memcpy(&hi, &h, 64);
+			}
+			a[2 * k] += lo;
+			a[2 * k + 1] += hi;
+		}
+	for (k = 1; k < 8; k++)
+		a[0] += a[k];
+	return a[0][0] + a[0][5] + a[0][10] + a[0][15];
 }
 
 static void stream_task(void *arg, uint32_t task, uint32_t thread)
@@ -126,40 +147,8 @@ static void stream_task(void *arg, uint32_t task, uint32_t thread)
 	struct stream_job *j = arg;
 	size_t per = j->bytes / j->n / 4096 * 4096;
 
-	j->sums[task & 255] += sum_chunk(j->buf + per * task, per);
+	j->sums[task & 255] += sum_bf16_chunk(j->k + per * task, per) + sum_bf16_chunk(j->v + per * task, per);
 }
-
-static void *map_huge(size_t bytes)
-{
-	size_t len = bytes + (2u << 20);
-	char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	char *a;
-
-	if (p == MAP_FAILED)
-		return NULL;
-	a = (char *)(((uintptr_t)p + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1));
-#ifdef MADV_HUGEPAGE
-	madvise(a, bytes, MADV_HUGEPAGE);
-#endif
-	return a;
-}
-
-static double stream_read(const struct pkv_host_api *api, char *buf, uint32_t threads, int reps)
-{
-	struct stream_job j = { .buf = buf, .bytes = STREAM_BYTES, .n = threads };
-	double t[9];
-	int i;
-
-	for (i = 0; i < reps; i++) {
-		double t0 = now();
-
-		api->parallel_for(api->host, threads, stream_task, &j);
-		t[i] = now() - t0;
-	}
-	return (double)(STREAM_BYTES / threads / 4096 * 4096 * threads) / median(t, reps) / 1e9;
-}
-
-/* ---- attention batches ---- */
 
 struct bench_pool {
 	struct pkv_plugin *plug;
@@ -167,6 +156,43 @@ struct bench_pool {
 	const struct shape *sh;
 	uint32_t nlayers, bs;
 };
+
+/* One timed piece of a sweep: 8 MiB of K and 8 MiB of V, split over the threads. */
+#define STREAM_PIECE (8u << 20)
+
+/*
+ * STREAM over a pool's K and V (a pool from the plugin's own cache_alloc),
+ * reps sweeps timed piece by piece: the rate is a piece's bytes over the
+ * median piece time. A decode figure is a median over calls of 0.1-10 ms,
+ * which drops the calls another job preempted; a whole-sweep time cannot
+ * drop anything, so on a loaded host it read 2-3x below the decode rows
+ * (measured at load 11: "200% of STREAM"). Pieces of about a call's length
+ * filter the same way.
+ */
+static double stream_read(const struct pkv_host_api *api, const struct bench_pool *sp, uint32_t threads, int reps)
+{
+	size_t bytes = sp->mem.layer_stride * sp->nlayers, npiece = bytes / STREAM_PIECE, piece_b;
+	static double t[9 * 1024];
+	size_t n = 0, i;
+	int r;
+
+	if (npiece > 1024)
+		npiece = 1024;
+	for (r = 0; r < reps && r < 9; r++)
+		for (i = 0; i < npiece; i++) {
+			struct stream_job j = { .k = (const char *)sp->mem.k_base + i * STREAM_PIECE,
+						.v = (const char *)sp->mem.v_base + i * STREAM_PIECE,
+						.bytes = STREAM_PIECE, .n = threads };
+			double t0 = now();
+
+			api->parallel_for(api->host, threads, stream_task, &j);
+			t[n++] = now() - t0;
+		}
+	piece_b = STREAM_PIECE / threads / 4096 * 4096 * threads;
+	return n ? (double)piece_b * 2 / median(t, (int)n) / 1e9 : 0;
+}
+
+/* ---- attention batches ---- */
 
 static int pool_open(struct bench_pool *bp, struct pkv_plugin *plug, const struct shape *sh, uint64_t tokens,
 		     uint64_t min_bytes)
@@ -179,7 +205,7 @@ static int pool_open(struct bench_pool *bp, struct pkv_plugin *plug, const struc
 	memset(bp, 0, sizeof(*bp));
 	bp->plug = plug;
 	bp->sh = sh;
-	bp->bs = 16;
+	bp->bs = block_size;
 	pool.geo.num_heads = sh->nh;
 	pool.geo.num_kv_heads = sh->nkv;
 	pool.geo.head_dim = sh->hd;
@@ -216,9 +242,17 @@ struct batch_data {
 	uint16_t *q, *kn, *vn, *o;
 };
 
-/* nseq sequences, each with sq new tokens after sk - sq cached, consecutive blocks. */
-static int batch_make(struct batch_data *d, const struct bench_pool *bp, uint32_t nseq, uint32_t sq, uint32_t sk)
+/*
+ * nseq sequences, each with sq new tokens after sk - sq cached. Block table:
+ * consecutive blocks, or (shuffle) a fixed random permutation of the whole
+ * pool's blocks, the layout of a pool after churn: no two neighbouring table
+ * entries are neighbours in memory, so no hardware prefetcher follows them.
+ */
+static int batch_make(struct batch_data *d, const struct bench_pool *bp, uint32_t nseq, uint32_t sq, uint32_t sk,
+		      int shuffle)
 {
+	uint32_t nblk = bp->mem.geo.num_blocks, *perm;
+	uint64_t rng = 0x9e3779b97f4a7c15ull;
 	const struct shape *sh = bp->sh;
 	uint32_t mb = (sk + bp->bs - 1) / bp->bs, s, i, tq = nseq * sq;
 	size_t qn = (size_t)tq * sh->nh * sh->hd, kvn = (size_t)tq * sh->nkv * sh->hd;
@@ -233,8 +267,24 @@ static int batch_make(struct batch_data *d, const struct bench_pool *bp, uint32_
 	d->o = malloc(qn * 2);
 	d->kn = malloc(kvn * 2);
 	d->vn = malloc(kvn * 2);
-	if (!d->cuq || !d->cuk || !d->cached || !d->bt || !d->slots || !d->q || !d->o || !d->kn || !d->vn)
+	perm = malloc((size_t)nblk * 4);
+	if (!d->cuq || !d->cuk || !d->cached || !d->bt || !d->slots || !d->q || !d->o || !d->kn || !d->vn || !perm) {
+		free(perm);
 		return -ENOMEM;
+	}
+	for (i = 0; i < nblk; i++)
+		perm[i] = i;
+	for (i = nblk - 1; shuffle && i > 0; i--) {
+		uint32_t j, t;
+
+		rng ^= rng << 13;
+		rng ^= rng >> 7;
+		rng ^= rng << 17;
+		j = (uint32_t)(rng % (i + 1));
+		t = perm[i];
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
 	for (i = 0; i < qn; i++)
 		d->q[i] = 0x3f80 ^ (uint16_t)((i * 2654435761u) >> 20 & 0x807f); /* ~+-1 with varied mantissas */
 	for (i = 0; i < kvn; i++)
@@ -244,13 +294,14 @@ static int batch_make(struct batch_data *d, const struct bench_pool *bp, uint32_
 		d->cuk[s + 1] = d->cuk[s] + (int32_t)sk;
 		d->cached[s] = (int32_t)(sk - sq);
 		for (i = 0; i < mb; i++)
-			d->bt[s * mb + i] = (int32_t)(s * mb + i);
+			d->bt[s * mb + i] = (int32_t)perm[s * mb + i];
 		for (i = 0; i < sq; i++) {
 			uint32_t pos = sk - sq + i;
 
 			d->slots[s * sq + i] = (int64_t)d->bt[s * mb + pos / bp->bs] * bp->bs + pos % bp->bs;
 		}
 	}
+	free(perm);
 	d->b = (struct pkv_attn_batch){
 		.abi_version = PKV_BACKEND_ABI_VERSION, .struct_size = sizeof(d->b),
 		.num_seqs = nseq, .total_q = tq, .act_dtype = PKV_DTYPE_BF16,
@@ -323,12 +374,35 @@ static double time_calls(struct bench_pool *bp, struct batch_data *d, int decode
 	return median(t, n);
 }
 
-static int run_threads(const char *plugin, uint32_t threads, char *stream_buf, struct result *res, int json)
+/*
+ * PKV_BENCH_FILTER: comma-separated key prefixes of the decode rows to run,
+ * keys being shape:batch:ctx:table (hd64:1:2048 runs both tables of one
+ * configuration, hd128:16:8192:shuf one row); unset runs every row.
+ */
+static int filter_match(const char *filter, const char *key)
+{
+	const char *p = filter;
+
+	if (!filter)
+		return 1;
+	while (*p) {
+		size_t n = strcspn(p, ",");
+
+		if (n && n <= strlen(key) && !strncmp(p, key, n))
+			return 1;
+		p += n + (p[n] == ',');
+	}
+	return 0;
+}
+
+static int run_threads(const char *plugin, uint32_t threads, struct result *res, int json)
 {
 	struct pkv_host *host;
 	struct pkv_plugin plug;
+	struct bench_pool sp;
+	const char *filter = getenv("PKV_BENCH_FILTER");
 	char err[512];
-	int ret, si, bi, ci, ki;
+	int ret, si, bi, ci, oi, ki;
 
 	ret = pkv_host_create(threads, PKV_LOG_WARN, &host);
 	if (ret)
@@ -339,13 +413,21 @@ static int run_threads(const char *plugin, uint32_t threads, char *stream_buf, s
 		pkv_host_destroy(host);
 		return ret;
 	}
-	res->stream_gbs = stream_read(pkv_host_api(host), stream_buf, threads, quick ? 3 : 9);
+	/* The reference buffer: 1 GiB of K+V from the plugin's cache_alloc, the decode pools' kind of memory. */
+	ret = pool_open(&sp, &plug, &shapes[1], STREAM_BYTES / (2 * 2048) - 16, 0);
+	if (ret) {
+		pkv_plugin_unload(&plug);
+		pkv_host_destroy(host);
+		return ret;
+	}
+	res->stream_gbs = stream_read(pkv_host_api(host), &sp, threads, quick ? 3 : 9);
 	if (!json)
-		printf("threads %u: STREAM read %.1f GB/s\n", threads, res->stream_gbs);
+		printf("threads %u: STREAM (bf16 sum) read %.1f GB/s\n", threads, res->stream_gbs);
 
 	for (si = 0; si < 2 && !(only && strcmp(only, "decode")); si++)
 		for (bi = 0; bi < 2; bi++)
-			for (ci = 0; ci < 3; ci++) {
+			for (ci = 0; ci < 3; ci++)
+			for (oi = 0; oi < 2; oi++) {
 				const struct shape *sh = &shapes[si];
 				struct bench_pool bp;
 				struct batch_data d;
@@ -353,26 +435,25 @@ static int run_threads(const char *plugin, uint32_t threads, char *stream_buf, s
 				double sec, bytes = (double)B * ctx * sh->nkv * sh->hd * 2 * 2;
 				char key[64];
 
-				/* PKV_BENCH_FILTER=hd64:1:512 runs one decode configuration (profiling). */
-				snprintf(key, sizeof(key), "%s:%u:%u", sh->name, B, ctx);
-				if (getenv("PKV_BENCH_FILTER") && strcmp(getenv("PKV_BENCH_FILTER"), key))
+				snprintf(key, sizeof(key), "%s:%u:%u:%s", sh->name, B, ctx, orders[oi]);
+				if (!filter_match(filter, key))
 					continue;
 
 				ret = pool_open(&bp, &plug, sh, (uint64_t)B * (ctx + 16), sweep_bytes);
 				if (ret)
 					goto out;
-				ret = batch_make(&d, &bp, B, 1, ctx);
+				ret = batch_make(&d, &bp, B, 1, ctx, oi);
 				if (!ret) {
 					/* The host's load drifts within a run: each row's ratio uses a STREAM taken right before it. */
-					res->decode_stream[si][bi][ci] = stream_read(pkv_host_api(host), stream_buf, threads, 3);
+					res->decode_stream[si][bi][ci][oi] = stream_read(pkv_host_api(host), &sp, threads, 3);
 					sec = time_calls(&bp, &d, 1, quick ? 0.1 : 0.5, quick ? 3 : 10, threads,
-							 &res->decode_cpu[si][bi][ci]);
-					res->decode_gbs[si][bi][ci] = sec > 0 ? bytes / sec / 1e9 : 0;
+							 &res->decode_cpu[si][bi][ci][oi]);
+					res->decode_gbs[si][bi][ci][oi] = sec > 0 ? bytes / sec / 1e9 : 0;
 					if (!json)
-						printf("  decode  %-5s batch %2u ctx %4u: %6.1f GB/s (%.0f%% of STREAM %.1f) cpu %.2f\n",
-						       sh->name, B, ctx, res->decode_gbs[si][bi][ci],
-						       100 * res->decode_gbs[si][bi][ci] / res->decode_stream[si][bi][ci],
-						       res->decode_stream[si][bi][ci], res->decode_cpu[si][bi][ci]);
+						printf("  decode  %-5s batch %2u ctx %4u %-4s: %6.1f GB/s (%.0f%% of STREAM %.1f) cpu %.2f\n",
+						       sh->name, B, ctx, orders[oi], res->decode_gbs[si][bi][ci][oi],
+						       100 * res->decode_gbs[si][bi][ci][oi] / res->decode_stream[si][bi][ci][oi],
+						       res->decode_stream[si][bi][ci][oi], res->decode_cpu[si][bi][ci][oi]);
 				}
 				batch_free(&d);
 				pool_close(&bp);
@@ -393,7 +474,7 @@ static int run_threads(const char *plugin, uint32_t threads, char *stream_buf, s
 			ret = pool_open(&bp, &plug, sh, sk + 16, 0);
 			if (ret)
 				goto out;
-			ret = batch_make(&d, &bp, 1, sq, sk);
+			ret = batch_make(&d, &bp, 1, sq, sk, 0);
 			if (!ret) {
 				sec = time_calls(&bp, &d, 0, quick ? 0.2 : 1.5, quick ? 2 : 5, threads, NULL);
 				res->prefill_gflops[si][ki] = sec > 0 ? 4.0 * sh->hd * sh->nh * pairs / sec / 1e9 : 0;
@@ -406,10 +487,11 @@ static int run_threads(const char *plugin, uint32_t threads, char *stream_buf, s
 			if (ret)
 				goto out;
 		}
-	res->stream_end_gbs = stream_read(pkv_host_api(host), stream_buf, threads, quick ? 3 : 9);
+	res->stream_end_gbs = stream_read(pkv_host_api(host), &sp, threads, quick ? 3 : 9);
 	if (!json)
 		printf("threads %u: STREAM read at the end %.1f GB/s\n", threads, res->stream_end_gbs);
 out:
+	pool_close(&sp);
 	pkv_plugin_unload(&plug);
 	pkv_host_destroy(host);
 	return ret;
@@ -417,21 +499,24 @@ out:
 
 static void print_json_body(const struct result *r, uint32_t threads)
 {
-	int si, bi, ci, ki, first = 1;
+	int si, bi, ci, oi, ki, first = 1;
 
 	printf("\"threads\": %u, \"stream_read_gbs\": %.2f, \"stream_read_end_gbs\": %.2f, \"decode_gbs\": [", threads,
 	       r->stream_gbs, r->stream_end_gbs);
 	for (si = 0; si < 2 && !(only && strcmp(only, "decode")); si++)
 		for (bi = 0; bi < 2; bi++)
-			for (ci = 0; ci < 3; ci++) {
-				printf("%s{\"shape\": \"%s\", \"batch\": %u, \"ctx\": %u, \"gbs\": %.2f, \"stream_gbs\": %.2f, "
-				       "\"of_stream\": %.3f, \"cpu_share\": %.2f}",
-				       first ? "" : ", ", shapes[si].name, batches[bi], ctxs[ci], r->decode_gbs[si][bi][ci],
-				       r->decode_stream[si][bi][ci],
-				       r->decode_stream[si][bi][ci] > 0 ? r->decode_gbs[si][bi][ci] / r->decode_stream[si][bi][ci] : 0,
-				       r->decode_cpu[si][bi][ci]);
-				first = 0;
-			}
+			for (ci = 0; ci < 3; ci++)
+				for (oi = 0; oi < 2; oi++) {
+					const double g = r->decode_gbs[si][bi][ci][oi], st = r->decode_stream[si][bi][ci][oi];
+
+					if (st <= 0)
+						continue; /* filtered out */
+					printf("%s{\"shape\": \"%s\", \"batch\": %u, \"ctx\": %u, \"table\": \"%s\", "
+					       "\"gbs\": %.2f, \"stream_gbs\": %.2f, \"of_stream\": %.3f, \"cpu_share\": %.2f}",
+					       first ? "" : ", ", shapes[si].name, batches[bi], ctxs[ci], orders[oi], g, st, g / st,
+					       r->decode_cpu[si][bi][ci][oi]);
+					first = 0;
+				}
 	printf("], \"prefill_gflops\": [");
 	first = 1;
 	for (si = 0; si < 2; si++)
@@ -469,32 +554,37 @@ int main(int argc, char **argv)
 		{ "quick", no_argument, NULL, 'q' },
 		{ "sweep-mb", required_argument, NULL, 's' },
 		{ "only", required_argument, NULL, 'o' },
+		{ "block-size", required_argument, NULL, 'b' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *plugin = NULL;
-	struct result res[2];
+	struct result res[2] = { 0 };
 	uint32_t tl[2], nt = 0, i;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	int json = 0, threads = 0, c, ret = 0;
-	char *stream_buf;
 
-	while ((c = getopt_long(argc, argv, "jt:p:qs:o:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "jt:p:qs:o:b:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'j': json = 1; break;
 		case 't': threads = atoi(optarg); break;
 		case 'p': plugin = optarg; break;
 		case 'q': quick = 1; break;
 		case 'o': only = optarg; break;
+		case 'b': block_size = (uint32_t)atoi(optarg); break;
 		case 's': sweep_bytes = strtoull(optarg, NULL, 10) << 20; break;
 		case 'h':
-			printf("usage: pkv-bench attn [--json] [--threads N] [--plugin PATH|NAME] [--quick] [--sweep-mb MB] [--only decode|prefill]\n"
+			printf("usage: pkv-bench attn [--json] [--threads N] [--plugin PATH|NAME] [--quick] [--sweep-mb MB] [--only decode|prefill] [--block-size N]\n"
 			       "  default: 1 thread and all %ld CPUs; --threads N measures only N\n"
 			       "  --sweep-mb: decode pool size swept (default 1024; 0 = one layer, cache-resident)\n", ncpu);
 			return 0;
 		default:
 			return 2;
 		}
+	}
+	if (block_size < 1 || block_size > 4096) {
+		fprintf(stderr, "pkv-bench attn: --block-size must be 1..4096\n");
+		return 2;
 	}
 	if (threads < 0 || threads > 256) {
 		fprintf(stderr, "pkv-bench attn: --threads must be 1..256\n");
@@ -511,23 +601,17 @@ int main(int argc, char **argv)
 		if (ncpu > 1)
 			tl[nt++] = (uint32_t)ncpu;
 	}
-	stream_buf = map_huge(STREAM_BYTES);
-	if (!stream_buf) {
-		fprintf(stderr, "pkv-bench attn: cannot map %llu bytes\n", STREAM_BYTES);
-		return 1;
-	}
-	memset(stream_buf, 1, STREAM_BYTES);
 	if (!json)
-		printf("pkv-bench attn: plugin %s, bf16 cache and activations, block size 16, medians\n", plugin);
+		printf("pkv-bench attn: plugin %s, bf16 cache and activations, block size %u, medians\n", plugin, block_size);
 	for (i = 0; i < nt && !ret; i++)
-		ret = run_threads(plugin, tl[i], stream_buf, &res[i], json);
+		ret = run_threads(plugin, tl[i], &res[i], json);
 	if (ret) {
 		fprintf(stderr, "pkv-bench attn: failed: %s\n", strerror(-ret));
 		return 1;
 	}
 	if (json) {
 		/* Top level: the run with the most threads; the 1-thread run, if any, nested. */
-		printf("{\"bench\": \"attn\", ");
+		printf("{\"bench\": \"attn\", \"block_size\": %u, ", block_size);
 		print_json_body(&res[nt - 1], tl[nt - 1]);
 		if (nt > 1) {
 			printf(", \"single_thread\": {");
