@@ -158,7 +158,13 @@ static void ctx_destroy(struct cuda_ctx *c)
 	free(c);
 }
 
-int pkv_cuda_be_init(const struct pkv_host_api *host, void **ctx)
+const struct pkv_option pkv_cuda_options[] = {
+	{ .name = "device", .type = PKV_OPT_INT, .def = "0",
+	  .help = "CUDA device index (PKV_CUDA_DEVICE overrides)" },
+	{ .name = NULL },
+};
+
+int pkv_cuda_be_init(const struct pkv_host_api *host, const struct pkv_dict *options, void **ctx)
 {
 	struct cuda_ctx *c;
 	int n = 0, major = 0, minor = 0, rc;
@@ -182,12 +188,15 @@ int pkv_cuda_be_init(const struct pkv_host_api *host, void **ctx)
 		free(c);
 		return -ENODEV;
 	}
+	/* The option picks the device; PKV_CUDA_DEVICE overrides it (tests). */
 	env = getenv("PKV_CUDA_DEVICE");
+	if (!env || !*env)
+		env = pkv_dict_get(options, "device");
 	if (env && *env) {
 		char *end;
 		long d = strtol(env, &end, 10);
 		if (*end || d < 0 || d >= n) {
-			logm(c, PKV_LOG_ERROR, "cuda: PKV_CUDA_DEVICE=%s is not a device index below %d", env, n);
+			logm(c, PKV_LOG_ERROR, "cuda: device %s is not a device index below %d", env, n);
 			free(c);
 			return -EINVAL;
 		}

@@ -32,7 +32,10 @@
 	.features = PKV_FEAT_WINDOW | PKV_FEAT_SOFTCAP,                                  \
 }
 
-int pkv_cuda_be_init(const struct pkv_host_api *host, void **ctx);
+/* Options both CUDA backends take. */
+extern const struct pkv_option pkv_cuda_options[];
+
+int pkv_cuda_be_init(const struct pkv_host_api *host, const struct pkv_dict *options, void **ctx);
 void pkv_cuda_be_fini(void *ctx);
 int pkv_cuda_be_cache_alloc(void *ctx, const struct pkv_pool_desc *pool, struct pkv_cache_mem *mem);
 void pkv_cuda_be_cache_free(void *ctx, struct pkv_cache_mem *mem);

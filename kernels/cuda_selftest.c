@@ -195,6 +195,8 @@ static const struct pkv_host_api host_api = {
 	.parallel_for = h_pfor,
 };
 
+static const struct pkv_dict no_options;
+
 struct plug {
 	void *dl;
 	const struct pkv_backend *be;
@@ -216,7 +218,7 @@ static int plug_open(struct plug *p, const char *path)
 		fprintf(stderr, "selftest: %s: no backend\n", path);
 		return -1;
 	}
-	rc = p->be->init(&host_api, &p->ctx);
+	rc = p->be->init(&host_api, &no_options, &p->ctx);
 	if (rc) {
 		fprintf(stderr, "selftest: %s: init failed: %d\n", path, rc);
 		return rc == -ENODEV ? 77 : -1;

@@ -42,7 +42,7 @@ void st(void *p, size_t i, uint32_t dt, float v)
 		static_cast<uint16_t *>(p)[i] = dt == PKV_DTYPE_F16 ? emu_f2h(v) : emu_f2bf(v);
 }
 
-int emu_init(const struct pkv_host_api *, void **ctx)
+int emu_init(const struct pkv_host_api *, const struct pkv_dict *, void **ctx)
 {
 	if (!ctx)
 		return -EINVAL;
@@ -222,6 +222,27 @@ int emu_sync(void *)
 	return 0;
 }
 
+struct pkv_backend_caps make_caps()
+{
+	struct pkv_backend_caps caps{};
+	caps.abi_version = PKV_BACKEND_ABI_VERSION;
+	caps.struct_size = sizeof(caps);
+	caps.paths = PKV_PATH_VARLEN | PKV_PATH_DECODE;
+	caps.domain = PKV_DOMAIN_HOST;
+	caps.cache_dtypes = PKV_DTYPE_BIT(PKV_DTYPE_F16) | PKV_DTYPE_BIT(PKV_DTYPE_BF16);
+	caps.act_dtypes = PKV_DTYPE_BIT(PKV_DTYPE_F32) | PKV_DTYPE_BIT(PKV_DTYPE_F16) | PKV_DTYPE_BIT(PKV_DTYPE_BF16);
+	caps.head_dim_min = 16;
+	caps.head_dim_max = 256;
+	caps.head_dim_multiple = 16;
+	caps.block_size_min = 1;
+	caps.block_size_max = 1u << 16;
+	caps.block_size_multiple = 1;
+	caps.features = PKV_FEAT_WINDOW | PKV_FEAT_SOFTCAP;
+	return caps;
+}
+
+const struct pkv_backend_caps emu_caps = make_caps();
+
 struct pkv_backend make_backend()
 {
 	struct pkv_backend be{};
@@ -229,19 +250,7 @@ struct pkv_backend make_backend()
 	be.struct_size = sizeof(be);
 	be.name = "cuda_emu";
 	be.description = "the CUDA attention kernel on a CPU emulation (test vehicle)";
-	be.caps.abi_version = PKV_BACKEND_ABI_VERSION;
-	be.caps.struct_size = sizeof(be.caps);
-	be.caps.paths = PKV_PATH_VARLEN | PKV_PATH_DECODE;
-	be.caps.domain = PKV_DOMAIN_HOST;
-	be.caps.cache_dtypes = PKV_DTYPE_BIT(PKV_DTYPE_F16) | PKV_DTYPE_BIT(PKV_DTYPE_BF16);
-	be.caps.act_dtypes = PKV_DTYPE_BIT(PKV_DTYPE_F32) | PKV_DTYPE_BIT(PKV_DTYPE_F16) | PKV_DTYPE_BIT(PKV_DTYPE_BF16);
-	be.caps.head_dim_min = 16;
-	be.caps.head_dim_max = 256;
-	be.caps.head_dim_multiple = 16;
-	be.caps.block_size_min = 1;
-	be.caps.block_size_max = 1u << 16;
-	be.caps.block_size_multiple = 1;
-	be.caps.features = PKV_FEAT_WINDOW | PKV_FEAT_SOFTCAP;
+	be.caps = &emu_caps;
 	be.init = emu_init;
 	be.fini = emu_fini;
 	be.cache_alloc = emu_cache_alloc;

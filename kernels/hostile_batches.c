@@ -31,6 +31,8 @@ static const struct pkv_host_api host_api = {
 	.log = h_log,
 };
 
+static const struct pkv_dict no_options;
+
 static void expect(int got, int want, const char *what)
 {
 	const int ok = got == want;
@@ -96,7 +98,7 @@ static const struct pkv_backend *open_backend(const char *path, void **ctx)
 		return NULL;
 	}
 	*(void **)&fn = dlsym(dl, PKV_BACKEND_ENUM_SYMBOL);
-	if (!fn || fn(0, &be) || be->init(&host_api, ctx))
+	if (!fn || fn(0, &be) || be->init(&host_api, &no_options, ctx))
 		return NULL;
 	return be;
 }

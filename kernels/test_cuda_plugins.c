@@ -42,6 +42,8 @@ static const struct pkv_host_api host_api = {
 	.log = host_log,
 };
 
+static const struct pkv_dict no_options;
+
 static void *open_plugin(int i)
 {
 	const char *dir = getenv("PKV_PLUGIN_BUILD_DIR");
@@ -87,8 +89,8 @@ START_TEST(enumerates_one_cuda_backend)
 	ck_assert_uint_eq(be->abi_version, PKV_BACKEND_ABI_VERSION);
 	ck_assert_uint_ge(be->struct_size, sizeof(struct pkv_backend));
 	ck_assert_str_eq(be->name, plugin_name[_i]);
-	ck_assert_uint_eq(be->caps.domain, PKV_DOMAIN_CUDA);
-	ck_assert_uint_eq(be->caps.paths, plugin_path[_i]);
+	ck_assert_uint_eq(be->caps->domain, PKV_DOMAIN_CUDA);
+	ck_assert_uint_eq(be->caps->paths, plugin_path[_i]);
 	ck_assert_ptr_nonnull(be->init);
 	ck_assert_ptr_nonnull(be->cache_alloc);
 	ck_assert_ptr_nonnull(plugin_path[_i] == PKV_PATH_VARLEN ? (void *)be->attend_varlen
@@ -107,7 +109,7 @@ START_TEST(init_refuses_without_gpu)
 	int rc;
 
 	logbuf[0] = 0;
-	rc = be->init(&host_api, &ctx);
+	rc = be->init(&host_api, &no_options, &ctx);
 	if (access("/dev/nvidia0", F_OK) == 0) {
 		/* A GPU machine: the same call must succeed and tear down cleanly. */
 		ck_assert_msg(rc == 0, "init failed on a machine with /dev/nvidia0: %d\n%s", rc, logbuf);
@@ -147,10 +149,10 @@ START_TEST(loader_loads_and_refuses_without_gpu)
 	ck_assert_int_eq(pkv_host_create(1, PKV_LOG_DEBUG, &host), 0);
 	sinkbuf[0] = 0;
 	pkv_host_set_log_sink(host, sink, NULL);
-	rc = pkv_plugin_load(path, plugin_name[_i], NULL, host, &p, err, sizeof(err));
+	rc = pkv_plugin_load(path, plugin_name[_i], NULL, NULL, host, &p, err, sizeof(err));
 	if (access("/dev/nvidia0", F_OK) == 0) {
 		ck_assert_msg(rc == 0, "load failed on a GPU machine: %s", err);
-		ck_assert_uint_eq(p.be->caps.domain, PKV_DOMAIN_CUDA);
+		ck_assert_uint_eq(p.be->caps->domain, PKV_DOMAIN_CUDA);
 		pkv_plugin_unload(&p);
 	} else {
 		ck_assert_int_eq(rc, -ENODEV);
@@ -170,7 +172,7 @@ START_TEST(methods_reject_missing_context)
 	struct pkv_attn_batch b = { .abi_version = PKV_BACKEND_ABI_VERSION, .struct_size = sizeof(b) };
 
 	memset(&mem, 0, sizeof(mem));
-	ck_assert_int_eq(be->init(&host_api, NULL), -EINVAL);
+	ck_assert_int_eq(be->init(&host_api, &no_options, NULL), -EINVAL);
 	ck_assert_int_eq(be->cache_alloc(NULL, &pool, &mem), -EINVAL);
 	if (be->attend_varlen)
 		ck_assert_int_eq(be->attend_varlen(NULL, &mem, &b), -EINVAL);

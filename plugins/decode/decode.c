@@ -3,12 +3,15 @@
 #include <errno.h>
 #include "cuda_backend.h"
 
+static const struct pkv_backend_caps caps = PKV_CUDA_CAPS(PKV_PATH_DECODE);
+
 static const struct pkv_backend cuda_decode = {
 	.abi_version = PKV_BACKEND_ABI_VERSION,
 	.struct_size = sizeof(struct pkv_backend),
 	.name = "cuda_decode",
 	.description = "CUDA paged attention for decode: GQA group per CTA, split-KV with LSE merge",
-	.caps = PKV_CUDA_CAPS(PKV_PATH_DECODE),
+	.caps = &caps,
+	.options = pkv_cuda_options,
 	.init = pkv_cuda_be_init,
 	.fini = pkv_cuda_be_fini,
 	.cache_alloc = pkv_cuda_be_cache_alloc,

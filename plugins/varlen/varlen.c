@@ -3,12 +3,15 @@
 #include <errno.h>
 #include "cuda_backend.h"
 
+static const struct pkv_backend_caps caps = PKV_CUDA_CAPS(PKV_PATH_VARLEN);
+
 static const struct pkv_backend cuda_varlen = {
 	.abi_version = PKV_BACKEND_ABI_VERSION,
 	.struct_size = sizeof(struct pkv_backend),
 	.name = "cuda_varlen",
 	.description = "CUDA paged attention for batches with prefill: tensor-core tiles, GQA-packed rows",
-	.caps = PKV_CUDA_CAPS(PKV_PATH_VARLEN),
+	.caps = &caps,
+	.options = pkv_cuda_options,
 	.init = pkv_cuda_be_init,
 	.fini = pkv_cuda_be_fini,
 	.cache_alloc = pkv_cuda_be_cache_alloc,

@@ -201,7 +201,7 @@ static int load_plugins(struct pkv_daemon *d)
 		return r;
 	}
 	pkv_host_set_log_sink(d->host, plugin_log, NULL);
-	r = pkv_plugin_load(d->cfg.backend_varlen, NULL, d->cfg.plugin_dir, d->host, &d->plug_varlen,
+	r = pkv_plugin_load(d->cfg.backend_varlen, NULL, d->cfg.plugin_dir, NULL, d->host, &d->plug_varlen,
 			    err, sizeof(err));
 	if (r) {
 		pkv_err("backend for varlen: %s", err);
@@ -209,7 +209,7 @@ static int load_plugins(struct pkv_daemon *d)
 	}
 	d->same_plugin = !strcmp(d->cfg.backend_varlen, d->cfg.backend_decode);
 	if (!d->same_plugin) {
-		r = pkv_plugin_load(d->cfg.backend_decode, NULL, d->cfg.plugin_dir, d->host,
+		r = pkv_plugin_load(d->cfg.backend_decode, NULL, d->cfg.plugin_dir, NULL, d->host,
 				    &d->plug_decode, err, sizeof(err));
 		if (r) {
 			pkv_err("backend for decode: %s", err);

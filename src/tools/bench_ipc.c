@@ -342,7 +342,7 @@ static int bench_inproc(const struct opts *o, struct results *res)
 	r = pkv_host_create((unsigned)atoi(o->workers), PKV_LOG_ERROR, &host);
 	if (r)
 		return r;
-	r = pkv_plugin_load("cpu", NULL, o->plugin_dir, host, &plug, err, sizeof(err));
+	r = pkv_plugin_load("cpu", NULL, o->plugin_dir, NULL, host, &plug, err, sizeof(err));
 	if (r) {
 		fprintf(stderr, "pkv-bench ipc: in-process reference: %s\n", err);
 		pkv_host_destroy(host);

@@ -392,7 +392,7 @@ static int fill_cache(struct run *r)
 			}
 		return 0;
 	}
-	if (plug.be->caps.paths & PKV_PATH_VARLEN)
+	if (plug.be->caps->paths & PKV_PATH_VARLEN)
 		return fill_cache_varlen(r);
 	/* Decode-only device backend: one decode step per position, each new slot once. */
 	{
@@ -459,7 +459,7 @@ static int fill_cache(struct run *r)
 			b.block_tables = bt2;
 			b.cache_seqlens = csl;
 			b.slot_mapping = sl;
-			ret = (plug.be->caps.paths & PKV_PATH_DECODE) ? plug.be->attend_decode(plug.ctx, &r->mem, &b) :
+			ret = (plug.be->caps->paths & PKV_PATH_DECODE) ? plug.be->attend_decode(plug.ctx, &r->mem, &b) :
 								       plug.be->attend_varlen(plug.ctx, &r->mem, &b);
 		}
 		if (!ret && plug.be->sync)
@@ -803,11 +803,11 @@ static void run_case(const struct casedef *c)
 			skip("%s %s: %s", pname, c->name, err);
 			continue;
 		}
-		if (c->window >= 0 && !(plug.be->caps.features & PKV_FEAT_WINDOW)) {
+		if (c->window >= 0 && !(plug.be->caps->features & PKV_FEAT_WINDOW)) {
 			skip("%s %s: no sliding window", pname, c->name);
 			continue;
 		}
-		if (c->softcap > 0 && !(plug.be->caps.features & PKV_FEAT_SOFTCAP)) {
+		if (c->softcap > 0 && !(plug.be->caps->features & PKV_FEAT_SOFTCAP)) {
 			skip("%s %s: no soft-cap", pname, c->name);
 			continue;
 		}
@@ -1045,7 +1045,7 @@ static int run_all(const char *path, const char *name)
 	char err[512];
 	int i, ret;
 
-	ret = pkv_plugin_load(path, name, NULL, host, &plug, err, sizeof(err));
+	ret = pkv_plugin_load(path, name, NULL, NULL, host, &plug, err, sizeof(err));
 	if (ret == -ENODEV && test_no == 0) {
 		fprintf(stderr, "pkv-conformance: skipped, no device: %s\n", err);
 		return ret;

@@ -12,7 +12,9 @@ check_LTLIBRARIES += \
 	tests/backend/pkv_toy_noinit.la \
 	tests/backend/pkv_toy_initfail.la \
 	tests/backend/pkv_toy_nodecode.la \
-	tests/backend/pkv_toy_narrow.la
+	tests/backend/pkv_toy_narrow.la \
+	tests/backend/pkv_toy_abiold.la \
+	tests/backend/pkv_toy_abinew.la
 tests_backend_pkv_toy_good_la_SOURCES = tests/backend/test_plugin.c
 tests_backend_pkv_toy_good_la_LDFLAGS = $(TOY_LDFLAGS)
 tests_backend_pkv_toy_nosym_la_SOURCES = tests/backend/test_plugin.c
@@ -36,6 +38,13 @@ tests_backend_pkv_toy_nodecode_la_LDFLAGS = $(TOY_LDFLAGS)
 tests_backend_pkv_toy_narrow_la_SOURCES = tests/backend/test_plugin.c
 tests_backend_pkv_toy_narrow_la_CPPFLAGS = $(AM_CPPFLAGS) -DDEFECT_NARROW_CAPS
 tests_backend_pkv_toy_narrow_la_LDFLAGS = $(TOY_LDFLAGS)
+# The same toy built against an older, smaller and a newer, larger struct layout.
+tests_backend_pkv_toy_abiold_la_SOURCES = tests/backend/test_plugin.c
+tests_backend_pkv_toy_abiold_la_CPPFLAGS = $(AM_CPPFLAGS) -DLAYOUT_OLD
+tests_backend_pkv_toy_abiold_la_LDFLAGS = $(TOY_LDFLAGS)
+tests_backend_pkv_toy_abinew_la_SOURCES = tests/backend/test_plugin.c
+tests_backend_pkv_toy_abinew_la_CPPFLAGS = $(AM_CPPFLAGS) -DLAYOUT_NEW
+tests_backend_pkv_toy_abinew_la_LDFLAGS = $(TOY_LDFLAGS)
 
 check_PROGRAMS += tests/backend/check_loader tests/backend/check_host tests/backend/check_cpu
 TESTS += tests/backend/check_loader tests/backend/check_host tests/backend/check_cpu

@@ -11,7 +11,7 @@ struct ctx {
 	const struct pkv_host_api *host;
 };
 
-static int init(const struct pkv_host_api *host, void **out)
+static int init(const struct pkv_host_api *host, const struct pkv_dict *options, void **out)
 {
 	struct ctx *c = calloc(1, sizeof(*c));
 
@@ -147,21 +147,23 @@ static int sync_(void *ctx)
 	return 0;
 }
 
+static const struct pkv_backend_caps naive_caps = {
+	.abi_version = PKV_BACKEND_ABI_VERSION,
+	.struct_size = sizeof(struct pkv_backend_caps),
+	.paths = PKV_PATH_VARLEN | PKV_PATH_DECODE,
+	.domain = PKV_DOMAIN_HOST,
+	.cache_dtypes = PKV_DTYPE_BIT(PKV_DTYPE_F32),
+	.act_dtypes = PKV_DTYPE_BIT(PKV_DTYPE_F32),
+	.head_dim_min = 1, .head_dim_max = 512, .head_dim_multiple = 1,
+	.block_size_min = 1, .block_size_max = 1024, .block_size_multiple = 1,
+};
+
 static const struct pkv_backend naive = {
 	.abi_version = PKV_BACKEND_ABI_VERSION,
 	.struct_size = sizeof(struct pkv_backend),
 	.name = "naive",
 	.description = "f32 reference loops (daemon tests only)",
-	.caps = {
-		.abi_version = PKV_BACKEND_ABI_VERSION,
-		.struct_size = sizeof(struct pkv_backend_caps),
-		.paths = PKV_PATH_VARLEN | PKV_PATH_DECODE,
-		.domain = PKV_DOMAIN_HOST,
-		.cache_dtypes = PKV_DTYPE_BIT(PKV_DTYPE_F32),
-		.act_dtypes = PKV_DTYPE_BIT(PKV_DTYPE_F32),
-		.head_dim_min = 1, .head_dim_max = 512, .head_dim_multiple = 1,
-		.block_size_min = 1, .block_size_max = 1024, .block_size_multiple = 1,
-	},
+	.caps = &naive_caps,
 	.init = init,
 	.fini = fini,
 	.cache_alloc = cache_alloc,
