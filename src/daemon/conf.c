@@ -125,6 +125,21 @@ int pkv_config_set(struct pkv_config *cfg, const char *key, const char *value, c
 		r = copy_str(cfg->backend_varlen, sizeof(cfg->backend_varlen), value);
 	} else if (!strcmp(k, "backend_decode")) {
 		r = copy_str(cfg->backend_decode, sizeof(cfg->backend_decode), value);
+	} else if (!strcmp(k, "backend_option")) {
+		const char *dot = strchr(value, '.'), *eq = strchr(value, '=');
+
+		/* Only the shape is checked here; the loader checks key and type against the backend's list. */
+		if (!dot || !eq || dot > eq || dot == value || eq == dot + 1) {
+			snprintf(why, why_len, "backend_option '%.60s' is not NAME.KEY=VALUE (e.g. cpu.isa=avx2)", value);
+			return -EINVAL;
+		}
+		if (cfg->n_backend_options == PKV_CONF_MAX_BACKEND_OPTIONS) {
+			snprintf(why, why_len, "more than %d backend_option settings", PKV_CONF_MAX_BACKEND_OPTIONS);
+			return -EINVAL;
+		}
+		r = copy_str(cfg->backend_options[cfg->n_backend_options], sizeof(cfg->backend_options[0]), value);
+		if (!r)
+			cfg->n_backend_options++;
 	} else if (!strcmp(k, "backend")) {
 		r = copy_str(cfg->backend_varlen, sizeof(cfg->backend_varlen), value);
 		if (!r)

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/signalfd.h>
@@ -32,6 +33,11 @@ static void usage(FILE *f)
 "      --backend SPEC          plugin for both paths (name or path; default cpu)\n"
 "      --backend-varlen SPEC   plugin for batches with prefill\n"
 "      --backend-decode SPEC   plugin for one-token-per-sequence batches\n"
+"                              (SPEC may name one backend of a library: cuda:decode)\n"
+"      --backend-option N.K=V  option K=V for backend or library N (repeatable;\n"
+"                              e.g. cpu.isa=avx2; see --list-backends)\n"
+"      --list-backends         print the backends in the plugin dir, their caps and\n"
+"                              options, and exit\n"
 "  -m, --memory-budget SIZE    KV memory for all pools, e.g. 512M, 4G (default 1G)\n"
 "  -w, --workers N             threads a backend may use (0 = one per CPU)\n"
 "      --client-max-seqs N     sequences one connection may hold (default 1024)\n"
@@ -55,6 +61,8 @@ static const struct option longopts[] = {
 	{ "backend", required_argument, NULL, 1 },
 	{ "backend-varlen", required_argument, NULL, 1 },
 	{ "backend-decode", required_argument, NULL, 1 },
+	{ "backend-option", required_argument, NULL, 1 },
+	{ "list-backends", no_argument, NULL, 3 },
 	{ "memory-budget", required_argument, NULL, 'm' },
 	{ "workers", required_argument, NULL, 'w' },
 	{ "client-max-seqs", required_argument, NULL, 1 },
@@ -70,12 +78,42 @@ static const struct option longopts[] = {
 	{ NULL, 0, NULL, 0 }
 };
 
+/* --list-backends: every pkv_*.so in the plugin directory, described without init. Returns 1 (exit 0). */
+static int list_backends(const struct pkv_config *cfg)
+{
+	struct dirent **names;
+	char path[4352], err[512];
+	int i, n, found = 0;
+
+	n = scandir(cfg->plugin_dir, &names, NULL, alphasort);
+	if (n < 0) {
+		fprintf(stderr, "pagedkvd: cannot read plugin dir %s: %s\n", cfg->plugin_dir, strerror(errno));
+		return -1;
+	}
+	for (i = 0; i < n; i++) {
+		const char *f = names[i]->d_name;
+		size_t len = strlen(f);
+
+		if (!strncmp(f, "pkv_", 4) && len > 7 && !strcmp(f + len - 3, ".so")) {
+			snprintf(path, sizeof(path), "%s/%s", cfg->plugin_dir, f);
+			if (pkv_plugin_describe(path, stdout, err, sizeof(err)) < 0)
+				printf("  (not usable: %s)\n", err);
+			found++;
+		}
+		free(names[i]);
+	}
+	free(names);
+	if (!found)
+		printf("no backends (pkv_*.so) in %s\n", cfg->plugin_dir);
+	return 1;
+}
+
 /* Parses options twice: --config first, so that flags override the file. Returns 0, 1 (exit 0) or -1. */
 static int parse_args(int argc, char **argv, struct pkv_config *cfg)
 {
 	const char *config = NULL;
 	char why[512];
-	int c, idx;
+	int c, idx, list = 0;
 
 	opterr = 0;
 	optind = 1;
@@ -99,6 +137,7 @@ static int parse_args(int argc, char **argv, struct pkv_config *cfg)
 		case 'l': key = "log_level"; break;
 		case 'f': cfg->foreground = 1; continue;
 		case 2: cfg->coalesce = 0; continue;
+		case 3: list = 1; continue;
 		case 1: key = longopts[idx].name; break;
 		case 'h': usage(stdout); return 1;
 		case 'V': printf("pagedkvd %s (protocol %u)\n", PACKAGE_VERSION, PKV_PROTO_VERSION); return 1;
@@ -113,7 +152,7 @@ static int parse_args(int argc, char **argv, struct pkv_config *cfg)
 		fprintf(stderr, "pagedkvd: unexpected argument '%s'\n", argv[optind]);
 		return -1;
 	}
-	return 0;
+	return list ? list_backends(cfg) : 0;
 }
 
 /* Takes the lock beside the socket; a second daemon on the same socket stops here. */
@@ -190,36 +229,76 @@ static void plugin_log(void *ud, int level, const char *msg)
 	pkv_log(level, "%s", msg);
 }
 
-static int load_plugins(struct pkv_daemon *d)
+/* Loads one "lib" or "lib:backend" spec with the options that name it. */
+static int load_one(struct pkv_daemon *d, const char *spec, struct pkv_option_setting *opts, uint32_t n_opts,
+		    struct pkv_plugin *out, char *err, size_t err_len)
 {
-	char err[512];
+	struct pkv_dict_item items[PKV_CONF_MAX_BACKEND_OPTIONS];
+	char lib[sizeof(d->cfg.backend_varlen)], short_name[64];
+	const char *name;
+	struct pkv_dict dict;
 	int r;
 
+	if (pkv_backend_spec_split(spec, lib, sizeof(lib), &name))
+		return -ENAMETOOLONG;
+	pkv_spec_short_name(lib, short_name, sizeof(short_name));
+	r = pkv_options_select(opts, n_opts, short_name, name, items, PKV_CONF_MAX_BACKEND_OPTIONS, &dict);
+	if (r)
+		return r;
+	return pkv_plugin_load(lib, name, d->cfg.plugin_dir, &dict, d->host, out, err, err_len);
+}
+
+static int load_plugins(struct pkv_daemon *d)
+{
+	struct pkv_option_setting opts[PKV_CONF_MAX_BACKEND_OPTIONS];
+	char bufs[PKV_CONF_MAX_BACKEND_OPTIONS][sizeof(d->cfg.backend_options[0])];
+	char err[512];
+	uint32_t i, n = d->cfg.n_backend_options;
+	int r;
+
+	for (i = 0; i < n; i++)
+		if (pkv_option_parse(d->cfg.backend_options[i], bufs[i], sizeof(bufs[i]), &opts[i])) {
+			pkv_err("backend_option '%s' is not NAME.KEY=VALUE", d->cfg.backend_options[i]);
+			return -EINVAL;
+		}
 	r = pkv_host_create(d->cfg.worker_threads, d->cfg.log_level, &d->host);
 	if (r) {
 		pkv_err("cannot start the worker threads: %s", strerror(-r));
 		return r;
 	}
 	pkv_host_set_log_sink(d->host, plugin_log, NULL);
-	r = pkv_plugin_load(d->cfg.backend_varlen, NULL, d->cfg.plugin_dir, NULL, d->host, &d->plug_varlen,
-			    err, sizeof(err));
+	r = load_one(d, d->cfg.backend_varlen, opts, n, &d->plug_varlen, err, sizeof(err));
 	if (r) {
 		pkv_err("backend for varlen: %s", err);
 		return r;
 	}
 	d->same_plugin = !strcmp(d->cfg.backend_varlen, d->cfg.backend_decode);
 	if (!d->same_plugin) {
-		r = pkv_plugin_load(d->cfg.backend_decode, NULL, d->cfg.plugin_dir, NULL, d->host,
-				    &d->plug_decode, err, sizeof(err));
+		r = load_one(d, d->cfg.backend_decode, opts, n, &d->plug_decode, err, sizeof(err));
 		if (r) {
 			pkv_err("backend for decode: %s", err);
-			pkv_plugin_unload(&d->plug_varlen);
-			return r;
+			goto err_varlen;
 		}
 	}
-	pkv_info("backends: varlen %s, decode %s", d->plug_varlen.path,
-		 d->same_plugin ? d->plug_varlen.path : d->plug_decode.path);
+	/* An option no loaded backend took is a typo in the name: say so rather than ignore it. */
+	for (i = 0; i < n; i++)
+		if (!opts[i].used) {
+			pkv_err("backend_option '%s': no loaded backend or library is called '%s'",
+				d->cfg.backend_options[i], opts[i].prefix);
+			r = -EINVAL;
+			goto err_decode;
+		}
+	pkv_info("backends: varlen %s (%s), decode %s (%s)", d->plug_varlen.path, d->plug_varlen.be->name,
+		 d->same_plugin ? d->plug_varlen.path : d->plug_decode.path,
+		 d->same_plugin ? d->plug_varlen.be->name : d->plug_decode.be->name);
 	return 0;
+
+err_decode:
+	if (!d->same_plugin)
+		pkv_plugin_unload(&d->plug_decode);
+err_varlen:
+	pkv_plugin_unload(&d->plug_varlen);
+	return r;
 }
 
 /* Forks into the background; the parent exits once the child is listening (ready_fd). */

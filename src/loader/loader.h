@@ -62,6 +62,28 @@ int pkv_plugin_load(const char *spec, const char *backend_name, const char *plug
 int pkv_backend_spec_split(const char *spec, char *lib, size_t lib_len, const char **name);
 
 /*
+ * One "prefix.key=value" backend option from pagedkvd.conf or the command
+ * line. The prefix names the library (pkv_PREFIX.so, or the spec's name) or
+ * one backend in it; init sees only key and value.
+ */
+struct pkv_option_setting {
+	const char *prefix;
+	struct pkv_dict_item item;
+	int used;  /* set by pkv_options_select when a loaded backend took it */
+};
+
+/* Splits text into *out, pointing into buf (a copy of text). -EINVAL unless "prefix.key=value". */
+int pkv_option_parse(const char *text, char *buf, size_t buf_len, struct pkv_option_setting *out);
+/* The name options use for a spec: "cpu" for cpu, cpu:cpu and /x/pkv_cpu.so. */
+void pkv_spec_short_name(const char *spec, char *out, size_t len);
+/*
+ * The settings whose prefix is lib or backend (may be NULL), as a dictionary
+ * for pkv_plugin_load over items[max]; marks them used. -E2BIG past max.
+ */
+int pkv_options_select(struct pkv_option_setting *all, uint32_t n, const char *lib, const char *backend,
+		       struct pkv_dict_item *items, uint32_t max, struct pkv_dict *out);
+
+/*
  * Prints every backend the library at path offers, with its description,
  * caps and options (pagedkvd --list-backends), without calling init.
  * Returns the number of backends, or -errno and the reason in err.

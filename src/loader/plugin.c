@@ -380,10 +380,14 @@ static void describe_one(FILE *out, const struct pkv_backend *be)
 	for (t = 0; t < PKV_DTYPE_COUNT; t++)
 		if (c->act_dtypes & PKV_DTYPE_BIT(t))
 			fprintf(out, " %s", dt[t]);
-	fprintf(out, "\n    head_dim %u..%u step %u  block_size %u..%u step %u  gqa <= %s%u%s%s\n",
-		c->head_dim_min, c->head_dim_max, c->head_dim_multiple, c->block_size_min, c->block_size_max,
-		c->block_size_multiple, c->max_gqa_ratio ? "" : "any", c->max_gqa_ratio ? c->max_gqa_ratio : 0,
-		c->features & PKV_FEAT_WINDOW ? "  window" : "", c->features & PKV_FEAT_SOFTCAP ? "  softcap" : "");
+	fprintf(out, "\n    head_dim %u..%u step %u  block_size %u..%u step %u  ", c->head_dim_min, c->head_dim_max,
+		c->head_dim_multiple, c->block_size_min, c->block_size_max, c->block_size_multiple);
+	if (c->max_gqa_ratio)
+		fprintf(out, "gqa ratio <= %u", c->max_gqa_ratio);
+	else
+		fprintf(out, "any gqa ratio");
+	fprintf(out, "%s%s\n", c->features & PKV_FEAT_WINDOW ? "  window" : "",
+		c->features & PKV_FEAT_SOFTCAP ? "  softcap" : "");
 	for (o = be->options; o && o->name; o++)
 		fprintf(out, "    option %s.%s (%s, default %s): %s\n", be->name, o->name,
 			option_type_name[o->type], o->def ? o->def : "none", o->help ? o->help : "");

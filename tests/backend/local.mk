@@ -69,3 +69,6 @@ dist_check_SCRIPTS += tests/backend/conformance-cpu tests/backend/conformance-cp
 # Its exit status after a bail-out (toy plugins whose load or init fails).
 TESTS += tests/backend/conformance-exit
 dist_check_SCRIPTS += tests/backend/conformance-exit
+# pagedkvd's backend options and --list-backends, end to end.
+TESTS += tests/backend/daemon-options
+dist_check_SCRIPTS += tests/backend/daemon-options
