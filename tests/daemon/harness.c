@@ -200,7 +200,7 @@ int audit_until_clean(const char *sock, int timeout_ms, char *out, size_t len)
 
 void test_pool_params(struct pkv_pool_params *p, const char *name)
 {
-	memset(p, 0, sizeof(*p));
+	*p = (struct pkv_pool_params)PKV_POOL_PARAMS_INIT;
 	p->name = name;
 	p->geo = (struct pkv_geometry){ T_LAYERS, T_HEADS, T_KV_HEADS, T_DIM, PKV_DTYPE_F32, T_BS, T_BLOCKS };
 	p->act_dtype = PKV_DTYPE_F32;

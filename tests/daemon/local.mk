@@ -30,6 +30,12 @@ tests_daemon_check_liveness_SOURCES = tests/daemon/check_liveness.c
 tests_daemon_check_liveness_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_daemon_check_liveness_LDADD = $(DAEMON_TEST_LIBS)
 
+check_PROGRAMS += tests/daemon/check_connect
+TESTS += tests/daemon/check_connect
+tests_daemon_check_connect_SOURCES = tests/daemon/check_connect.c
+tests_daemon_check_connect_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_connect_LDADD = $(DAEMON_TEST_LIBS)
+
 check_PROGRAMS += tests/daemon/check_scope
 TESTS += tests/daemon/check_scope
 tests_daemon_check_scope_SOURCES = tests/daemon/check_scope.c
