@@ -42,7 +42,7 @@ static int spawn(struct dmn *d, const char *const *extra)
 	if (harness_backend)
 		snprintf(plugin, sizeof(plugin), "%s", harness_backend);
 	else
-		snprintf(plugin, sizeof(plugin), "%s/tests/daemon/.libs/pkv_naive.so", top);
+		snprintf(plugin, sizeof(plugin), "%s/examples/.libs/pkv_naive.so", top);
 	argv[n++] = bin;
 	argv[n++] = "-f";
 	argv[n++] = "--socket";

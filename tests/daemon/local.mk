@@ -1,10 +1,6 @@
 # SPDX-License-Identifier: MIT
-# tests/daemon: process tests of pagedkvd + libpagedkv, a naive test backend, the protocol fuzz target.
-check_LTLIBRARIES += tests/daemon/pkv_naive.la
-tests_daemon_pkv_naive_la_SOURCES = tests/daemon/naive_backend.c
-tests_daemon_pkv_naive_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
-tests_daemon_pkv_naive_la_LIBADD = $(LIBM)
-
+# tests/daemon: process tests of pagedkvd + libpagedkv, the protocol fuzz target.
+# The daemons these tests start serve attention with examples/plugin_naive.c (examples/local.mk).
 check_LTLIBRARIES += tests/daemon/libpkvtestharness.la
 tests_daemon_libpkvtestharness_la_SOURCES = tests/daemon/harness.c tests/daemon/harness.h
 tests_daemon_libpkvtestharness_la_LIBADD = src/client/libpagedkv.la src/common/libpkvcommon.la $(LIBM)
