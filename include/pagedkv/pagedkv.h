@@ -124,6 +124,10 @@ struct pkv_stats {
 	uint32_t num_blocks, free_blocks, cached_blocks, in_use_blocks;
 	uint32_t open_seqs;          /* this client's */
 	uint64_t prefix_lookup_tokens, prefix_hit_tokens;  /* pool-wide */
+	/* Appended after version 1 (read only when struct_size covers them): this connection's own counts. */
+	uint32_t client_sleeps;        /* waits that slept on the completion futex */
+	uint32_t client_lost_wakeups;  /* sleeps that timed out with a completion posted and the wake word
+	                                  never bumped: the daemon forgot a wake-up (0 when correct) */
 };
 
 #define PKV_STATS_INIT { .struct_size = sizeof(struct pkv_stats) }

@@ -55,6 +55,7 @@ struct pkv_client {
 	struct done done[MAX_DONE];
 	uint32_t n_done;
 	char last_err[PKV_ERR_LEN + 1];
+	uint32_t sleeps, lost_wakeups;  /* pkv_stats' client_* counters */
 };
 
 static uint64_t now_ns(void)
@@ -479,6 +480,7 @@ static int sleep_cq(struct pkv_client *c, int ms)
 		pkv_ring_clear_wakeup(&c->cq);
 		return n < 0 ? -EPROTO : 0;
 	}
+	c->sleeps++;
 	r = pkv_ring_wait(&c->cq, seq, &ts);
 	pkv_ring_clear_wakeup(&c->cq);
 	/* Woken, or the word moved before we slept: a completion is there. */
@@ -486,6 +488,13 @@ static int sleep_cq(struct pkv_client *c, int ms)
 		return 0;
 	if (r != -ETIMEDOUT)
 		return r;
+	/*
+	 * A completion posted while we slept with NEED_WAKEUP set, and the word
+	 * still unbumped after our whole timeout: the daemon skipped the wake
+	 * (a tests' counter in place of a stopwatch).
+	 */
+	if (pkv_ring_avail(&c->cq) > 0 && pkv_load_acquire(c->cq.sh_wake) == seq)
+		c->lost_wakeups++;
 	do
 		r = poll(&p, 1, 0);
 	while (r < 0 && errno == EINTR);
@@ -801,6 +810,8 @@ int pkv_stats(struct pkv_client *c, struct pkv_stats *st)
 	all.open_seqs = w.open_seqs;
 	all.prefix_lookup_tokens = w.prefix_lookup_tokens;
 	all.prefix_hit_tokens = w.prefix_hit_tokens;
+	all.client_sleeps = c->sleeps;
+	all.client_lost_wakeups = c->lost_wakeups;
 	/* Only as much as the caller's struct holds: an older caller's is smaller. */
 	all.struct_size = size < sizeof(all) ? size : (uint32_t)sizeof(all);
 	memcpy(st, &all, all.struct_size);
