@@ -58,12 +58,7 @@ tests_backend_check_cpu_SOURCES = tests/backend/check_cpu.c
 tests_backend_check_cpu_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_backend_check_cpu_LDADD = src/loader/libpkvloader.la $(CHECK_LIBS)
 
-# The conformance runner: plain C against the loader sources only (no Check,
-# no liburing), so a plugin author can build it with cc alone.
-check_PROGRAMS += tests/backend/pkv-conformance
-tests_backend_pkv_conformance_SOURCES = tests/backend/conformance.c
-tests_backend_pkv_conformance_LDADD = src/loader/libpkvloader.la $(LIBM)
-# make check runs it on the CPU plugin, once per kernel variant.
+# make check runs pkv-conformance (src/conformance) on the CPU plugin, once per kernel variant.
 TESTS += tests/backend/conformance-cpu tests/backend/conformance-cpu-fill
 dist_check_SCRIPTS += tests/backend/conformance-cpu tests/backend/conformance-cpu-fill
 # Its exit status after a bail-out (toy plugins whose load or init fails).

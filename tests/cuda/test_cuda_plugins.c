@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Loads the two CUDA plugins through their ABI entry point and checks they export one symbol and refuse cleanly without a GPU. */
+/* Loads pkv_cuda.so's two backends through the ABI entry point: one exported symbol, a clean refusal without a GPU. */
 #include <check.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -12,8 +12,9 @@
 #include <pagedkv/backend.h>
 #include "loader/loader.h"
 
-static const char *const plugin_rel[] = { "varlen/.libs/pkv_cuda_varlen.so", "decode/.libs/pkv_cuda_decode.so" };
-static const char *const plugin_name[] = { "cuda_varlen", "cuda_decode" };
+/* One library, backend i at enum index i. */
+static const char *const plugin_rel[] = { "cuda/.libs/pkv_cuda.so", "cuda/.libs/pkv_cuda.so" };
+static const char *const plugin_name[] = { "varlen", "decode" };
 static const uint32_t plugin_path[] = { PKV_PATH_VARLEN, PKV_PATH_DECODE };
 
 static char logbuf[4096];
@@ -57,13 +58,13 @@ static void *open_plugin(int i)
 	return dl;
 }
 
-static const struct pkv_backend *get_backend(void *dl)
+static const struct pkv_backend *get_backend(void *dl, uint32_t index)
 {
 	pkv_backend_enum_fn fn = (pkv_backend_enum_fn)dlsym(dl, PKV_BACKEND_ENUM_SYMBOL);
 	const struct pkv_backend *be = NULL;
 
 	ck_assert_ptr_nonnull(fn);
-	ck_assert_int_eq(fn(0, &be), 0);
+	ck_assert_int_eq(fn(index, &be), 0);
 	ck_assert_ptr_nonnull(be);
 	return be;
 }
@@ -84,7 +85,7 @@ START_TEST(enumerates_one_cuda_backend)
 {
 	void *dl = open_plugin(_i);
 	pkv_backend_enum_fn fn = (pkv_backend_enum_fn)dlsym(dl, PKV_BACKEND_ENUM_SYMBOL);
-	const struct pkv_backend *be = get_backend(dl), *none = NULL;
+	const struct pkv_backend *be = get_backend(dl, (uint32_t)_i), *none = NULL;
 
 	ck_assert_uint_eq(be->abi_version, PKV_BACKEND_ABI_VERSION);
 	ck_assert_uint_ge(be->struct_size, sizeof(struct pkv_backend));
@@ -95,7 +96,7 @@ START_TEST(enumerates_one_cuda_backend)
 	ck_assert_ptr_nonnull(be->cache_alloc);
 	ck_assert_ptr_nonnull(plugin_path[_i] == PKV_PATH_VARLEN ? (void *)be->attend_varlen
 								    : (void *)be->attend_decode);
-	ck_assert_int_eq(fn(1, &none), -ENOENT);
+	ck_assert_int_eq(fn(2, &none), -ENOENT);
 	ck_assert_ptr_null(none);
 	dlclose(dl);
 }
@@ -104,7 +105,7 @@ END_TEST
 START_TEST(init_refuses_without_gpu)
 {
 	void *dl = open_plugin(_i);
-	const struct pkv_backend *be = get_backend(dl);
+	const struct pkv_backend *be = get_backend(dl, (uint32_t)_i);
 	void *ctx = (void *)&ctx;
 	int rc;
 
@@ -156,7 +157,7 @@ START_TEST(loader_loads_and_refuses_without_gpu)
 		pkv_plugin_unload(&p);
 	} else {
 		ck_assert_int_eq(rc, -ENODEV);
-		ck_assert_msg(strstr(err, "pkv_cuda_") != NULL, "error does not name the file: %s", err);
+		ck_assert_msg(strstr(err, "pkv_cuda.so") != NULL, "error does not name the file: %s", err);
 		ck_assert_msg(strstr(sinkbuf, "no CUDA device") != NULL, "log lacks the reason: %s", sinkbuf);
 	}
 	pkv_host_destroy(host);
@@ -166,7 +167,7 @@ END_TEST
 START_TEST(methods_reject_missing_context)
 {
 	void *dl = open_plugin(_i);
-	const struct pkv_backend *be = get_backend(dl);
+	const struct pkv_backend *be = get_backend(dl, (uint32_t)_i);
 	struct pkv_pool_desc pool = { .abi_version = PKV_BACKEND_ABI_VERSION, .struct_size = sizeof(pool) };
 	struct pkv_cache_mem mem;
 	struct pkv_attn_batch b = { .abi_version = PKV_BACKEND_ABI_VERSION, .struct_size = sizeof(b) };

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* A host-domain backend plugin that runs the CUDA attention kernel on the CPU emulation: lets the self-test sweep it without a GPU. */
+/* A host-domain backend plugin that runs the CUDA attention kernel on the CPU emulation: lets pkv-conformance check it without a GPU. */
 
 /*
- * Build (kernels/emulate-check does): c++ -std=c++20 -O2 -pthread -shared -fPIC
- *   -Iinclude -Ikernels kernels/emu_plugin.cpp -o pkv_cuda_emu.so
- * then: cuda_selftest pkv_cuda_emu.so pkv_cuda_emu.so
+ * Built by tests/cuda/local.mk; by hand: c++ -std=c++20 -O2 -pthread -shared -fPIC
+ *   -Iinclude -Ikernels -Itests/cuda tests/cuda/emu_plugin.cpp -o pkv_cuda_emu.so
+ * then: pkv-conformance pkv_cuda_emu.so
  * attend_varlen uses the varlen kernel shape and attend_decode the decode
  * shape, with the plugin's default variants and split counts like the CUDA
  * host code's. Conversions, the K/V append and the copies are done here on

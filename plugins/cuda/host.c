@@ -9,7 +9,7 @@
 #include <string.h>
 #include <cuda_runtime_api.h>
 
-#include "cuda_backend.h"
+#include "pkv_cuda.h"
 #include "pkv_cuda_kernels.h"
 
 #define CACHE_MAGIC 0x706b7663u /* "pkvc" */
@@ -28,6 +28,7 @@ struct cuda_ctx {
 	const struct pkv_host_api *host;
 	int device;
 	int num_sms;
+	int forced_splits;  /* the "splits" option (PKV_CUDA_SPLITS overrides); 0 = the heuristic */
 	cudaStream_t stream;
 	struct dbuf q_raw, q_t, k_raw, v_raw, o_f32, o_act, part, lse, meta;
 	void *pinned;
@@ -161,6 +162,8 @@ static void ctx_destroy(struct cuda_ctx *c)
 const struct pkv_option pkv_cuda_options[] = {
 	{ .name = "device", .type = PKV_OPT_INT, .def = "0",
 	  .help = "CUDA device index (PKV_CUDA_DEVICE overrides)" },
+	{ .name = "splits", .type = PKV_OPT_INT, .def = "0",
+	  .help = "KV splits per launch, 0 = chosen per batch (PKV_CUDA_SPLITS overrides; tuning)" },
 	{ .name = NULL },
 };
 
@@ -201,6 +204,20 @@ int pkv_cuda_be_init(const struct pkv_host_api *host, const struct pkv_dict *opt
 			return -EINVAL;
 		}
 		c->device = (int)d;
+	}
+	env = getenv("PKV_CUDA_SPLITS");
+	if (!env || !*env)
+		env = pkv_dict_get(options, "splits");
+	if (env && *env) {
+		char *end;
+		long v = strtol(env, &end, 10);
+
+		if (*end || v < 0 || v > 1024) {
+			logm(c, PKV_LOG_ERROR, "cuda: splits %s is not a count in 0..1024", env);
+			free(c);
+			return -EINVAL;
+		}
+		c->forced_splits = (int)v;
 	}
 	rc = use_device(c);
 	if (!rc)
@@ -498,7 +515,7 @@ static int attend(struct cuda_ctx *c, const struct pkv_cache_mem *mem, const str
 	const size_t nq = (size_t)T * H * D, nkv = (size_t)T * HKV * D;
 	const size_t bt_n = (size_t)n * b->max_blocks_per_seq;
 	const size_t meta_bytes = (size_t)T * 8 + (2 * ((size_t)n + 1) + bt_n) * 4;
-	const int splits = pkv_cuda_choose_splits(c->num_sms, shape, (int32_t)n, (int32_t)HKV, (int32_t)(H / HKV),
+	const int splits = pkv_cuda_choose_splits(c->num_sms, shape, c->forced_splits, (int32_t)n, (int32_t)HKV, (int32_t)(H / HKV),
 						   max_q, max_k, (int32_t)T, (int32_t)H, (int32_t)D);
 
 	if ((rc = dbuf_reserve(c, &c->q_raw, nq * aes)) || (rc = dbuf_reserve(c, &c->k_raw, nkv * aes)) ||

@@ -2,15 +2,17 @@
 /* A fake CUDA runtime and kernel launchers on the CPU, so the CUDA plugins' host code runs (and is tested) without a GPU. */
 
 /*
- * Linked instead of libcudart and the .cu objects (kernels/emulate-plugins
+ * Linked instead of libcudart and the .cu objects (tests/cuda/local.mk
  * builds it): "device" memory is host memory, copies are memcpy, streams do
  * nothing, one device with 132 multiprocessors and compute capability 9.0.
  * The attention launcher runs the real attn_kernel template on the CPU
  * emulation (cuda_emu.h); append, convert, merge and copy_blocks are
  * re-done here the way util.cu does them (one RNE rounding through f32).
- * What this checks is cuda_backend.c: validation, metadata staging, strided
- * copies, split choice, dtype paths, cache ownership and cache_read.
- * pkv_cuda_choose_splits and friends are copies of util.cu's: keep in step.
+ * What this checks is the plugin's host code (plugins/cuda/): validation,
+ * metadata staging, strided copies, the shipped split heuristic (splits.c,
+ * linked as is), dtype paths, cache ownership and cache_read. Only the
+ * kernels' launch geometry (rows per CTA, keys per tile) is restated here,
+ * from the same template constants util.cu reads.
  */
 #define PKV_EMULATE 1
 #include "attn_kernel.cuh"
@@ -230,30 +232,6 @@ int pkv_cuda_rows_per_cta(int shape, int head_dim)
 int pkv_cuda_keys_per_tile(int shape)
 {
 	return shape == PKV_CUDA_SHAPE_DECODE ? PKV_DECODE_BN : PKV_VARLEN_BN;
-}
-
-int pkv_cuda_choose_splits(int num_sms, int shape, int32_t num_seqs, int32_t num_kv_heads, int32_t group,
-			   int32_t max_q, int32_t max_k, int32_t total_q, int32_t num_heads, int32_t head_dim)
-{
-	const uint64_t max_split_bytes = (uint64_t)256 << 20, max_splits = 128;
-	const char *env = getenv("PKV_CUDA_SPLITS");
-	const uint64_t rows = (uint64_t)pkv_cuda_rows_per_cta(shape, head_dim), kpt = (uint64_t)pkv_cuda_keys_per_tile(shape);
-	const uint64_t mt = ((uint64_t)max_q * group + rows - 1) / rows;
-	const uint64_t ctas = (uint64_t)num_seqs * num_kv_heads * (mt ? mt : 1);
-	const uint64_t tiles = ((uint64_t)max_k + kpt - 1) / kpt;
-	const uint64_t per_split = (uint64_t)total_q * num_heads * (head_dim + 1) * sizeof(float);
-	const uint64_t target = (uint64_t)num_sms * (shape == PKV_CUDA_SHAPE_DECODE ? 8 : 2);
-	uint64_t n = ctas >= target ? 1 : (target + ctas - 1) / ctas;
-
-	if (env && *env)
-		n = strtoul(env, NULL, 10);
-	if (n > max_splits)
-		n = max_splits;
-	if (n > tiles / 2)
-		n = tiles / 2;
-	while (n > 1 && per_split * n > max_split_bytes)
-		n /= 2;
-	return n < 1 ? 1 : (int)n;
 }
 
 int pkv_cuda_attention(const struct pkv_cuda_attn_args *a, int shape, void *)

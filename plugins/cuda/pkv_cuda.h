@@ -1,20 +1,22 @@
 /* SPDX-License-Identifier: MIT */
-/* Host side shared by the two CUDA plugins: context, cache memory, transfers and the attention driver. */
-#ifndef PKV_CUDA_BACKEND_H
-#define PKV_CUDA_BACKEND_H
+/* The CUDA plugin's host side: context, cache memory, transfers, the attention driver and the split heuristic. */
+#ifndef PKV_CUDA_PLUGIN_H
+#define PKV_CUDA_PLUGIN_H
 
+#include <stdint.h>
 #include <pagedkv/backend.h>
 
 /*
- * Both plugins (plugins/varlen, plugins/decode) are built from this code and
- * differ only in the path they declare. Cache memory of a pool is allocated
- * by whichever of them the host makes the domain owner (cudaMalloc through
- * cache_alloc) and the pointers in struct pkv_cache_mem are plain device
- * pointers of the process's primary CUDA context, which every libcudart
- * user in the process shares, so the other plugin reads and writes the same
- * blocks. Each call finishes with its stream synchronised (its output is in
- * host memory when it returns), so work of the two plugins never overlaps
- * and needs no cross-stream ordering.
+ * pkv_cuda.so offers two backends, "varlen" and "decode" (backends.c),
+ * built from this code and differing only in the path they declare
+ * (pagedkvd --backend-varlen cuda:varlen --backend-decode cuda:decode).
+ * Cache memory of a pool is allocated by whichever of them the host makes
+ * the domain owner (cudaMalloc through cache_alloc) and the pointers in
+ * struct pkv_cache_mem are plain device pointers of the process's primary
+ * CUDA context, which every libcudart user in the process shares, so the
+ * other backend reads and writes the same blocks. Each call finishes with
+ * its stream synchronised (its output is in host memory when it returns),
+ * so work of the two never overlaps and needs no cross-stream ordering.
  */
 
 /* Caps for one path (PKV_PATH_VARLEN or PKV_PATH_DECODE). */
@@ -31,6 +33,16 @@
 	.max_gqa_ratio = 0,                                                              \
 	.features = PKV_FEAT_WINDOW | PKV_FEAT_SOFTCAP,                                  \
 }
+
+/*
+ * KV splits for a batch (splits.c): enough CTAs to fill num_sms
+ * multiprocessors, at least two key tiles per split, partials bounded to
+ * 256 MiB. forced > 0 (the "splits" option, PKV_CUDA_SPLITS) replaces the
+ * count the heuristic would pick, within the same bounds.
+ */
+int pkv_cuda_choose_splits(int num_sms, int shape, int forced, int32_t num_seqs, int32_t num_kv_heads,
+			   int32_t group, int32_t max_q, int32_t max_k, int32_t total_q, int32_t num_heads,
+			   int32_t head_dim);
 
 /* Options both CUDA backends take. */
 extern const struct pkv_option pkv_cuda_options[];

@@ -24,6 +24,7 @@
 
 #include <pagedkv/types.h>
 #include "pkv_cuda_kernels.h"
+#include "pkv_cuda.h" /* plugins/cuda: the split heuristic the plugin ships */
 
 #define CK(call)                                                                                   \
 	do {                                                                                       \
@@ -209,7 +210,9 @@ static void batch_setup(struct dev_batch *db, int num_sms, int shape, int nseq, 
 	CK(cudaMalloc(&db->q, nq * 2));
 	fill_random(db->q, nq, PKV_DTYPE_BF16);
 	CK(cudaMalloc((void **)&db->o, nq * 4));
-	const int splits = pkv_cuda_choose_splits(num_sms, shape, nseq, HKV, H / HKV, sq, sk, nseq * sq, H, D);
+	const char *forced = getenv("PKV_CUDA_SPLITS");
+	const int splits = pkv_cuda_choose_splits(num_sms, shape, forced ? atoi(forced) : 0, nseq, HKV, H / HKV, sq,
+						  sk, nseq * sq, H, D);
 	if (splits > 1) {
 		CK(cudaMalloc((void **)&db->part, nq * 4 * (size_t)splits));
 		CK(cudaMalloc((void **)&db->lse, (size_t)nseq * sq * H * 4 * (size_t)splits));

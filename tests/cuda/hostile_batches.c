@@ -2,9 +2,10 @@
 /* Feeds a CUDA plugin malformed batches and requests: each must be refused with -EINVAL, never crash, and leave the plugin usable. */
 
 /*
- * Usage: hostile_batches VARLEN.so DECODE.so   (TAP on stdout)
- * Run by kernels/emulate-hostile on the plugins built against the fake CUDA
- * runtime, so it needs no GPU; it runs unchanged on real plugins and a GPU.
+ * Usage: hostile_batches [PKV_CUDA.so]   (TAP on stdout)
+ * make check runs it on the plugin's host code built against the fake CUDA
+ * runtime (tests/cuda/.libs/pkv_cuda_fake.so, the default), so it needs no
+ * GPU; it runs unchanged on the real pkv_cuda.so and a GPU.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -87,7 +88,8 @@ static void fixture_init(struct fixture *f)
 	};
 }
 
-static const struct pkv_backend *open_backend(const char *path, void **ctx)
+/* Backend `index` of the library (0 varlen, 1 decode), initialised. */
+static const struct pkv_backend *open_backend(const char *path, uint32_t index, void **ctx)
 {
 	pkv_backend_enum_fn fn;
 	const struct pkv_backend *be = NULL;
@@ -98,7 +100,7 @@ static const struct pkv_backend *open_backend(const char *path, void **ctx)
 		return NULL;
 	}
 	*(void **)&fn = dlsym(dl, PKV_BACKEND_ENUM_SYMBOL);
-	if (!fn || fn(0, &be) || be->init(&host_api, &no_options, ctx))
+	if (!fn || fn(index, &be) || be->init(&host_api, &no_options, ctx))
 		return NULL;
 	return be;
 }
@@ -117,14 +119,16 @@ int main(int argc, char **argv)
 	struct pkv_cache_mem mem = { .abi_version = PKV_BACKEND_ABI_VERSION, .struct_size = sizeof(mem) };
 	struct fixture f;
 	struct pkv_block_copy cp;
-	char buf[64];
+	char buf[64], path[1024];
 
-	if (argc != 3) {
-		fprintf(stderr, "usage: %s VARLEN.so DECODE.so\n", argv[0]);
+	if (argc > 2) {
+		fprintf(stderr, "usage: %s [PKV_CUDA.so]\n", argv[0]);
 		return 2;
 	}
-	vl = open_backend(argv[1], &vctx);
-	dc = open_backend(argv[2], &dctx);
+	snprintf(path, sizeof(path), "%s/tests/cuda/.libs/pkv_cuda_fake.so",
+		 getenv("PKV_TOP_BUILDDIR") ? getenv("PKV_TOP_BUILDDIR") : ".");
+	vl = open_backend(argc > 1 ? argv[1] : path, 0, &vctx);
+	dc = open_backend(argc > 1 ? argv[1] : path, 1, &dctx);
 	if (!vl || !dc)
 		return 77; /* no device (a real plugin without a GPU): nothing to check */
 	printf("1..22\n");

@@ -1,0 +1,7 @@
+# SPDX-License-Identifier: MIT
+# src/conformance: pkv-conformance, the one correctness runner for any backend, installed for plugin authors.
+# Plain C against the loader sources only (no Check, no liburing), so it also builds with cc alone.
+bin_PROGRAMS += src/conformance/pkv-conformance
+src_conformance_pkv_conformance_SOURCES = src/conformance/conformance.c
+src_conformance_pkv_conformance_LDADD = src/loader/libpkvloader.la $(LIBM)
+dist_man_MANS += man/pkv-conformance.1
