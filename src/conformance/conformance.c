@@ -6,8 +6,8 @@
  * Installed with pagedkv ($bindir). Plain C on purpose (no Check, no
  * liburing): it links only the loader sources, libdl, pthreads and libm, so
  * it also builds with cc alone:
- *   cc -O2 -Iinclude -Isrc src/conformance/conformance.c src/loader/host.c src/loader/plugin.c \
- *      src/loader/options.c src/loader/dispatch.c -ldl -lpthread -lm
+ *   cc -O2 -Iinclude -Isrc src/conformance/conformance.c src/conformance/ref.c src/loader/host.c \
+ *      src/loader/plugin.c src/loader/options.c src/loader/dispatch.c -ldl -lpthread -lm
  *
  * Every case builds a pool, fills cached tokens, runs one batch on each path
  * the backend offers and checks:
@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conformance/ref.h"
 #include "loader/loader.h"
 
 #define MAX_SEQS 8
@@ -479,15 +480,40 @@ static int fill_cache(struct run *r)
 	}
 }
 
-/* Reference (double) and naive (rounding to the activation dtype) outputs for every query row. */
+/* Keys lo.. of one sequence and KV head, as the shared reference reads them (expected cache contents). */
+struct ref_keys {
+	const struct run *r;
+	int s, kvh, lo;
+};
+
+static double ref_key(const void *p, uint32_t j, uint32_t x)
+{
+	const struct ref_keys *k = p;
+	size_t row = (size_t)k->r->c->nkv * k->r->c->hd;
+
+	return k->r->ek[(size_t)slot_of(k->r, k->s, k->lo + (int)j) * row + (size_t)k->kvh * k->r->c->hd + x];
+}
+
+static double ref_value(const void *p, uint32_t j, uint32_t x)
+{
+	const struct ref_keys *k = p;
+	size_t row = (size_t)k->r->c->nkv * k->r->c->hd;
+
+	return k->r->ev[(size_t)slot_of(k->r, k->s, k->lo + (int)j) * row + (size_t)k->kvh * k->r->c->hd + x];
+}
+
+/*
+ * Reference (double, src/conformance/ref.c) and naive (rounding to the
+ * activation dtype at each stage, as PyTorch would) outputs for every row.
+ */
 static void reference(const struct run *r, double *ref, float *naive)
 {
 	const struct casedef *c = r->c;
 	size_t row = (size_t)c->nkv * c->hd;
 	double scale = 1.0 / sqrt((double)c->hd);
 	float scalef = 1.0f / sqrtf((float)c->hd);
-	double *sc = malloc(sizeof(double) * 65536);
 	float *sf = malloc(sizeof(float) * 65536);
+	double *qd = malloc(sizeof(double) * (size_t)c->hd);
 	int s, i, h, j, d;
 
 	for (s = 0; s < c->nseq; s++)
@@ -496,7 +522,8 @@ static void reference(const struct run *r, double *ref, float *naive)
 				int kvh = h / r->G, hi = i + r->sk[s] - r->sq[s], lo = c->window >= 0 ? hi - c->window : 0;
 				size_t qi = (size_t)(r->cuq[s] + i) * r->qs_tok + (size_t)h * r->qs_head;
 				size_t oi = ((size_t)(r->cuq[s] + i) * c->nh + h) * c->hd;
-				double m = -INFINITY, l = 0, mf = -INFINITY;
+				struct ref_keys keys = { r, s, kvh, 0 };
+				double mf = -INFINITY;
 				float lf = 0;
 				int n = 0;
 
@@ -504,53 +531,41 @@ static void reference(const struct run *r, double *ref, float *naive)
 					lo = 0;
 				if (hi > r->sk[s] - 1)
 					hi = r->sk[s] - 1;
+				keys.lo = lo;
 				for (d = 0; d < c->hd; d++) {
-					ref[oi + d] = 0;
+					qd[d] = get(r->q, c->adt, qi + d);
 					naive[oi + d] = 0;
 				}
+				pkv_ref_attend_row(qd, (uint32_t)c->hd, hi >= lo ? (uint32_t)(hi - lo + 1) : 0, ref_key,
+						   ref_value, &keys, scale, c->softcap, ref + oi);
 				if (hi < lo)
 					continue;
 				for (j = lo; j <= hi; j++, n++) {
 					const float *k = r->ek + (size_t)slot_of(r, s, j) * row + (size_t)kvh * c->hd;
-					double dot = 0;
 					float dotf = 0;
 
-					for (d = 0; d < c->hd; d++) {
-						double qv = get(r->q, c->adt, qi + d);
-
-						dot += qv * k[d];
-						dotf += (float)qv * k[d];
-					}
-					dot *= scale;
+					for (d = 0; d < c->hd; d++)
+						dotf += (float)qd[d] * k[d];
 					dotf = rnd(rnd(dotf, c->adt) * scalef, c->adt);
-					if (c->softcap > 0) {
-						dot = c->softcap * tanh(dot / c->softcap);
+					if (c->softcap > 0)
 						dotf = rnd(c->softcap * tanhf(dotf / c->softcap), c->adt);
-					}
-					sc[n] = dot;
 					sf[n] = dotf;
-					m = dot > m ? dot : m;
 					mf = dotf > mf ? dotf : mf;
 				}
-				for (j = 0; j < n; j++) {
-					l += exp(sc[j] - m);
+				for (j = 0; j < n; j++)
 					lf += expf(sf[j] - (float)mf);
-				}
 				for (j = lo; j <= hi; j++) {
 					const float *v = r->ev + (size_t)slot_of(r, s, j) * row + (size_t)kvh * c->hd;
-					double p = exp(sc[j - lo] - m) / l;
 					float pf = rnd(expf(sf[j - lo] - (float)mf) / lf, c->adt);
 
-					for (d = 0; d < c->hd; d++) {
-						ref[oi + d] += p * v[d];
+					for (d = 0; d < c->hd; d++)
 						naive[oi + d] += pf * v[d];
-					}
 				}
 				for (d = 0; d < c->hd; d++)
 					naive[oi + d] = rnd(naive[oi + d], c->adt);
 			}
-	free(sc);
 	free(sf);
+	free(qd);
 }
 
 static double floor_of(int adt)

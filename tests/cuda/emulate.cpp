@@ -21,8 +21,36 @@
 #include <vector>
 
 #include <pagedkv/types.h>
+#include "conformance/ref.h"
 
 using namespace pkv;
+
+
+/* Keys lo.. of one sequence and KV head in a paged f16/bf16 cache, read for the shared f64 reference. */
+struct PagedKeys {
+	const uint16_t *kc, *vc;
+	const int32_t *bt; /* this sequence's block table row */
+	int bs, lo, kvh, D;
+	size_t token;
+	bool f16;
+
+	double at(const uint16_t *base, uint32_t j, uint32_t x) const
+	{
+		const int k = lo + (int)j;
+		const uint16_t b = base[((size_t)bt[k / bs] * bs + k % bs) * token + (size_t)kvh * D + x];
+		return f16 ? emu_h2f(b) : emu_bf2f(b);
+	}
+	static double key(const void *c, uint32_t j, uint32_t x)
+	{
+		const PagedKeys *p = static_cast<const PagedKeys *>(c);
+		return p->at(p->kc, j, x);
+	}
+	static double value(const void *c, uint32_t j, uint32_t x)
+	{
+		const PagedKeys *p = static_cast<const PagedKeys *>(c);
+		return p->at(p->vc, j, x);
+	}
+};
 
 static uint64_t rs = 0x9e3779b97f4a7c15ull;
 static float rnd_f()
@@ -142,52 +170,36 @@ static int run_case(const char *name, int shape, int wm, int H, int HKV, int D, 
 	if (splits > 1)
 		emu_merge(a);
 
-	/* f64 reference on the same stored (rounded) values. */
+	/* f64 reference (src/conformance/ref.c) on the same stored (rounded) values. */
 	auto cv = [&](uint16_t b) { return (double)(f16 ? emu_h2f(b) : emu_bf2f(b)); };
 	const int G = H / HKV;
 	double err = 0, refmax = 0;
 	int bad_zero = 0, unwritten = 0;
+	std::vector<double> qd(D), ref(D);
 	for (int s = 0; s < n; s++)
 		for (int i = 0; i < seqs[s].sq; i++)
 			for (int h = 0; h < H; h++) {
-				const int row = cuq[s] + i, diag = seqs[s].sk - seqs[s].sq, kvh = h / G;
-				const int hi = i + diag, lo = window >= 0 ? i + diag - window : 0;
-				std::vector<double> sc(seqs[s].sk, -INFINITY);
-				double mx = -INFINITY;
-				for (int j = std::max(lo, 0); j <= hi && j < seqs[s].sk; j++) {
-					const size_t kb = ((size_t)bt[(size_t)s * mbps + j / bs] * bs + j % bs) * token +
-							  (size_t)kvh * D;
-					double dot = 0;
-					for (int d = 0; d < D; d++)
-						dot += cv(q[((size_t)row * H + h) * D + d]) * cv(kc[kb + d]);
-					double v = dot / sqrt((double)D);
-					if (softcap > 0)
-						v = softcap * tanh(v / softcap);
-					sc[j] = v;
-					mx = std::max(mx, v);
-				}
+				const int row = cuq[s] + i, diag = seqs[s].sk - seqs[s].sq;
+				const int hi = std::min(i + diag, seqs[s].sk - 1);
+				const int lo = std::max(window >= 0 ? i + diag - window : 0, 0);
+				const PagedKeys pk = { kc.data(), vc.data(), bt.data() + (size_t)s * mbps, bs, lo, h / G, D,
+						       token, f16 };
+				for (int d = 0; d < D; d++)
+					qd[d] = cv(q[((size_t)row * H + h) * D + d]);
+				pkv_ref_attend_row(qd.data(), D, hi >= lo ? hi - lo + 1 : 0, PagedKeys::key, PagedKeys::value,
+						   &pk, 1.0 / sqrt((double)D), softcap, ref.data());
 				for (int d = 0; d < D; d++) {
-					double num = 0, den = 0;
-					for (int j = 0; j < seqs[s].sk; j++) {
-						if (sc[j] == -INFINITY)
-							continue;
-						const size_t vb = ((size_t)bt[(size_t)s * mbps + j / bs] * bs + j % bs) * token +
-								  (size_t)kvh * D;
-						const double p = exp(sc[j] - mx);
-						num += p * cv(vc[vb + d]);
-						den += p;
-					}
 					const float got = o[((size_t)row * H + h) * D + d];
 					if (std::isnan(got)) {
 						unwritten++;
 						continue;
 					}
-					if (den == 0) {
+					if (hi < lo) {
 						bad_zero += got != 0.f;
 						continue;
 					}
-					err = std::max(err, fabs(got - num / den));
-					refmax = std::max(refmax, fabs(num / den));
+					err = std::max(err, fabs(got - ref[d]));
+					refmax = std::max(refmax, fabs(ref[d]));
 				}
 			}
 	const double tol = f16 ? 4e-3 : 2.5e-2;
@@ -252,34 +264,25 @@ static int run_precise(void)
 	emu_launch_plain(attn_precise_kernel<__nv_bfloat16>, a, (unsigned)((T_ * H + 3) / 4), 4);
 	double err = 0;
 	int bad = 0;
+	std::vector<double> qd(D), ref(D);
 	for (int s = 0; s < n; s++)
 		for (int i = 0; i < seqs[s].sq; i++)
 			for (int h = 0; h < H; h++) {
-				const int row = cuq[s] + i, hi = i + seqs[s].sk - seqs[s].sq;
-				std::vector<double> sc;
-				double mx = -INFINITY;
-				for (int j = 0; j <= hi && j < seqs[s].sk; j++) {
-					const size_t kb = ((size_t)bt[(size_t)s * mbps + j / bs] * bs + j % bs) * token + (size_t)(h / G) * D;
-					double dot = 0;
-					for (int d = 0; d < D; d++)
-						dot += (double)q[((size_t)row * H + h) * D + d] * emu_bf2f(kc[kb + d]);
-					sc.push_back(dot / sqrt((double)D));
-					mx = std::max(mx, sc.back());
-				}
+				const int row = cuq[s] + i, hi = std::min(i + seqs[s].sk - seqs[s].sq, seqs[s].sk - 1);
+				const PagedKeys pk = { kc.data(), vc.data(), bt.data() + (size_t)s * mbps, bs, 0, h / G, D,
+						       token, false };
+				for (int d = 0; d < D; d++)
+					qd[d] = q[((size_t)row * H + h) * D + d];
+				pkv_ref_attend_row(qd.data(), D, hi >= 0 ? hi + 1 : 0, PagedKeys::key, PagedKeys::value, &pk,
+						   1.0 / sqrt((double)D), 0, ref.data());
 				for (int d = 0; d < D; d++) {
-					double num = 0, den = 0;
-					for (int j = 0; j < (int)sc.size(); j++) {
-						const size_t vb = ((size_t)bt[(size_t)s * mbps + j / bs] * bs + j % bs) * token + (size_t)(h / G) * D;
-						num += exp(sc[j] - mx) * emu_bf2f(vc[vb + d]);
-						den += exp(sc[j] - mx);
-					}
 					const float got = o[((size_t)row * H + h) * D + d];
-					if (sc.empty())
+					if (hi < 0)
 						bad += got != 0.f;
 					else if (std::isnan(got))
 						bad++;
 					else
-						err = std::max(err, fabs(got - num / den));
+						err = std::max(err, fabs(got - ref[d]));
 				}
 			}
 	const bool ok = err < 2e-6 && !bad;

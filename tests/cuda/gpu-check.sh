@@ -80,7 +80,8 @@ step "build plugin pkv_cuda.so" build_plugin || status=1
 step "build hostile-batch test" "$cc" $cflags -o "$b/hostile_batches" "$top/tests/cuda/hostile_batches.c" -ldl
 # The runner every backend is held to: plain C, the loader sources, libdl, pthread, libm.
 step "build pkv-conformance" "$cc" $cflags -o "$b/pkv-conformance" "$top/src/conformance/conformance.c" \
-	"$top/src/loader/host.c" "$top/src/loader/plugin.c" "$top/src/loader/options.c" "$top/src/loader/dispatch.c" \
+	"$top/src/conformance/ref.c" "$top/src/loader/host.c" "$top/src/loader/plugin.c" "$top/src/loader/options.c" \
+	"$top/src/loader/dispatch.c" \
 	-ldl -lpthread -lm || status=1
 # A bench that does not build (no cuBLAS here) must not stop the correctness checks.
 have_bench=no

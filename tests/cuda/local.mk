@@ -15,7 +15,7 @@ TESTS += tests/cuda/emulate
 tests_cuda_emulate_SOURCES = tests/cuda/emulate.cpp
 tests_cuda_emulate_CPPFLAGS = $(EMU_CPPFLAGS)
 tests_cuda_emulate_CXXFLAGS = $(EMU_CXXFLAGS)
-tests_cuda_emulate_LDADD = $(PTHREAD_LIBS)
+tests_cuda_emulate_LDADD = src/conformance/libpkvref.la $(PTHREAD_LIBS)
 
 # The kernel as a host-domain backend (emu_plugin.cpp), checked by pkv-conformance like any plugin.
 check_LTLIBRARIES += tests/cuda/pkv_cuda_emu.la

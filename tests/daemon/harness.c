@@ -18,6 +18,7 @@
 #include <pagedkv/pagedkv.h>
 #include "common/msg.h"
 #include "common/region.h"
+#include "conformance/ref.h"
 #include "harness.h"
 
 static void sleep_ms(int ms)
@@ -239,38 +240,41 @@ float act_v(int32_t tok, uint32_t pos, uint32_t layer, uint32_t h, uint32_t x)
 	return sinf(0.19f * tok - 0.17f * pos + 0.6f * layer + 0.3f * h + 0.09f * x) * 2.0f;
 }
 
+/* Key and value elements of the synthetic sequence, for the shared reference (src/conformance/ref.c). */
+struct ref_seq {
+	const int32_t *toks;
+	uint32_t layer, kh;
+};
+
+static double seq_key(const void *p, uint32_t j, uint32_t x)
+{
+	const struct ref_seq *r = p;
+
+	return act_k(r->toks[j], j, r->layer, r->kh, x);
+}
+
+static double seq_value(const void *p, uint32_t j, uint32_t x)
+{
+	const struct ref_seq *r = p;
+
+	return act_v(r->toks[j], j, r->layer, r->kh, x);
+}
+
 void ref_attend(const int32_t *toks, uint32_t n, uint32_t p0, uint32_t layer, float *out)
 {
-	float scale = 1.0f / sqrtf((float)T_DIM), *sc = malloc(sizeof(float) * n);
-
 	for (uint32_t p = p0; p < n; p++)
 		for (uint32_t h = 0; h < T_HEADS; h++) {
-			uint32_t kh = h / (T_HEADS / T_KV_HEADS);
-			float q[T_DIM], mx = -INFINITY, sum = 0, *o = out + ((size_t)(p - p0) * T_HEADS + h) * T_DIM;
+			struct ref_seq seq = { toks, layer, h / (T_HEADS / T_KV_HEADS) };
+			double q[T_DIM], o[T_DIM];
+			float *dst = out + ((size_t)(p - p0) * T_HEADS + h) * T_DIM;
 
 			for (uint32_t x = 0; x < T_DIM; x++)
 				q[x] = act_q(toks[p], p, layer, h, x);
-			for (uint32_t j = 0; j <= p; j++) {
-				float dot = 0;
-
-				for (uint32_t x = 0; x < T_DIM; x++)
-					dot += q[x] * act_k(toks[j], j, layer, kh, x);
-				sc[j] = dot * scale;
-				mx = sc[j] > mx ? sc[j] : mx;
-			}
-			for (uint32_t j = 0; j <= p; j++) {
-				sc[j] = expf(sc[j] - mx);
-				sum += sc[j];
-			}
-			for (uint32_t x = 0; x < T_DIM; x++) {
-				float acc = 0;
-
-				for (uint32_t j = 0; j <= p; j++)
-					acc += sc[j] / sum * act_v(toks[j], j, layer, kh, x);
-				o[x] = acc;
-			}
+			/* Causal: position p sees keys 0..p. */
+			pkv_ref_attend_row(q, T_DIM, p + 1, seq_key, seq_value, &seq, 1.0 / sqrt((double)T_DIM), 0, o);
+			for (uint32_t x = 0; x < T_DIM; x++)
+				dst[x] = (float)o[x];
 		}
-	free(sc);
 }
 
 int run_step(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t p0, uint32_t k, float *out)

@@ -3,7 +3,8 @@
 # The daemons these tests start serve attention with examples/plugin_naive.c (examples/local.mk).
 check_LTLIBRARIES += tests/daemon/libpkvtestharness.la
 tests_daemon_libpkvtestharness_la_SOURCES = tests/daemon/harness.c tests/daemon/harness.h
-tests_daemon_libpkvtestharness_la_LIBADD = src/client/libpagedkv.la src/common/libpkvcommon.la $(LIBM)
+tests_daemon_libpkvtestharness_la_LIBADD = src/client/libpagedkv.la src/common/libpkvcommon.la \
+	src/conformance/libpkvref.la $(LIBM)
 
 DAEMON_TEST_LIBS = tests/daemon/libpkvtestharness.la src/client/libpagedkv.la \
 	src/common/libpkvcommon.la $(CHECK_LIBS) $(LIBM)
