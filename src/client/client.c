@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
 #include "client/arena.h"
+#include "common/clock.h"
 #include "common/msg.h"
 #include "common/region.h"
 #include "common/ring.h"
@@ -58,13 +59,6 @@ struct pkv_client {
 	uint32_t sleeps, lost_wakeups;  /* pkv_stats' client_* counters */
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
 
 const char *pkv_strerror(int err)
 {
@@ -510,7 +504,7 @@ static int sleep_cq(struct pkv_client *c, int ms)
 
 static int wait_cqe(struct pkv_client *c, uint64_t ud, struct pkv_cqe *out)
 {
-	uint64_t start = now_ns(), deadline = start + (uint64_t)c->timeout_ms * 1000000ull;
+	uint64_t start = pkv_now_ns(), deadline = start + (uint64_t)c->timeout_ms * 1000000ull;
 	uint64_t spin_end = start + (uint64_t)c->spin_us * 1000ull;
 	unsigned iter = 0;
 	int r;
@@ -531,7 +525,7 @@ static int wait_cqe(struct pkv_client *c, uint64_t ud, struct pkv_cqe *out)
 			pkv_cpu_relax();
 			continue;
 		}
-		t = now_ns();
+		t = pkv_now_ns();
 		if (t >= deadline)
 			return -ETIMEDOUT;
 		if (t < spin_end) {
@@ -553,7 +547,7 @@ static int wait_cqe(struct pkv_client *c, uint64_t ud, struct pkv_cqe *out)
 		if (r)
 			return c->dead = r;
 		/* After a wake-up, spin again briefly: more completions tend to follow. */
-		spin_end = now_ns() + (uint64_t)c->spin_us * 1000ull;
+		spin_end = pkv_now_ns() + (uint64_t)c->spin_us * 1000ull;
 	}
 }
 

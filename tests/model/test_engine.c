@@ -170,7 +170,7 @@ START_TEST(second_turn_reuses_history)
 }
 END_TEST
 
-static struct test_daemon dmn;
+static struct dmn dmn;
 
 static void daemon_up(void)
 {
