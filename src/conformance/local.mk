@@ -8,4 +8,4 @@ src_conformance_libpkvref_la_LIBADD = $(LIBM)
 bin_PROGRAMS += src/conformance/pkv-conformance
 src_conformance_pkv_conformance_SOURCES = src/conformance/conformance.c
 src_conformance_pkv_conformance_LDADD = src/conformance/libpkvref.la src/loader/libpkvloader.la $(LIBM)
-dist_man_MANS += man/pkv-conformance.1
+dist_man_MANS += man/pkv-conformance.1 man/pagedkv-backend.7
