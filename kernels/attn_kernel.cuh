@@ -4,7 +4,7 @@
 #define PKV_ATTN_KERNEL_CUH
 
 #ifdef PKV_EMULATE
-/* CPU emulation of the warp primitives (kernels/emulate.cpp): checks the kernel's logic without a GPU. */
+/* CPU emulation of the warp primitives (tests/cuda/emulate.cpp): checks the kernel's logic without a GPU. */
 #include "cuda_emu.h"
 #else
 #include <cuda_runtime.h>

@@ -65,14 +65,6 @@ int pkv_cuda_rows_per_cta(int shape, int head_dim);
 /* Keys per tile of a shape (split-KV boundaries are multiples of it). */
 int pkv_cuda_keys_per_tile(int shape);
 
-/*
- * KV splits for a batch: enough CTAs to fill num_sms multiprocessors, at
- * least two key tiles per split, partials bounded to 256 MiB. The env
- * variable PKV_CUDA_SPLITS overrides it (tuning).
- */
-int pkv_cuda_choose_splits(int num_sms, int shape, int32_t num_seqs, int32_t num_kv_heads, int32_t group,
-			   int32_t max_q, int32_t max_k, int32_t total_q, int32_t num_heads, int32_t head_dim);
-
 int pkv_cuda_attention(const struct pkv_cuda_attn_args *a, int shape, void *stream);
 
 /*

@@ -113,7 +113,7 @@ int main(int argc, char **argv)
 		if (!strcmp(line, "/quit") || !strcmp(line, "/exit"))
 			break;
 		if (!strcmp(line, "/stats")) {
-			struct pkv_stats ps;
+			struct pkv_stats ps = PKV_STATS_INIT;
 			printf("turns %llu, prompt tokens %llu of which %llu reused from the cache (%.0f%%), "
 			       "last TTFT %.1f ms, decode %.1f tok/s\n",
 			       (unsigned long long)turns, (unsigned long long)prompt, (unsigned long long)reused,

@@ -379,7 +379,7 @@ int main(int argc, char **argv)
 				}
 			}
 		}
-		struct pkv_stats st;
+		struct pkv_stats st = PKV_STATS_INIT;
 		if (mon.attn.ops->stats(mon.attn.ctx, &st) == 0 && st.in_use_blocks > peak)
 			peak = st.in_use_blocks;
 		if (tty)

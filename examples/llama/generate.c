@@ -201,7 +201,7 @@ int main(int argc, char **argv)
 		       k->t_first > 0 ? (k->t_first - k->t_submit) * 1e3 : 0.0,
 		       k->n_gen > 1 && dt > 0 ? (k->n_gen - 1) / dt : 0.0);
 	}
-	struct pkv_stats st;
+	struct pkv_stats st = PKV_STATS_INIT;
 	printf("total: %llu tokens generated in %.2f s (%.1f tok/s aggregate), %llu steps, attention: %s\n",
 	       (unsigned long long)gen_total, wall, wall > 0 ? gen_total / wall : 0.0,
 	       (unsigned long long)e.steps, s.attn.name);

@@ -11,13 +11,37 @@
  * which returns 0 and sets *out for index 0..n-1 and -ENOENT past the last
  * backend, so one library may offer several backends.
  *
- * Evolution rules (DESIGN §4):
- * - every struct that crosses the ABI starts with abi_version and struct_size;
- * - fields and methods are only ever appended, never reordered or removed;
- * - a reader uses a field only if struct_size covers it (PKV_ABI_HAS), and the
- *   host treats an absent or NULL optional method as -ENOTSUP;
- * - plugins never link against the daemon: logging, allocation and the thread
- *   pool reach them through struct pkv_host_api, passed to init.
+ * Evolution rules (DESIGN §4): this header is append-only, and every
+ * struct in it is one of two kinds.
+ *
+ * Growable: starts with abi_version and struct_size, is reached only by
+ * pointer, and is never embedded by value in another struct or used as an
+ * array element (either would move what follows it when it grows). These
+ * are pkv_host_api, pkv_backend_caps, pkv_pool_desc, pkv_cache_mem,
+ * pkv_attn_batch and pkv_backend. Their fields and methods are only ever
+ * appended, never reordered, resized or removed. A reader uses a field only
+ * when the producer's struct_size covers it (PKV_ABI_HAS).
+ *
+ * Frozen by name: no size field, laid out once and never changed; growing
+ * one means a new struct with a new name (pkv_geometry2) reached from a new
+ * appended field. These are pkv_geometry (types.h), pkv_block_copy,
+ * pkv_dict, pkv_dict_item and pkv_option: they may be embedded or form
+ * arrays because their size never changes.
+ *
+ * The loader copies a plugin's pkv_backend and pkv_backend_caps into its own
+ * current-size structs, min(plugin's struct_size, host's) bytes, zero-filling
+ * the rest: a method appended after the plugin was built reads as NULL (the
+ * host treats it as -ENOTSUP), a field as 0, and what a newer plugin appended
+ * past the host's knowledge is ignored. Both directions are tested
+ * (tests/backend: an older, smaller and a newer, larger plugin).
+ *
+ * PKV_BACKEND_ABI_VERSION changes only for a change these rules forbid. It
+ * is still 1: the caps pointer, the options list and init's options
+ * argument were settled before any release, so no plugin built against an
+ * earlier draft of version 1 exists outside this tree (DESIGN §4).
+ *
+ * Plugins never link against the daemon: logging, allocation and the thread
+ * pool reach them through struct pkv_host_api, passed to init.
  *
  * Threading: the host never calls two methods of one backend context at the
  * same time; a backend parallelises inside a call with host->parallel_for.
@@ -29,6 +53,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <pagedkv/types.h>
 
 #ifdef __cplusplus
@@ -80,7 +105,10 @@ struct pkv_host_api {
 	int (*parallel_for)(void *host, uint32_t n_tasks, pkv_task_fn fn, void *arg);
 };
 
-/* What a backend can serve. A pool is served only when every field allows it. */
+/*
+ * What a backend can serve. A pool is served only when every field allows it.
+ * Growable; version 1's minimum ends at max_gqa_ratio (features was appended).
+ */
 struct pkv_backend_caps {
 	uint32_t abi_version;
 	uint32_t struct_size;
@@ -97,7 +125,7 @@ struct pkv_backend_caps {
 #define PKV_FEAT_WINDOW  (1u << 0) /* sliding window */
 #define PKV_FEAT_SOFTCAP (1u << 1) /* logit soft-cap */
 
-/* The pool a cache is allocated for: geometry plus the dtype activations arrive in. */
+/* The pool a cache is allocated for: geometry (frozen, so embedded) plus the activations' dtype. */
 struct pkv_pool_desc {
 	uint32_t abi_version;
 	uint32_t struct_size;
@@ -196,10 +224,56 @@ struct pkv_attn_batch {
 	uint32_t flags;                /* reserved, 0 */
 };
 
-/* A copy-on-write request: copy every layer's K and V of block src into block dst. */
+/* A copy-on-write request: copy every layer's K and V of block src into block dst. Frozen (an array element). */
 struct pkv_block_copy {
 	int32_t src;
 	int32_t dst;
+};
+
+/*
+ * Options a plugin's init takes: key/value strings, as SPA's factories get a
+ * spa_dict. The daemon fills it from pagedkvd.conf ("backend_option =
+ * cpu.isa=avx2": the part before the first '.' names the backend and is not
+ * part of the key) and --backend-option. The loader refuses a key the
+ * backend does not list in pkv_backend.options, and a value that does not
+ * parse as the listed type, so init sees only known keys. Frozen.
+ */
+struct pkv_dict_item {
+	const char *key;
+	const char *value;
+};
+
+struct pkv_dict {
+	uint32_t n_items;
+	uint32_t reserved0;
+	const struct pkv_dict_item *items;
+};
+
+/* The value of key in d, or NULL when absent (d may be NULL). */
+static inline const char *pkv_dict_get(const struct pkv_dict *d, const char *key)
+{
+	uint32_t i;
+
+	for (i = 0; d && i < d->n_items; i++)
+		if (d->items[i].key && !strcmp(d->items[i].key, key))
+			return d->items[i].value;
+	return NULL;
+}
+
+/* How the loader checks an option's value before init sees it. */
+enum pkv_option_type {
+	PKV_OPT_STRING = 0,
+	PKV_OPT_INT = 1,    /* a decimal integer (strtoll, whole string) */
+	PKV_OPT_BOOL = 2    /* 0/1, true/false, yes/no, on/off */
+};
+
+/* One option a backend lists (array ends at name == NULL). Frozen. */
+struct pkv_option {
+	const char *name;  /* the key, without the backend's prefix: "isa" */
+	uint32_t type;     /* enum pkv_option_type */
+	uint32_t reserved0;
+	const char *def;   /* the value used when the key is absent, as text */
+	const char *help;  /* one line */
 };
 
 struct pkv_backend {
@@ -207,17 +281,23 @@ struct pkv_backend {
 	uint32_t struct_size;
 	const char *name;         /* short, unique within the library: "cpu" */
 	const char *description;
-	struct pkv_backend_caps caps;
+	const struct pkv_backend_caps *caps;  /* growable: by pointer, checked by its own struct_size */
+	const struct pkv_option *options;     /* NULL (none) or an array ending at name == NULL */
 
-	/* Required. Creates a context; *ctx is passed to every method below. */
-	int (*init)(const struct pkv_host_api *host, void **ctx);
+	/*
+	 * Required. Creates a context; *ctx is passed to every method below.
+	 * options is never NULL (n_items may be 0) and holds only keys listed
+	 * in .options; an absent key means its default. Environment variables a
+	 * backend documents as test overrides (PKV_CPU_ISA) win over options.
+	 */
+	int (*init)(const struct pkv_host_api *host, const struct pkv_dict *options, void **ctx);
 	void (*fini)(void *ctx);
 
 	/* Domain owner only: allocate/free the cache of one pool. */
 	int (*cache_alloc)(void *ctx, const struct pkv_pool_desc *pool, struct pkv_cache_mem *mem);
 	void (*cache_free)(void *ctx, struct pkv_cache_mem *mem);
 
-	/* Optional per path (NULL when caps.paths lacks it). */
+	/* Optional per path (NULL when caps->paths lacks it). */
 	int (*attend_varlen)(void *ctx, const struct pkv_cache_mem *mem, const struct pkv_attn_batch *b);
 	int (*attend_decode)(void *ctx, const struct pkv_cache_mem *mem, const struct pkv_attn_batch *b);
 
@@ -233,7 +313,10 @@ struct pkv_backend {
 	int (*unregister_host)(void *ctx, void *ptr);
 
 	/*
-	 * Optional, appended after the first draft (check PKV_ABI_HAS): copies len
+	 * Version 1's minimum pkv_backend ends here, at unregister_host.
+	 *
+	 * Optional, appended after the first draft (NULL in the loader's copy
+	 * of an older plugin's struct): copies len
 	 * bytes at byte offset off of the K (kv = 0) or V (kv = 1) region of mem,
 	 * i.e. from k_base/v_base + off, into host memory dst. Lets the
 	 * conformance suite and tools inspect a device-domain cache; host-domain

@@ -17,6 +17,13 @@
  * message for the last refused request. A connection is used by one thread
  * at a time. Every wait on the daemon has a timeout: a dead daemon gives
  * -ECONNRESET or -ETIMEDOUT, never a hang.
+ *
+ * The structs a caller fills (pkv_connect_opts, pkv_pool_params) or reads
+ * (pkv_stats) start with struct_size so they can grow: fields are only
+ * appended, the library reads or writes only the first struct_size bytes,
+ * and a newer library gives fields an older caller lacks their defaults.
+ * Start from the PKV_*_INIT macro; struct_size 0 (a designated initializer
+ * that leaves it out) means the size in this first version (PKV_*_SIZE_V1).
  */
 
 #include <stddef.h>
@@ -30,13 +37,28 @@ extern "C" {
 struct pkv_client;
 
 struct pkv_connect_opts {
+	uint32_t struct_size;    /* sizeof(struct pkv_connect_opts): use PKV_CONNECT_OPTS_INIT */
+	uint32_t timeout_ms;     /* per wait on the daemon; 0: 10 s */
 	const char *socket_path; /* NULL: $PAGEDKV_SOCKET, else $XDG_RUNTIME_DIR/pagedkv.sock, else /run/pagedkv.sock */
 	size_t arena_bytes;      /* 0: 64 MiB */
-	uint32_t timeout_ms;     /* per wait on the daemon; 0: 10 s */
 	uint32_t spin_us;        /* busy-poll this long for a completion before sleeping; 0: 50 us
 	                            (the environment's PAGEDKV_SPIN_US overrides) */
+	uint32_t reserved0;
+	/*
+	 * Optional: when pkv_connect fails, why, as one line: the daemon's own
+	 * reason when it refused us (version, quota, ...), else what went wrong
+	 * locally, naming the socket path and whether a daemon is listening
+	 * there. The handle is freed either way; this is how a caller learns
+	 * the reason (the role sqlite3_open's failed handle plays).
+	 */
+	char *error_buf;
+	size_t error_buf_len;
 };
 
+#define PKV_CONNECT_OPTS_INIT { .struct_size = sizeof(struct pkv_connect_opts) }
+#define PKV_CONNECT_OPTS_SIZE_V1 (offsetof(struct pkv_connect_opts, error_buf_len) + sizeof(size_t))
+
+/* 0, or -errno with the reason in opts->error_buf (see above). */
 int pkv_connect(const struct pkv_connect_opts *opts, struct pkv_client **out);
 void pkv_disconnect(struct pkv_client *c);
 
@@ -47,17 +69,21 @@ const char *pkv_last_error(const struct pkv_client *c);
 #define PKV_POOL_SHARE_ACROSS_USERS (1u << 0) /* creator's choice; prefix sharing ignores uid */
 
 struct pkv_pool_params {
+	uint32_t struct_size;        /* sizeof(struct pkv_pool_params): use PKV_POOL_PARAMS_INIT */
+	uint32_t flags;              /* PKV_POOL_* */
 	const char *name;            /* pools are found by name */
 	struct pkv_geometry geo;     /* must equal an existing pool's exactly */
 	uint32_t act_dtype;          /* dtype of Q/K/V/O in the arena */
 	uint64_t model_id;           /* fingerprint of the weights */
 	const void *cache_salt;      /* optional: narrows sharing further */
 	size_t cache_salt_len;
-	uint32_t flags;              /* PKV_POOL_* */
 	float scale;                 /* 0: 1/sqrt(head_dim) */
 	float softcap;               /* 0: off */
 	int32_t window_left;         /* < 0: no sliding window */
 };
+
+#define PKV_POOL_PARAMS_INIT { .struct_size = sizeof(struct pkv_pool_params), .window_left = -1 }
+#define PKV_POOL_PARAMS_SIZE_V1 (offsetof(struct pkv_pool_params, window_left) + sizeof(int32_t))
 
 int pkv_pool_attach(struct pkv_client *c, const struct pkv_pool_params *p);
 
@@ -112,11 +138,19 @@ int pkv_pin(struct pkv_client *c, const int32_t *tokens, uint32_t n_tokens);
 int pkv_unpin(struct pkv_client *c, const int32_t *tokens, uint32_t n_tokens);
 
 struct pkv_stats {
+	uint32_t struct_size;        /* set by the caller (PKV_STATS_INIT); the library fills no more */
 	uint32_t num_blocks, free_blocks, cached_blocks, in_use_blocks;
 	uint32_t open_seqs;          /* this client's */
 	/* this connection's opens: pool-wide counts would tell one user about another's prompts */
 	uint64_t prefix_lookup_tokens, prefix_hit_tokens;
+	/* Appended after version 1 (read only when struct_size covers them): this connection's own counts. */
+	uint32_t client_sleeps;        /* waits that slept on the completion futex */
+	uint32_t client_lost_wakeups;  /* sleeps that timed out with a completion posted and the wake word
+	                                  never bumped: the daemon forgot a wake-up (0 when correct) */
 };
+
+#define PKV_STATS_INIT { .struct_size = sizeof(struct pkv_stats) }
+#define PKV_STATS_SIZE_V1 (offsetof(struct pkv_stats, prefix_hit_tokens) + sizeof(uint64_t))
 int pkv_stats(struct pkv_client *c, struct pkv_stats *st);
 
 /* A no-op round trip through the rings (liveness check, latency measurement). */

@@ -80,10 +80,12 @@ static int cpu_supports(const char *isa)
 }
 
 /*
- * The best kernel this CPU runs; PKV_CPU_ISA=generic|avx2|avx512|avx512bf16|amx
- * caps it (tests use it to cover every variant on one machine).
+ * The best kernel this CPU runs, capped by the option isa=generic|avx2|
+ * avx512|avx512bf16|amx; PKV_CPU_ISA overrides the option (tests use it to
+ * cover every variant on one machine). An unknown option value is refused,
+ * an unknown PKV_CPU_ISA only warned about (it is a test aid).
  */
-static const struct cpu_isa *pick_isa(const struct pkv_host_api *host)
+static int pick_isa(const struct pkv_host_api *host, const struct pkv_dict *options, const struct cpu_isa **out)
 {
 	static const struct {
 		const char *key;
@@ -97,21 +99,33 @@ static const struct cpu_isa *pick_isa(const struct pkv_host_api *host)
 #endif
 		{ "generic", &pkv_cpu_isa_generic },
 	};
-	const char *want = getenv("PKV_CPU_ISA");
+	const char *env = getenv("PKV_CPU_ISA"), *want = pkv_dict_get(options, "isa");
 	size_t i, start = 0, n = sizeof(order) / sizeof(order[0]);
 
-	if (want && *want) {
-		for (i = 0; i < n && strcmp(order[i].key, want); i++)
+	if (env && *env) {
+		for (i = 0; i < n && strcmp(order[i].key, env); i++)
 			;
 		if (i < n)
-			start = i;
+			want = env;
 		else
-			host->log(host->host, PKV_LOG_WARN, "cpu backend: unknown PKV_CPU_ISA '%s', ignored", want);
+			host->log(host->host, PKV_LOG_WARN, "cpu backend: unknown PKV_CPU_ISA '%s', ignored", env);
 	}
+	if (want && strcmp(want, "auto")) {
+		for (i = 0; i < n && strcmp(order[i].key, want); i++)
+			;
+		if (i == n) {
+			host->log(host->host, PKV_LOG_ERROR, "cpu backend: unknown isa '%s'", want);
+			return -EINVAL;
+		}
+		start = i;
+	}
+	*out = &pkv_cpu_isa_generic;
 	for (i = start; i < n; i++)
-		if (cpu_supports(order[i].key))
-			return order[i].isa;
-	return &pkv_cpu_isa_generic;
+		if (cpu_supports(order[i].key)) {
+			*out = order[i].isa;
+			break;
+		}
+	return 0;
 }
 
 static void free_scratch(struct cpu_ctx *c)
@@ -172,9 +186,10 @@ static int ensure_scratch(struct cpu_ctx *c, uint32_t rmax)
 	return 0;
 }
 
-static int cpu_init(const struct pkv_host_api *host, void **out)
+static int cpu_init(const struct pkv_host_api *host, const struct pkv_dict *options, void **out)
 {
 	struct cpu_ctx *c;
+	int ret;
 
 	if (!host || !out || host->abi_version < 1 || !host->alloc_aligned || !host->free_aligned ||
 	    !host->parallel_for || !host->num_threads || !host->log)
@@ -191,7 +206,12 @@ static int cpu_init(const struct pkv_host_api *host, void **out)
 		free(c);
 		return -ENOMEM;
 	}
-	c->isa = pick_isa(host);
+	ret = pick_isa(host, options, &c->isa);
+	if (ret) {
+		free(c->scratch);
+		free(c);
+		return ret;
+	}
 	host->log(host->host, PKV_LOG_INFO, "cpu backend: %s kernels, %u threads", c->isa->name, c->nthreads);
 	*out = c;
 	return 0;
@@ -596,23 +616,32 @@ static int cpu_sync(void *ctx)
 	return 0; /* every call is synchronous */
 }
 
+static const struct pkv_backend_caps cpu_caps = {
+	.abi_version = PKV_BACKEND_ABI_VERSION,
+	.struct_size = sizeof(struct pkv_backend_caps),
+	.paths = PKV_PATH_VARLEN | PKV_PATH_DECODE,
+	.domain = PKV_DOMAIN_HOST,
+	.cache_dtypes = PKV_DTYPE_BIT(PKV_DTYPE_F32) | PKV_DTYPE_BIT(PKV_DTYPE_F16) | PKV_DTYPE_BIT(PKV_DTYPE_BF16),
+	.act_dtypes = PKV_DTYPE_BIT(PKV_DTYPE_F32) | PKV_DTYPE_BIT(PKV_DTYPE_F16) | PKV_DTYPE_BIT(PKV_DTYPE_BF16),
+	.head_dim_min = 8, .head_dim_max = CPU_MAX_HD, .head_dim_multiple = 8,
+	.block_size_min = 1, .block_size_max = 1u << 20, .block_size_multiple = 1,
+	.max_gqa_ratio = 0,
+	.features = PKV_FEAT_WINDOW | PKV_FEAT_SOFTCAP,
+};
+
+static const struct pkv_option cpu_options[] = {
+	{ .name = "isa", .type = PKV_OPT_STRING, .def = "auto",
+	  .help = "newest kernel to use: auto, amx, avx512bf16, avx512, avx2, generic (PKV_CPU_ISA overrides)" },
+	{ .name = NULL },
+};
+
 static const struct pkv_backend cpu_backend = {
 	.abi_version = PKV_BACKEND_ABI_VERSION,
 	.struct_size = sizeof(struct pkv_backend),
 	.name = "cpu",
 	.description = "CPU attention: paged varlen and decode, f32/f16/bf16, AVX-512/AVX2/portable C",
-	.caps = {
-		.abi_version = PKV_BACKEND_ABI_VERSION,
-		.struct_size = sizeof(struct pkv_backend_caps),
-		.paths = PKV_PATH_VARLEN | PKV_PATH_DECODE,
-		.domain = PKV_DOMAIN_HOST,
-		.cache_dtypes = PKV_DTYPE_BIT(PKV_DTYPE_F32) | PKV_DTYPE_BIT(PKV_DTYPE_F16) | PKV_DTYPE_BIT(PKV_DTYPE_BF16),
-		.act_dtypes = PKV_DTYPE_BIT(PKV_DTYPE_F32) | PKV_DTYPE_BIT(PKV_DTYPE_F16) | PKV_DTYPE_BIT(PKV_DTYPE_BF16),
-		.head_dim_min = 8, .head_dim_max = CPU_MAX_HD, .head_dim_multiple = 8,
-		.block_size_min = 1, .block_size_max = 1u << 20, .block_size_multiple = 1,
-		.max_gqa_ratio = 0,
-		.features = PKV_FEAT_WINDOW | PKV_FEAT_SOFTCAP,
-	},
+	.caps = &cpu_caps,
+	.options = cpu_options,
 	.init = cpu_init,
 	.fini = cpu_fini,
 	.cache_alloc = cpu_cache_alloc,

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
 #include "client/arena.h"
+#include "common/clock.h"
 #include "common/msg.h"
 #include "common/region.h"
 #include "common/ring.h"
@@ -59,15 +60,9 @@ struct pkv_client {
 	char last_err[PKV_ERR_LEN + 1];
 	uint32_t blocked_seq;     /* named by the last step_begin that failed -EAGAIN/-ESTALE */
 	int open_settled;         /* opens find only committed prefixes ($PAGEDKV_INFLIGHT_SHARING=0) */
+	uint32_t sleeps, lost_wakeups;  /* pkv_stats' client_* counters */
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
 
 const char *pkv_strerror(int err)
 {
@@ -80,7 +75,9 @@ const char *pkv_strerror(int err)
 	case -ENOSPC: return "out of cache blocks or over this client's quota";
 	case -EPROTO: return "protocol version mismatch or corrupted shared region";
 	case -EBUSY: return "sequence is in an open step, or too many requests in flight";
-	case -ENOENT: return "no such sequence (for this client)";
+	/* From pkv_connect these mean "no daemon there"; its error_buf names the socket. */
+	case -ENOENT: return "no such sequence (for this client), or from pkv_connect: no socket at the path";
+	case -ECONNREFUSED: return "no daemon listens on the socket (a stale socket?)";
 	case -ENOMEM: return "out of memory (arena or daemon budget)";
 	case -EINVAL: return "invalid argument";
 	case -ENOTCONN: return "not attached to a pool";
@@ -99,6 +96,72 @@ static void set_err(struct pkv_client *c, const char *fmt, const char *arg)
 }
 
 /* ---------------------------------------------------------------- setup */
+
+/*
+ * The part of a caller's growable struct this library knows, in a zeroed
+ * copy of the current size: struct_size 0 means version 1's size; a size
+ * smaller than the struct_size field itself is refused.
+ */
+static int known_part(void *dst, size_t cur, const void *src, size_t v1)
+{
+	uint32_t size = *(const uint32_t *)src;
+	size_t n = size ? size : v1;
+
+	if (n < sizeof(uint32_t))
+		return -EINVAL;
+	memset(dst, 0, cur);
+	memcpy(dst, src, n < cur ? n : cur);
+	return 0;
+}
+
+/*
+ * The reason a connect failed, for opts->error_buf: names the socket and
+ * says whether a daemon is there (ENOENT: none; ECONNREFUSED: a stale
+ * socket; EACCES: one runs but we may not talk to it).
+ */
+static void connect_reason(const struct pkv_connect_opts *o, const char *daemon_said, int r)
+{
+	char path[108];
+	const char *sock = o->socket_path;
+
+	if (!o->error_buf || !o->error_buf_len)
+		return;
+	if (!sock) {
+		if (pkv_default_socket_path(path, sizeof(path)))
+			snprintf(path, sizeof(path), "/run/pagedkv.sock");
+		sock = path;
+	}
+	if (daemon_said && *daemon_said) {
+		snprintf(o->error_buf, o->error_buf_len, "pagedkvd at %s refused the connection: %s", sock,
+			 daemon_said);
+		return;
+	}
+	switch (r) {
+	case -ENOENT:
+		snprintf(o->error_buf, o->error_buf_len,
+			 "no socket at %s: no pagedkvd is running there (start one, or set $PAGEDKV_SOCKET)", sock);
+		break;
+	case -ECONNREFUSED:
+		snprintf(o->error_buf, o->error_buf_len,
+			 "nothing listens on %s: a stale socket, no pagedkvd is running there", sock);
+		break;
+	case -EACCES:
+	case -EPERM:
+		snprintf(o->error_buf, o->error_buf_len,
+			 "permission denied on %s: a pagedkvd may be running, but this user may not connect "
+			 "(socket mode and group)", sock);
+		break;
+	case -ETIMEDOUT:
+		snprintf(o->error_buf, o->error_buf_len,
+			 "pagedkvd at %s did not answer in time (running but busy or stopped?)", sock);
+		break;
+	case -ECONNRESET:
+		snprintf(o->error_buf, o->error_buf_len, "pagedkvd at %s hung up without a reason", sock);
+		break;
+	default:
+		snprintf(o->error_buf, o->error_buf_len, "cannot connect to %s: %s", sock, strerror(r < 0 ? -r : r));
+	}
+}
 
 static int make_region(struct pkv_client *c, uint64_t arena_bytes)
 {
@@ -159,9 +222,10 @@ static int recv_reply(struct pkv_client *c, uint64_t *value)
 	return rep.status;
 }
 
-int pkv_connect(const struct pkv_connect_opts *opts, struct pkv_client **out)
+int pkv_connect(const struct pkv_connect_opts *caller_opts, struct pkv_client **out)
 {
-	struct pkv_connect_opts def = { 0 };
+	struct pkv_connect_opts o = PKV_CONNECT_OPTS_INIT;
+	const struct pkv_connect_opts *opts = &o;
 	struct pkv_msg_hello hello = { 0 };
 	struct pkv_client *c;
 	const char *env;
@@ -170,11 +234,13 @@ int pkv_connect(const struct pkv_connect_opts *opts, struct pkv_client **out)
 	if (!out)
 		return -EINVAL;
 	*out = NULL;
-	if (!opts)
-		opts = &def;
+	if (caller_opts && known_part(&o, sizeof(o), caller_opts, PKV_CONNECT_OPTS_SIZE_V1))
+		return -EINVAL;
 	c = calloc(1, sizeof(*c));
-	if (!c)
+	if (!c) {
+		connect_reason(opts, NULL, -ENOMEM);
 		return -ENOMEM;
+	}
 	c->sock = c->memfd = c->sq_bell = -1;
 	c->stage_off = -1;
 	c->timeout_ms = opts->timeout_ms ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
@@ -213,6 +279,7 @@ int pkv_connect(const struct pkv_connect_opts *opts, struct pkv_client **out)
 	*out = c;
 	return 0;
 err:
+	connect_reason(opts, c->last_err, r);
 	pkv_disconnect(c);
 	return r;
 }
@@ -234,12 +301,14 @@ void pkv_disconnect(struct pkv_client *c)
 	free(c);
 }
 
-int pkv_pool_attach(struct pkv_client *c, const struct pkv_pool_params *p)
+int pkv_pool_attach(struct pkv_client *c, const struct pkv_pool_params *caller_p)
 {
+	struct pkv_pool_params pp;
+	const struct pkv_pool_params *p = &pp;
 	struct pkv_msg_attach m;
 	int r;
 
-	if (!c || !p || !p->name)
+	if (!c || !caller_p || known_part(&pp, sizeof(pp), caller_p, PKV_POOL_PARAMS_SIZE_V1) || !p->name)
 		return -EINVAL;
 	if (c->dead)
 		return c->dead;
@@ -411,6 +480,7 @@ static int sleep_cq(struct pkv_client *c, int ms)
 		pkv_ring_clear_wakeup(&c->cq);
 		return n < 0 ? -EPROTO : 0;
 	}
+	c->sleeps++;
 	r = pkv_ring_wait(&c->cq, seq, &ts);
 	pkv_ring_clear_wakeup(&c->cq);
 	/* Woken, or the word moved before we slept: a completion is there. */
@@ -418,6 +488,13 @@ static int sleep_cq(struct pkv_client *c, int ms)
 		return 0;
 	if (r != -ETIMEDOUT)
 		return r;
+	/*
+	 * A completion posted while we slept with NEED_WAKEUP set, and the word
+	 * still unbumped after our whole timeout: the daemon skipped the wake
+	 * (a tests' counter in place of a stopwatch).
+	 */
+	if (pkv_ring_avail(&c->cq) > 0 && pkv_load_acquire(c->cq.sh_wake) == seq)
+		c->lost_wakeups++;
 	do
 		r = poll(&p, 1, 0);
 	while (r < 0 && errno == EINTR);
@@ -433,7 +510,7 @@ static int sleep_cq(struct pkv_client *c, int ms)
 
 static int wait_cqe(struct pkv_client *c, uint64_t ud, struct pkv_cqe *out)
 {
-	uint64_t start = now_ns(), deadline = start + (uint64_t)c->timeout_ms * 1000000ull;
+	uint64_t start = pkv_now_ns(), deadline = start + (uint64_t)c->timeout_ms * 1000000ull;
 	uint64_t spin_end = start + (uint64_t)c->spin_us * 1000ull;
 	unsigned iter = 0;
 	int r;
@@ -454,7 +531,7 @@ static int wait_cqe(struct pkv_client *c, uint64_t ud, struct pkv_cqe *out)
 			pkv_cpu_relax();
 			continue;
 		}
-		t = now_ns();
+		t = pkv_now_ns();
 		if (t >= deadline)
 			return -ETIMEDOUT;
 		if (t < spin_end) {
@@ -476,7 +553,7 @@ static int wait_cqe(struct pkv_client *c, uint64_t ud, struct pkv_cqe *out)
 		if (r)
 			return c->dead = r;
 		/* After a wake-up, spin again briefly: more completions tend to follow. */
-		spin_end = now_ns() + (uint64_t)c->spin_us * 1000ull;
+		spin_end = pkv_now_ns() + (uint64_t)c->spin_us * 1000ull;
 	}
 }
 
@@ -729,12 +806,17 @@ int pkv_unpin(struct pkv_client *c, const int32_t *tokens, uint32_t n_tokens)
 int pkv_stats(struct pkv_client *c, struct pkv_stats *st)
 {
 	struct pkv_sqe sqe = { .opcode = PKV_OP_STATS };
+	struct pkv_stats all = PKV_STATS_INIT;
 	struct pkv_wire_stats w;
+	uint32_t size;
 	int r = need_pool(c);
 
 	if (r)
 		return r;
 	if (!st)
+		return -EINVAL;
+	size = st->struct_size ? st->struct_size : (uint32_t)PKV_STATS_SIZE_V1;
+	if (size < sizeof(uint32_t))
 		return -EINVAL;
 	r = stage(c, sizeof(w));
 	if (r)
@@ -744,13 +826,18 @@ int pkv_stats(struct pkv_client *c, struct pkv_stats *st)
 	if (r < 0)
 		return r;
 	memcpy(&w, c->arena + c->stage_off, sizeof(w));
-	st->num_blocks = w.num_blocks;
-	st->free_blocks = w.free_blocks;
-	st->cached_blocks = w.cached_blocks;
-	st->in_use_blocks = w.in_use_blocks;
-	st->open_seqs = w.open_seqs;
-	st->prefix_lookup_tokens = w.prefix_lookup_tokens;
-	st->prefix_hit_tokens = w.prefix_hit_tokens;
+	all.num_blocks = w.num_blocks;
+	all.free_blocks = w.free_blocks;
+	all.cached_blocks = w.cached_blocks;
+	all.in_use_blocks = w.in_use_blocks;
+	all.open_seqs = w.open_seqs;
+	all.prefix_lookup_tokens = w.prefix_lookup_tokens;
+	all.prefix_hit_tokens = w.prefix_hit_tokens;
+	all.client_sleeps = c->sleeps;
+	all.client_lost_wakeups = c->lost_wakeups;
+	/* Only as much as the caller's struct holds: an older caller's is smaller. */
+	all.struct_size = size < sizeof(all) ? size : (uint32_t)sizeof(all);
+	memcpy(st, &all, all.struct_size);
 	return 0;
 }
 

@@ -3,7 +3,7 @@
 lib_LTLIBRARIES += src/client/libpagedkv.la
 src_client_libpagedkv_la_SOURCES = src/client/client.c src/client/arena.c
 src_client_libpagedkv_la_LIBADD = src/common/libpkvcommon.la
-src_client_libpagedkv_la_LDFLAGS = -version-info 0:0:0 \
+src_client_libpagedkv_la_LDFLAGS = -version-info 1:0:0 \
 	-Wl,--version-script=$(srcdir)/src/client/libpagedkv.sym
 EXTRA_src_client_libpagedkv_la_DEPENDENCIES = src/client/libpagedkv.sym
 noinst_HEADERS += src/client/arena.h

@@ -33,7 +33,9 @@ const struct pkv_conf_key pkv_conf_keys[] = {
 	{ .key = "backend_varlen", .type = PKV_CONF_STRING, F(backend_varlen), .arg = "SPEC",
 	  .help = "plugin for batches with prefill (default: --backend)" },
 	{ .key = "backend_decode", .type = PKV_CONF_STRING, F(backend_decode), .arg = "SPEC",
-	  .help = "plugin for one-token-per-sequence batches (default: --backend)" },
+	  .help = "plugin for one-token-per-sequence batches (default: --backend; LIB:NAME picks one backend of a library, e.g. cuda:decode)" },
+	{ .key = "backend_option", .type = PKV_CONF_BACKEND_OPTION, F(backend_options), .arg = "N.K=V",
+	  .help = "option K=V for backend or library N (repeatable; e.g. cpu.isa=avx2; see --list-backends)" },
 	{ .key = "memory_budget", .short_flag = 'm', .type = PKV_CONF_SIZE, F(memory_budget), .lo = 1 << 20,
 	  .hi = 0, .def = "1G", .arg = "SIZE", .flags = PKV_CONF_RELOAD,
 	  .help = "KV memory for all pools, e.g. 512M, 4G (at most the machine's memory)" },
@@ -299,6 +301,23 @@ static int set_one(struct pkv_config *cfg, const struct pkv_conf_key *k, size_t 
 		}
 		*(int *)field = b;
 		return 0;
+	case PKV_CONF_BACKEND_OPTION: {
+		const char *dot = strchr(value, '.'), *eq = strchr(value, '=');
+
+		/* Only the shape is checked here; the loader checks key and type against the backend's list. */
+		if (!dot || !eq || dot > eq || dot == value || eq == dot + 1) {
+			snprintf(why, why_len, "%s: '%.60s' is not NAME.KEY=VALUE (e.g. cpu.isa=avx2)", name, value);
+			return -EINVAL;
+		}
+		if (cfg->n_backend_options == PKV_CONF_MAX_BACKEND_OPTIONS ||
+		    strlen(value) >= sizeof(cfg->backend_options[0])) {
+			snprintf(why, why_len, "%s: more than %d settings, or one over %zu characters", name,
+				 PKV_CONF_MAX_BACKEND_OPTIONS, sizeof(cfg->backend_options[0]) - 1);
+			return -EINVAL;
+		}
+		memcpy(cfg->backend_options[cfg->n_backend_options++], value, strlen(value) + 1);
+		return 0;
+	}
 	}
 	return -EINVAL;
 }
@@ -354,6 +373,9 @@ void pkv_config_format(const struct pkv_config *cfg, const struct pkv_conf_key *
 		snprintf(buf, len, "%s", l >= 0 && l < 4 ? level_names[l] : "info");
 		break;
 	}
+	case PKV_CONF_BACKEND_OPTION:   /* the first; pkv_config_print writes each */
+		snprintf(buf, len, "%s", cfg->n_backend_options ? cfg->backend_options[0] : "");
+		break;
 	}
 }
 
@@ -368,6 +390,8 @@ void pkv_config_print(const struct pkv_config *cfg, FILE *f)
 		pkv_config_format(cfg, k, v, sizeof(v));
 		fprintf(f, "\n# %s%s\n%s%s = %s\n", k->help, k->flags & PKV_CONF_RELOAD ? " (SIGHUP reloads it)" : "",
 			*v ? "" : "# ", k->key, v);
+		for (unsigned j = 1; k->type == PKV_CONF_BACKEND_OPTION && j < cfg->n_backend_options; j++)
+			fprintf(f, "%s = %s\n", k->key, cfg->backend_options[j]);
 	}
 }
 

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#define PKV_CONF_MAX_BACKEND_OPTIONS 32
+
 struct pkv_config {
 	char socket_path[108];
 	mode_t socket_mode;
@@ -17,6 +19,9 @@ struct pkv_config {
 	char plugin_dir[4096];
 	char backend_varlen[256];       /* plugin spec: name (pkv_NAME.so in plugin_dir) or path */
 	char backend_decode[256];
+	/* backend_option = NAME.KEY=VALUE, repeatable: handed to the backend(s) NAME names */
+	char backend_options[PKV_CONF_MAX_BACKEND_OPTIONS][256];
+	unsigned n_backend_options;
 	uint64_t memory_budget;         /* bytes of KV cache for all pools */
 	unsigned worker_threads;        /* threads a backend's parallel_for uses */
 	int log_level;
@@ -54,6 +59,7 @@ enum pkv_conf_type {
 	PKV_CONF_UINT,
 	PKV_CONF_BOOL,
 	PKV_CONF_LOGLEVEL,
+	PKV_CONF_BACKEND_OPTION,  /* NAME.KEY=VALUE, repeatable: appended to backend_options */
 };
 
 enum {

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 #include <liburing.h>
 #include "cache/cache.h"
+#include "common/clock.h"
 #include "common/proto.h"
 #include "common/ring.h"
 #include "daemon/conf.h"
@@ -291,6 +292,5 @@ void loop_setup_fds(struct pkv_daemon *d);
 void loop_arm_session(struct pkv_daemon *d, struct session *s);
 int loop_over_uid_limit(const struct pkv_daemon *d, const struct session *s, char *why, size_t why_len);
 
-uint64_t pkv_now_ns(void);
 
 #endif

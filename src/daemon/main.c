@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/signalfd.h>
@@ -31,8 +32,10 @@ static void usage(FILE *f)
 		   "%-32s%s\n%32s%s\n", "  -c, --config FILE", "read `key = value` settings (flags override them;",
 		   "", "SIGHUP re-reads both)");
 	pkv_config_usage(f);
-	fprintf(f, "%-32s%s\n%-32s%s\n%-32s%s\n", "      --print-config", "print the settings in effect as a config file",
-		"  -h, --help", "this text", "  -V, --version", "print the version");
+	fprintf(f, "%-32s%s\n%-32s%s\n%-32s%s\n%-32s%s\n", "      --print-config",
+		"print the settings in effect as a config file", "      --list-backends",
+		"print the backends in the plugin dir, their caps and options", "  -h, --help", "this text",
+		"  -V, --version", "print the version");
 }
 
 /* What the first parse saw, for SIGHUP to parse again. */
@@ -40,9 +43,9 @@ static int g_argc;
 static char **g_argv;
 static const char *g_config;
 
-enum { OPT_PRINT_CONFIG = 1, OPT_KEY = 256 };
+enum { OPT_PRINT_CONFIG = 1, OPT_LIST_BACKENDS, OPT_KEY = 256 };
 
-static char g_flag_names[64][64];
+static char g_flag_names[96][64];
 
 /* getopt's tables, built from the settings table. */
 static void build_opts(struct option *lo, char *so)
@@ -67,6 +70,7 @@ static void build_opts(struct option *lo, char *so)
 	}
 	lo[n++] = (struct option){ "config", required_argument, NULL, 'c' };
 	lo[n++] = (struct option){ "print-config", no_argument, NULL, OPT_PRINT_CONFIG };
+	lo[n++] = (struct option){ "list-backends", no_argument, NULL, OPT_LIST_BACKENDS };
 	lo[n++] = (struct option){ "help", no_argument, NULL, 'h' };
 	lo[n++] = (struct option){ "version", no_argument, NULL, 'V' };
 	lo[n] = (struct option){ NULL, 0, NULL, 0 };
@@ -80,15 +84,45 @@ static int key_of_short(int c)
 	return -1;
 }
 
+/* --list-backends: every pkv_*.so in the plugin directory, described without init. Returns 1 (exit 0). */
+static int list_backends(const struct pkv_config *cfg)
+{
+	struct dirent **names;
+	char path[4352], err[512];
+	int i, n, found = 0;
+
+	n = scandir(cfg->plugin_dir, &names, NULL, alphasort);
+	if (n < 0) {
+		fprintf(stderr, "pagedkvd: cannot read plugin dir %s: %s\n", cfg->plugin_dir, strerror(errno));
+		return -1;
+	}
+	for (i = 0; i < n; i++) {
+		const char *f = names[i]->d_name;
+		size_t len = strlen(f);
+
+		if (!strncmp(f, "pkv_", 4) && len > 7 && !strcmp(f + len - 3, ".so")) {
+			snprintf(path, sizeof(path), "%s/%s", cfg->plugin_dir, f);
+			if (pkv_plugin_describe(path, stdout, err, sizeof(err)) < 0)
+				printf("  (not usable: %s)\n", err);
+			found++;
+		}
+		free(names[i]);
+	}
+	free(names);
+	if (!found)
+		printf("no backends (pkv_*.so) in %s\n", cfg->plugin_dir);
+	return 1;
+}
+
 /* Parses options twice: --config first, so that flags override the file. Returns 0, 1 (exit 0) or -1.
  * quiet: a SIGHUP re-parse, which prints nothing and acts on no --help. */
 static int parse_args(int argc, char **argv, struct pkv_config *cfg, int quiet)
 {
-	struct option lo[64 + 5];
-	char so[3 * 64 + 8], why[512], flag[80];
-	int c, idx, print = 0;
+	struct option lo[96 + 6];
+	char so[3 * 96 + 8], why[512], flag[80];
+	int c, idx, print = 0, list = 0;
 
-	if (pkv_conf_nkeys > 64) { /* g_flag_names and lo have room for 64 settings */
+	if (pkv_conf_nkeys > 96) { /* g_flag_names and lo have room for 96 settings */
 		fprintf(stderr, "pagedkvd: %zu settings; raise the option table sizes in main.c\n", pkv_conf_nkeys);
 		return -1;
 	}
@@ -119,6 +153,7 @@ static int parse_args(int argc, char **argv, struct pkv_config *cfg, int quiet)
 				continue;
 			switch (c) {
 			case OPT_PRINT_CONFIG: print = 1; continue;
+			case OPT_LIST_BACKENDS: list = 1; continue;
 			case 'h': usage(stdout); return 1;
 			case 'V': printf("pagedkvd %s (protocol %u)\n", PACKAGE_VERSION, PKV_PROTO_VERSION); return 1;
 			default: usage(stderr); return -1;
@@ -146,7 +181,7 @@ static int parse_args(int argc, char **argv, struct pkv_config *cfg, int quiet)
 		pkv_config_print(cfg, stdout);
 		return 1;
 	}
-	return 0;
+	return list ? list_backends(cfg) : 0;
 }
 
 /* SIGHUP: defaults, the config file and the flags again; the limits and the log level take effect at
@@ -384,11 +419,38 @@ static void explain_plugin_dir(const struct pkv_daemon *d)
 			"or a plugin file with --backend /path/to/pkv_NAME.so");
 }
 
-static int load_plugins(struct pkv_daemon *d)
+/* Loads one "lib" or "lib:backend" spec with the options that name it. */
+static int load_one(struct pkv_daemon *d, const char *spec, struct pkv_option_setting *opts, uint32_t n_opts,
+		    struct pkv_plugin *out, char *err, size_t err_len)
 {
-	char err[512];
+	struct pkv_dict_item items[PKV_CONF_MAX_BACKEND_OPTIONS];
+	char lib[sizeof(d->cfg.backend_varlen)], short_name[64];
+	const char *name;
+	struct pkv_dict dict;
 	int r;
 
+	if (pkv_backend_spec_split(spec, lib, sizeof(lib), &name))
+		return -ENAMETOOLONG;
+	pkv_spec_short_name(lib, short_name, sizeof(short_name));
+	r = pkv_options_select(opts, n_opts, short_name, name, items, PKV_CONF_MAX_BACKEND_OPTIONS, &dict);
+	if (r)
+		return r;
+	return pkv_plugin_load(lib, name, d->cfg.plugin_dir, &dict, d->host, out, err, err_len);
+}
+
+static int load_plugins(struct pkv_daemon *d)
+{
+	struct pkv_option_setting opts[PKV_CONF_MAX_BACKEND_OPTIONS];
+	char bufs[PKV_CONF_MAX_BACKEND_OPTIONS][sizeof(d->cfg.backend_options[0])];
+	char err[512];
+	uint32_t i, n = d->cfg.n_backend_options;
+	int r;
+
+	for (i = 0; i < n; i++)
+		if (pkv_option_parse(d->cfg.backend_options[i], bufs[i], sizeof(bufs[i]), &opts[i])) {
+			pkv_err("backend_option '%s' is not NAME.KEY=VALUE", d->cfg.backend_options[i]);
+			return -EINVAL;
+		}
 	r = pkv_host_create(d->cfg.worker_threads, d->cfg.log_level, &d->host);
 	if (r) {
 		pkv_err("cannot start the worker threads: %s", strerror(-r));
@@ -396,8 +458,7 @@ static int load_plugins(struct pkv_daemon *d)
 	}
 	pkv_host_set_log_sink(d->host, plugin_log, NULL);
 	use_build_plugins(d);
-	r = pkv_plugin_load(d->cfg.backend_varlen, NULL, d->cfg.plugin_dir, d->host, &d->plug_varlen,
-			    err, sizeof(err));
+	r = load_one(d, d->cfg.backend_varlen, opts, n, &d->plug_varlen, err, sizeof(err));
 	if (r) {
 		pkv_err("backend for varlen: %s", err);
 		explain_plugin_dir(d);
@@ -405,18 +466,32 @@ static int load_plugins(struct pkv_daemon *d)
 	}
 	d->same_plugin = !strcmp(d->cfg.backend_varlen, d->cfg.backend_decode);
 	if (!d->same_plugin) {
-		r = pkv_plugin_load(d->cfg.backend_decode, NULL, d->cfg.plugin_dir, d->host,
-				    &d->plug_decode, err, sizeof(err));
+		r = load_one(d, d->cfg.backend_decode, opts, n, &d->plug_decode, err, sizeof(err));
 		if (r) {
 			pkv_err("backend for decode: %s", err);
 			explain_plugin_dir(d);
-			pkv_plugin_unload(&d->plug_varlen);
-			return r;
+			goto err_varlen;
 		}
 	}
-	pkv_info("backends: varlen %s, decode %s", d->plug_varlen.path,
-		 d->same_plugin ? d->plug_varlen.path : d->plug_decode.path);
+	/* An option no loaded backend took is a typo in the name: say so rather than ignore it. */
+	for (i = 0; i < n; i++)
+		if (!opts[i].used) {
+			pkv_err("backend_option '%s': no loaded backend or library is called '%s'",
+				d->cfg.backend_options[i], opts[i].prefix);
+			r = -EINVAL;
+			goto err_decode;
+		}
+	pkv_info("backends: varlen %s (%s), decode %s (%s)", d->plug_varlen.path, d->plug_varlen.be->name,
+		 d->same_plugin ? d->plug_varlen.path : d->plug_decode.path,
+		 d->same_plugin ? d->plug_varlen.be->name : d->plug_decode.be->name);
 	return 0;
+
+err_decode:
+	if (!d->same_plugin)
+		pkv_plugin_unload(&d->plug_decode);
+err_varlen:
+	pkv_plugin_unload(&d->plug_varlen);
+	return r;
 }
 
 /* Forks into the background; the parent exits once the child is listening (ready_fd). */

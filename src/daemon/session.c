@@ -27,14 +27,6 @@
 #define MAX_REGION (64ull << 30)
 #define SQES_PER_SWEEP 64
 
-uint64_t pkv_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
-
 struct session *session_new(struct pkv_daemon *d, int sock)
 {
 	struct session *s = calloc(1, sizeof(*s));

@@ -104,13 +104,13 @@ int pkv_dispatch_open(struct pkv_dispatch *d, struct pkv_plugin *varlen, struct 
 	if (ret)
 		return ret;
 	/* A decode plugin that lacks the decode path would never be called: say so now. */
-	ret = pkv_plugin_check_pool(decode, pool, decode == varlen && !(varlen->be->caps.paths & PKV_PATH_DECODE) ?
+	ret = pkv_plugin_check_pool(decode, pool, decode == varlen && !(varlen->be->caps->paths & PKV_PATH_DECODE) ?
 				    PKV_PATH_VARLEN : PKV_PATH_DECODE, err, err_len);
 	if (ret)
 		return ret;
-	if (decode->be->caps.domain != varlen->be->caps.domain)
+	if (decode->be->caps->domain != varlen->be->caps->domain)
 		return bad(err, err_len, "%s and %s live in different memory domains (%u, %u) and cannot share a cache",
-			   varlen->path, decode->path, varlen->be->caps.domain, decode->be->caps.domain);
+			   varlen->path, decode->path, varlen->be->caps->domain, decode->be->caps->domain);
 	owner = varlen->be->cache_alloc ? varlen : decode->be->cache_alloc ? decode : NULL;
 	if (!owner)
 		return bad(err, err_len, "%s: no backend of this domain can allocate cache memory (cache_alloc)",
@@ -122,7 +122,7 @@ int pkv_dispatch_open(struct pkv_dispatch *d, struct pkv_plugin *varlen, struct 
 	if (ret)
 		return bad(err, err_len, "%s: cache_alloc failed: %s", owner->path, strerror(ret < 0 ? -ret : EIO)),
 		       ret < 0 ? ret : -EIO;
-	if (!d->mem.k_base || !d->mem.v_base || d->mem.domain != owner->be->caps.domain) {
+	if (!d->mem.k_base || !d->mem.v_base || d->mem.domain != owner->be->caps->domain) {
 		owner->be->cache_free(owner->ctx, &d->mem);
 		return bad(err, err_len, "%s: cache_alloc returned no memory or the wrong domain", owner->path);
 	}
@@ -152,7 +152,7 @@ int pkv_dispatch_attend(struct pkv_dispatch *d, const struct pkv_attn_batch *b)
 		return path;
 	if (b->act_dtype != d->pool.act_dtype)
 		return -EINVAL;
-	if (path == PKV_PATH_DECODE && (d->decode->be->caps.paths & PKV_PATH_DECODE)) {
+	if (path == PKV_PATH_DECODE && (d->decode->be->caps->paths & PKV_PATH_DECODE)) {
 		p = d->decode;
 		return p->be->attend_decode(p->ctx, &d->mem, b);
 	}

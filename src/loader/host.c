@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "loader/loader.h"
 
 #define MAX_THREADS 256u
@@ -56,13 +57,6 @@ struct worker_arg {
 /* Set on pool threads and inside parallel_for, so a nested call runs inline instead of deadlocking. */
 static _Thread_local int in_pool;
 
-static long long now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 static inline void cpu_relax(void)
 {
@@ -165,14 +159,14 @@ static void *worker_main(void *p)
 		uint32_t g = atomic_load_explicit(&h->gen, memory_order_acquire);
 
 		if (g == seen && !atomic_load(&h->stop)) {
-			long long until = now_ns() + SPIN_NS;
+			uint64_t until = pkv_now_ns() + SPIN_NS;
 			unsigned spins = 0;
 
 			/* Spin briefly: the next layer's call usually follows within microseconds. */
 			while ((g = atomic_load_explicit(&h->gen, memory_order_acquire)) == seen &&
 			       !atomic_load(&h->stop)) {
 				cpu_relax();
-				if ((++spins & 63) == 0 && now_ns() > until)
+				if ((++spins & 63) == 0 && pkv_now_ns() > until)
 					break;
 			}
 			if (g == seen) {
@@ -200,7 +194,7 @@ static void *worker_main(void *p)
 static int host_parallel_for(void *host, uint32_t n_tasks, pkv_task_fn fn, void *arg)
 {
 	struct pkv_host *h = host;
-	long long until;
+	uint64_t until;
 	uint32_t t;
 
 	if (!h || !fn)
@@ -229,11 +223,11 @@ static int host_parallel_for(void *host, uint32_t n_tasks, pkv_task_fn fn, void 
 	run_tasks(h, 0);
 
 	/* Wait for tasks other threads claimed; a worker that claimed none is not waited for. */
-	until = now_ns() + SPIN_NS;
+	until = pkv_now_ns() + SPIN_NS;
 	t = 0;
 	while (atomic_load_explicit(&h->done, memory_order_acquire) < n_tasks) {
 		cpu_relax();
-		if ((++t & 63) == 0 && now_ns() > until)
+		if ((++t & 63) == 0 && pkv_now_ns() > until)
 			break;
 	}
 	if (atomic_load_explicit(&h->done, memory_order_acquire) < n_tasks) {

@@ -4,6 +4,7 @@
 #define PKV_LOADER_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <pagedkv/backend.h>
 
 /*
@@ -29,7 +30,12 @@ void pkv_host_set_log_level(struct pkv_host *h, int level);
 /* One loaded and initialised backend. */
 struct pkv_plugin {
 	void *dl;                        /* dlopen handle */
-	const struct pkv_backend *be;    /* validated: version, size, required methods */
+	/*
+	 * The loader's own copy of the plugin's descriptor and caps, at this
+	 * host's struct sizes (min of sizes copied, the rest zero: see
+	 * backend.h), validated: version, size, required methods, caps.
+	 */
+	const struct pkv_backend *be;
 	void *ctx;                       /* from be->init */
 	char path[256];
 };
@@ -38,13 +44,51 @@ struct pkv_plugin {
  * Loads `spec` (a path containing '/', or a name looked up as
  * <plugin_dir>/pkv_<name>.so; plugin_dir NULL = $PAGEDKV_PLUGIN_DIR, else the
  * install's plugin directory), picks the backend called `backend_name`
- * within it (NULL = index 0), checks its ABI and calls init. On failure
- * returns -errno and writes "<file>: <reason>" into err: missing file,
- * missing symbol, unknown ABI version, too-small struct, missing required
- * method, incoherent caps, init failure.
+ * within it (NULL = index 0), checks its ABI and options and calls init
+ * with options (NULL = none). On failure returns -errno and writes
+ * "<file>: <reason>" into err: missing file, missing symbol, unknown ABI
+ * version, too-small struct, missing required method, incoherent caps,
+ * unknown option or a value of the wrong type, init failure.
  */
 int pkv_plugin_load(const char *spec, const char *backend_name, const char *plugin_dir,
-		    struct pkv_host *host, struct pkv_plugin *out, char *err, size_t err_len);
+		    const struct pkv_dict *options, struct pkv_host *host, struct pkv_plugin *out,
+		    char *err, size_t err_len);
+
+/*
+ * Splits a backend spec "lib:name" (pagedkvd --backend-decode cuda:decode)
+ * into the library part, written to lib, and the backend name (NULL when the
+ * spec has no ':'). -ENAMETOOLONG when lib_len is too small.
+ */
+int pkv_backend_spec_split(const char *spec, char *lib, size_t lib_len, const char **name);
+
+/*
+ * One "prefix.key=value" backend option from pagedkvd.conf or the command
+ * line. The prefix names the library (pkv_PREFIX.so, or the spec's name) or
+ * one backend in it; init sees only key and value.
+ */
+struct pkv_option_setting {
+	const char *prefix;
+	struct pkv_dict_item item;
+	int used;  /* set by pkv_options_select when a loaded backend took it */
+};
+
+/* Splits text into *out, pointing into buf (a copy of text). -EINVAL unless "prefix.key=value". */
+int pkv_option_parse(const char *text, char *buf, size_t buf_len, struct pkv_option_setting *out);
+/* The name options use for a spec: "cpu" for cpu, cpu:cpu and /x/pkv_cpu.so. */
+void pkv_spec_short_name(const char *spec, char *out, size_t len);
+/*
+ * The settings whose prefix is lib or backend (may be NULL), as a dictionary
+ * for pkv_plugin_load over items[max]; marks them used. -E2BIG past max.
+ */
+int pkv_options_select(struct pkv_option_setting *all, uint32_t n, const char *lib, const char *backend,
+		       struct pkv_dict_item *items, uint32_t max, struct pkv_dict *out);
+
+/*
+ * Prints every backend the library at path offers, with its description,
+ * caps and options (pagedkvd --list-backends), without calling init.
+ * Returns the number of backends, or -errno and the reason in err.
+ */
+int pkv_plugin_describe(const char *path, FILE *out, char *err, size_t err_len);
 void pkv_plugin_unload(struct pkv_plugin *p);
 
 /* Whether the plugin can serve this pool on `path` (PKV_PATH_*); else -EINVAL and why. */

@@ -407,7 +407,7 @@ static int run_threads(const char *plugin, uint32_t threads, struct result *res,
 	ret = pkv_host_create(threads, PKV_LOG_WARN, &host);
 	if (ret)
 		return ret;
-	ret = pkv_plugin_load(plugin, NULL, NULL, host, &plug, err, sizeof(err));
+	ret = pkv_plugin_load(plugin, NULL, NULL, NULL, host, &plug, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "pkv-bench attn: %s\n", err);
 		pkv_host_destroy(host);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 #include "cache/cache_int.h"
+#include "common/clock.h"
 
 #define BLOCK 16
 #define PROMPT 1000
@@ -18,15 +19,6 @@ static int commit(struct pkv_cache *c, struct pkv_step *st)
 		pkv_cache_step_layer_done(st, l);
 	return pkv_cache_step_commit(c, st);
 }
-
-static double now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
 static int cmp_d(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -61,7 +53,7 @@ static double bench_alloc_free(struct pkv_cache *c)
 {
 	enum { BATCH = 64, ROUNDS = 20000 };
 	int32_t b[BATCH];
-	double t0 = now_ns();
+	double t0 = (double)pkv_now_ns();
 
 	for (int r = 0; r < ROUNDS; r++) {
 		for (int i = 0; i < BATCH; i++)
@@ -69,7 +61,7 @@ static double bench_alloc_free(struct pkv_cache *c)
 		for (int i = BATCH; i-- > 0;)
 			pkv_blk_decref(c, b[i]);
 	}
-	return (now_ns() - t0) / ((double)ROUNDS * BATCH);
+	return ((double)pkv_now_ns() - t0) / ((double)ROUNDS * BATCH);
 }
 
 /* Reference for the same pattern: malloc/free of a 64-byte object. */
@@ -77,7 +69,7 @@ static double bench_malloc_free(void)
 {
 	enum { BATCH = 64, ROUNDS = 20000 };
 	void *volatile p[BATCH];
-	double t0 = now_ns();
+	double t0 = (double)pkv_now_ns();
 
 	for (int r = 0; r < ROUNDS; r++) {
 		for (int i = 0; i < BATCH; i++)
@@ -85,7 +77,7 @@ static double bench_malloc_free(void)
 		for (int i = BATCH; i-- > 0;)
 			free(p[i]);
 	}
-	return (now_ns() - t0) / ((double)ROUNDS * BATCH);
+	return ((double)pkv_now_ns() - t0) / ((double)ROUNDS * BATCH);
 }
 
 /*
@@ -115,7 +107,7 @@ static double bench_step(struct pkv_cache *c, int decode)
 		for (int i = 0; i < n; i++)
 			pkv_cache_seq_truncate(c, 1, seq[i], 0);
 		pkv_cache_flush(c);
-		t0 = now_ns();
+		t0 = (double)pkv_now_ns();
 		if (decode) {
 			for (int s = 0; s < STEPS; s++) {
 				for (int i = 0; i < NSEQ; i++) {
@@ -135,7 +127,7 @@ static double bench_step(struct pkv_cache *c, int decode)
 			}
 			tokens += (uint64_t)n * PREFILL;
 		}
-		t += now_ns() - t0;
+		t += (double)pkv_now_ns() - t0;
 	}
 	for (int i = 0; i < n; i++)
 		pkv_cache_seq_close(c, 1, seq[i]);
@@ -164,7 +156,7 @@ static double bench_lookup(struct pkv_cache *c, int hit)
 			return -1;
 		pkv_cache_seq_close(c, 2, s);
 	}
-	t0 = now_ns();
+	t0 = (double)pkv_now_ns();
 	for (int i = 0; i < ITERS; i++) {
 		if (pkv_cache_seq_open(c, 2, ns, tok[i], PROMPT, &s, &nc))
 			return -1;
@@ -172,7 +164,7 @@ static double bench_lookup(struct pkv_cache *c, int hit)
 			return -1;
 		pkv_cache_seq_close(c, 2, s);
 	}
-	return (double)ITERS * PROMPT / ((now_ns() - t0) / 1e9);
+	return (double)ITERS * PROMPT / (((double)pkv_now_ns() - t0) / 1e9);
 }
 
 /* Reference: XXH3-128 over the same 1000 tokens, one 16-token block at a time, nothing else. */
@@ -184,14 +176,14 @@ static double bench_hash_only(void)
 	double t0;
 
 	prompt(tok, PROMPT, 7);
-	t0 = now_ns();
+	t0 = (double)pkv_now_ns();
 	for (int i = 0; i < ITERS; i++) {
 		tok[0] = i;   /* a different prompt each time, so nothing can be hoisted */
 		for (int b = 0; b + BLOCK <= PROMPT; b += BLOCK)
 			k = pkv_block_key(k, ns, tok + b, BLOCK);
 		__asm__ volatile("" : : "r"(k.lo), "r"(k.hi) : "memory");
 	}
-	return (double)ITERS * PROMPT / ((now_ns() - t0) / 1e9);
+	return (double)ITERS * PROMPT / (((double)pkv_now_ns() - t0) / 1e9);
 }
 
 int main(int argc, char **argv)

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
+#include "common/clock.h"
 #include "loader/loader.h"
 
 /* SmolLM2-135M attention shape. */
@@ -34,14 +35,6 @@ struct opts {
 	const char *daemon_args[8]; /* extra pagedkvd arguments for private daemons */
 	int n_daemon_args;
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -239,9 +232,9 @@ static int bench_noop(const char *sock, const struct opts *o, struct results *re
 	for (size_t i = 0; i < 2000; i++)
 		pkv_nop(c);
 	for (size_t i = 0; i < n_hot && !r; i++) {
-		t0 = now_ns();
+		t0 = pkv_now_ns();
 		r = pkv_nop(c);
-		v[i] = now_ns() - t0;
+		v[i] = pkv_now_ns() - t0;
 	}
 	res->noop_hot_p99 = pct(v, n_hot, 0.99);
 	res->noop_hot_p50 = pct(v, n_hot, 0.50);
@@ -250,13 +243,13 @@ static int bench_noop(const char *sock, const struct opts *o, struct results *re
 		struct timespec ts = { 0, 2000000 };
 
 		nanosleep(&ts, NULL);
-		t0 = now_ns();
+		t0 = pkv_now_ns();
 		r = pkv_nop(c);
-		v[i] = now_ns() - t0;
+		v[i] = pkv_now_ns() - t0;
 	}
 	res->noop_cold_p50 = pct(v, n_cold, 0.50);
 	/* Throughput with batching: 64 in flight per batch. */
-	t0 = now_ns();
+	t0 = pkv_now_ns();
 	for (long done = 0; done < total && !r; done += 64) {
 		uint64_t tk[64];
 
@@ -265,7 +258,7 @@ static int bench_noop(const char *sock, const struct opts *o, struct results *re
 		for (int i = 0; i < 64 && !r; i++)
 			r = pkv_wait(c, tk[i]);
 	}
-	res->noop_ops = (double)total / ((double)(now_ns() - t0) / 1e9);
+	res->noop_ops = (double)total / ((double)(pkv_now_ns() - t0) / 1e9);
 	pkv_disconnect(c);
 	free(v);
 	return r;
@@ -292,22 +285,22 @@ static int bench_attend(const char *sock, const struct opts *o, struct results *
 	for (size_t i = 0; i < 200 && !r; i++)
 		r = pkv_attend(c, 0, t.q, t.k, t.v, t.o);
 	for (size_t i = 0; i < n && !r; i++) {
-		t0 = now_ns();
+		t0 = pkv_now_ns();
 		r = pkv_attend(c, (uint32_t)(i % L), t.q, t.k, t.v, t.o);
-		v[i] = now_ns() - t0;
+		v[i] = pkv_now_ns() - t0;
 	}
 	if (!r)
 		r = pkv_step_abort(c);
 	res->attend_hot_p50 = pct(v, n, 0.5);
 	/* Full 30-layer decode steps at ctx 128, opened and aborted so the context stays 128. */
 	for (size_t s = 0; s < steps && !r; s++) {
-		t0 = now_ns();
+		t0 = pkv_now_ns();
 		r = pkv_step_begin(c, &seq, &one, &tok, 1);
 		for (uint32_t l = 0; l < L && !r; l++)
 			r = pkv_attend(c, l, t.q, t.k, t.v, t.o);
 		if (!r)
 			r = pkv_step_abort(c);
-		sv[s] = now_ns() - t0;
+		sv[s] = pkv_now_ns() - t0;
 	}
 	res->step_daemon_us = (double)pct(sv, steps, 0.5) / 1000.0;
 	if (r)
@@ -342,7 +335,7 @@ static int bench_inproc(const struct opts *o, struct results *res)
 	r = pkv_host_create((unsigned)atoi(o->workers), PKV_LOG_ERROR, &host);
 	if (r)
 		return r;
-	r = pkv_plugin_load("cpu", NULL, o->plugin_dir, host, &plug, err, sizeof(err));
+	r = pkv_plugin_load("cpu", NULL, o->plugin_dir, NULL, host, &plug, err, sizeof(err));
 	if (r) {
 		fprintf(stderr, "pkv-bench ipc: in-process reference: %s\n", err);
 		pkv_host_destroy(host);
@@ -379,13 +372,13 @@ static int bench_inproc(const struct opts *o, struct results *res)
 	for (int w = 0; w < 20 && !r; w++)
 		r = pkv_dispatch_attend(&d, &b);
 	for (size_t s = 0; s < steps && !r; s++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = pkv_now_ns();
 
 		for (uint32_t l = 0; l < L && !r; l++) {
 			b.layer = l;
 			r = pkv_dispatch_attend(&d, &b);
 		}
-		sv[s] = now_ns() - t0;
+		sv[s] = pkv_now_ns() - t0;
 	}
 	res->step_inproc_us = (double)pct(sv, steps, 0.5) / 1000.0;
 	pkv_dispatch_close(&d);
@@ -441,14 +434,14 @@ static double decode_clients(const char *sock, int n_clients, int steps)
 	for (int i = 0; i < n_clients; i++)
 		if (read(done[0], &ch, 1) != 1 || ch != 'r')
 			goto fail;
-	t0 = now_ns();
+	t0 = pkv_now_ns();
 	for (int i = 0; i < n_clients; i++)
 		if (write(go[1], "g", 1) != 1)
 			goto fail;
 	for (int i = 0; i < n_clients; i++)
 		if (read(done[0], &ch, 1) != 1 || ch != 'd')
 			goto fail;
-	t1 = now_ns();
+	t1 = pkv_now_ns();
 	for (int i = 0; i < n_clients; i++)
 		waitpid(pids[i], NULL, 0);
 	close(go[0]);

@@ -28,7 +28,7 @@ static void setup(void)
 
 	snprintf(path, sizeof(path), "%s/plugins/cpu/.libs/pkv_cpu.so", top ? top : ".");
 	ck_assert_int_eq(pkv_host_create(2, PKV_LOG_ERROR, &host), 0);
-	ck_assert_msg(pkv_plugin_load(path, "cpu", NULL, host, &plug, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(pkv_plugin_load(path, "cpu", NULL, NULL, host, &plug, err, sizeof(err)) == 0, "%s", err);
 	memset(&mem, 0, sizeof(mem));
 	mem.abi_version = PKV_BACKEND_ABI_VERSION;
 	mem.struct_size = sizeof(mem);

@@ -39,7 +39,7 @@ static int refuse(const char *variant, const char *reason)
 {
 	struct pkv_plugin p;
 	const char *path = toy(variant);
-	int ret = pkv_plugin_load(path, NULL, NULL, host, &p, err, sizeof(err));
+	int ret = pkv_plugin_load(path, NULL, NULL, NULL, host, &p, err, sizeof(err));
 
 	ck_assert_int_lt(ret, 0);
 	ck_assert_msg(strstr(err, path) == err, "error does not start with the file: %s", err);
@@ -61,7 +61,7 @@ static struct pkv_pool_desc pool_desc(uint32_t head_dim, uint32_t dtype)
 START_TEST(missing_file)
 {
 	struct pkv_plugin p;
-	int ret = pkv_plugin_load("/nonexistent/dir/pkv_x.so", NULL, NULL, host, &p, err, sizeof(err));
+	int ret = pkv_plugin_load("/nonexistent/dir/pkv_x.so", NULL, NULL, NULL, host, &p, err, sizeof(err));
 
 	ck_assert_int_eq(ret, -ENOENT);
 	ck_assert_ptr_nonnull(strstr(err, "/nonexistent/dir/pkv_x.so: cannot open plugin"));
@@ -71,7 +71,7 @@ END_TEST
 START_TEST(name_resolves_in_plugin_dir)
 {
 	struct pkv_plugin p;
-	int ret = pkv_plugin_load("nosuch", NULL, "/opt/somewhere", host, &p, err, sizeof(err));
+	int ret = pkv_plugin_load("nosuch", NULL, "/opt/somewhere", NULL, host, &p, err, sizeof(err));
 
 	ck_assert_int_eq(ret, -ENOENT);
 	ck_assert_ptr_nonnull(strstr(err, "/opt/somewhere/pkv_nosuch.so"));
@@ -90,7 +90,7 @@ START_TEST(not_a_shared_object)
 	ck_assert_ptr_nonnull(f);
 	fputs("this is text, not ELF\n", f);
 	fclose(f);
-	ck_assert_int_lt(pkv_plugin_load(path, NULL, NULL, host, &p, err, sizeof(err)), 0);
+	ck_assert_int_lt(pkv_plugin_load(path, NULL, NULL, NULL, host, &p, err, sizeof(err)), 0);
 	ck_assert_msg(strstr(err, path) == err && strstr(err, "cannot load"), "%s", err);
 	remove(path);
 }
@@ -136,7 +136,7 @@ START_TEST(unknown_backend_name)
 {
 	struct pkv_plugin p;
 
-	ck_assert_int_eq(pkv_plugin_load(toy("good"), "nope", NULL, host, &p, err, sizeof(err)), -ENOENT);
+	ck_assert_int_eq(pkv_plugin_load(toy("good"), "nope", NULL, NULL, host, &p, err, sizeof(err)), -ENOENT);
 	ck_assert_ptr_nonnull(strstr(err, "no backend named 'nope'"));
 }
 END_TEST
@@ -147,7 +147,7 @@ START_TEST(caps_cannot_serve)
 	struct pkv_pool_desc pool = pool_desc(64, PKV_DTYPE_F32);
 	struct pkv_dispatch d;
 
-	ck_assert_int_eq(pkv_plugin_load(toy("narrow"), NULL, NULL, host, &p, err, sizeof(err)), 0);
+	ck_assert_int_eq(pkv_plugin_load(toy("narrow"), NULL, NULL, NULL, host, &p, err, sizeof(err)), 0);
 	ck_assert_int_eq(pkv_plugin_check_pool(&p, &pool, PKV_PATH_VARLEN, err, sizeof(err)), -EINVAL);
 	ck_assert_msg(strstr(err, p.path) == err && strstr(err, "head_dim 64"), "%s", err);
 	pool = pool_desc(32, PKV_DTYPE_BF16);
@@ -199,7 +199,8 @@ static void make_batch(struct batch_buf *bb, int n, const int *sq, const int *sk
 	};
 }
 
-START_TEST(dispatch_picks_path)
+/* Loads a toy variant and checks dispatch sends decode and mixed batches to the right method. */
+static void run_both_paths(const char *variant)
 {
 	int (*counts)(void *, int *, int *, int *);
 	struct pkv_pool_desc pool = pool_desc(64, PKV_DTYPE_F32);
@@ -211,7 +212,7 @@ START_TEST(dispatch_picks_path)
 	const int sq_mix[] = { 1, 3 }, sk_mix[] = { 5, 7 };
 
 	ck_assert_ptr_nonnull(bb);
-	ck_assert_int_eq(pkv_plugin_load(toy("good"), "toy", NULL, host, &p, err, sizeof(err)), 0);
+	ck_assert_msg(pkv_plugin_load(toy(variant), "toy", NULL, NULL, host, &p, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_int_eq(pkv_dispatch_open(&d, &p, &p, &pool, err, sizeof(err)), 0);
 	*(void **)&counts = dlsym(p.dl, "pkv_toy_counts");
 	ck_assert_ptr_nonnull(counts);
@@ -232,6 +233,106 @@ START_TEST(dispatch_picks_path)
 	pkv_plugin_unload(&p);
 	free(bb);
 }
+
+START_TEST(dispatch_picks_path)
+{
+	run_both_paths("good");
+}
+END_TEST
+
+/*
+ * A plugin built against an older, smaller version 1 (caps without
+ * features, no cache_read) loads and serves; the loader's copy reads the
+ * missing parts as 0 and NULL, never as what follows in the plugin's memory.
+ */
+START_TEST(abi_older_plugin)
+{
+	struct pkv_plugin p;
+
+	ck_assert_msg(pkv_plugin_load(toy("abiold"), NULL, NULL, NULL, host, &p, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(p.be->struct_size, sizeof(struct pkv_backend));
+	ck_assert_uint_eq(p.be->caps->struct_size, sizeof(struct pkv_backend_caps));
+	ck_assert_uint_eq(p.be->caps->features, 0);
+	ck_assert_ptr_null(p.be->cache_read);
+	ck_assert_uint_eq(p.be->caps->block_size_max, 1024);
+	pkv_plugin_unload(&p);
+	run_both_paths("abiold");
+}
+END_TEST
+
+/* One built against a newer, larger version 1 (a cap and a method appended): what is unknown is ignored. */
+START_TEST(abi_newer_plugin)
+{
+	struct pkv_plugin p;
+
+	ck_assert_msg(pkv_plugin_load(toy("abinew"), NULL, NULL, NULL, host, &p, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(p.be->struct_size, sizeof(struct pkv_backend));
+	ck_assert_uint_eq(p.be->caps->features, PKV_FEAT_WINDOW);
+	ck_assert_uint_eq(p.be->caps->block_size_max, 1024);
+	pkv_plugin_unload(&p);
+	run_both_paths("abinew");
+}
+END_TEST
+
+/* Options reach init when listed and well typed, and are refused with a reason otherwise. */
+START_TEST(options_checked_and_passed)
+{
+	long (*level)(void *);
+	struct pkv_dict_item it[2] = { { "level", "42" }, { "loud", "yes" } };
+	struct pkv_dict d = { .n_items = 2, .items = it };
+	struct pkv_plugin p;
+
+	ck_assert_msg(pkv_plugin_load(toy("good"), NULL, NULL, &d, host, &p, err, sizeof(err)) == 0, "%s", err);
+	*(void **)&level = dlsym(p.dl, "pkv_toy_level");
+	ck_assert_ptr_nonnull(level);
+	ck_assert_int_eq(level(p.ctx), 42);
+	pkv_plugin_unload(&p);
+	ck_assert_int_eq(pkv_plugin_load(toy("good"), NULL, NULL, NULL, host, &p, err, sizeof(err)), 0);
+	ck_assert_int_eq(level(p.ctx), 7); /* the default, with no dictionary at all */
+	pkv_plugin_unload(&p);
+
+	it[0].value = "4x2";
+	ck_assert_int_eq(pkv_plugin_load(toy("good"), NULL, NULL, &d, host, &p, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "'level' wants an integer, not '4x2'"), "%s", err);
+	it[0].value = "1";
+	it[1].value = "maybe";
+	ck_assert_int_eq(pkv_plugin_load(toy("good"), NULL, NULL, &d, host, &p, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "'loud' wants a boolean"), "%s", err);
+	it[1].key = "volume";
+	ck_assert_int_eq(pkv_plugin_load(toy("good"), NULL, NULL, &d, host, &p, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "has no option 'volume'"), "%s", err);
+}
+END_TEST
+
+/* --list-backends: every backend with its caps and options; nothing is initialised. */
+START_TEST(describe_lists_options)
+{
+	char buf[4096] = "";
+	FILE *f = fmemopen(buf, sizeof(buf) - 1, "w");
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(pkv_plugin_describe(toy("initfail"), f, err, sizeof(err)), 1);
+	fclose(f);
+	ck_assert_msg(strstr(buf, "toy: loader test backend"), "%s", buf);
+	ck_assert_msg(strstr(buf, "option toy.level (int, default 7)"), "%s", buf);
+	ck_assert_msg(strstr(buf, "paths: varlen decode"), "%s", buf);
+	ck_assert_int_lt(pkv_plugin_describe(toy("badabi"), stdout, err, sizeof(err)), 0);
+}
+END_TEST
+
+START_TEST(spec_split)
+{
+	char lib[16];
+	const char *name;
+
+	ck_assert_int_eq(pkv_backend_spec_split("cuda:decode", lib, sizeof(lib), &name), 0);
+	ck_assert_str_eq(lib, "cuda");
+	ck_assert_str_eq(name, "decode");
+	ck_assert_int_eq(pkv_backend_spec_split("/x/pkv_cpu.so", lib, sizeof(lib), &name), 0);
+	ck_assert_ptr_null(name);
+	ck_assert_int_eq(pkv_backend_spec_split("a-very-long-library-name:x", lib, sizeof(lib), &name),
+			 -ENAMETOOLONG);
+}
 END_TEST
 
 START_TEST(dispatch_refuses_bad_batch)
@@ -244,7 +345,7 @@ START_TEST(dispatch_refuses_bad_batch)
 	const int sq[] = { 2, 3 }, sk[] = { 5, 7 };
 
 	ck_assert_ptr_nonnull(bb);
-	ck_assert_int_eq(pkv_plugin_load(toy("good"), NULL, NULL, host, &p, err, sizeof(err)), 0);
+	ck_assert_int_eq(pkv_plugin_load(toy("good"), NULL, NULL, NULL, host, &p, err, sizeof(err)), 0);
 	ck_assert_int_eq(pkv_dispatch_open(&d, &p, NULL, &pool, err, sizeof(err)), 0);
 
 	make_batch(bb, 2, sq, sk);
@@ -295,6 +396,14 @@ static Suite *loader_suite(void)
 	tcase_add_test(tc, missing_path_method);
 	tcase_add_test(tc, unknown_backend_name);
 	tcase_add_test(tc, caps_cannot_serve);
+	tcase_add_test(tc, options_checked_and_passed);
+	tcase_add_test(tc, describe_lists_options);
+	tcase_add_test(tc, spec_split);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("abi");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, abi_older_plugin);
+	tcase_add_test(tc, abi_newer_plugin);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("dispatch");
 	tcase_add_checked_fixture(tc, setup, teardown);

@@ -12,7 +12,9 @@ check_LTLIBRARIES += \
 	tests/backend/pkv_toy_noinit.la \
 	tests/backend/pkv_toy_initfail.la \
 	tests/backend/pkv_toy_nodecode.la \
-	tests/backend/pkv_toy_narrow.la
+	tests/backend/pkv_toy_narrow.la \
+	tests/backend/pkv_toy_abiold.la \
+	tests/backend/pkv_toy_abinew.la
 tests_backend_pkv_toy_good_la_SOURCES = tests/backend/test_plugin.c
 tests_backend_pkv_toy_good_la_LDFLAGS = $(TOY_LDFLAGS)
 tests_backend_pkv_toy_nosym_la_SOURCES = tests/backend/test_plugin.c
@@ -36,6 +38,13 @@ tests_backend_pkv_toy_nodecode_la_LDFLAGS = $(TOY_LDFLAGS)
 tests_backend_pkv_toy_narrow_la_SOURCES = tests/backend/test_plugin.c
 tests_backend_pkv_toy_narrow_la_CPPFLAGS = $(AM_CPPFLAGS) -DDEFECT_NARROW_CAPS
 tests_backend_pkv_toy_narrow_la_LDFLAGS = $(TOY_LDFLAGS)
+# The same toy built against an older, smaller and a newer, larger struct layout.
+tests_backend_pkv_toy_abiold_la_SOURCES = tests/backend/test_plugin.c
+tests_backend_pkv_toy_abiold_la_CPPFLAGS = $(AM_CPPFLAGS) -DLAYOUT_OLD
+tests_backend_pkv_toy_abiold_la_LDFLAGS = $(TOY_LDFLAGS)
+tests_backend_pkv_toy_abinew_la_SOURCES = tests/backend/test_plugin.c
+tests_backend_pkv_toy_abinew_la_CPPFLAGS = $(AM_CPPFLAGS) -DLAYOUT_NEW
+tests_backend_pkv_toy_abinew_la_LDFLAGS = $(TOY_LDFLAGS)
 
 check_PROGRAMS += tests/backend/check_loader tests/backend/check_host tests/backend/check_cpu
 TESTS += tests/backend/check_loader tests/backend/check_host tests/backend/check_cpu
@@ -49,14 +58,12 @@ tests_backend_check_cpu_SOURCES = tests/backend/check_cpu.c
 tests_backend_check_cpu_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_backend_check_cpu_LDADD = src/loader/libpkvloader.la $(CHECK_LIBS)
 
-# The conformance runner: plain C against the loader sources only (no Check,
-# no liburing), so a plugin author can build it with cc alone.
-check_PROGRAMS += tests/backend/pkv-conformance
-tests_backend_pkv_conformance_SOURCES = tests/backend/conformance.c
-tests_backend_pkv_conformance_LDADD = src/loader/libpkvloader.la $(LIBM)
-# make check runs it on the CPU plugin, once per kernel variant.
+# make check runs pkv-conformance (src/conformance) on the CPU plugin, once per kernel variant.
 TESTS += tests/backend/conformance-cpu tests/backend/conformance-cpu-fill
 dist_check_SCRIPTS += tests/backend/conformance-cpu tests/backend/conformance-cpu-fill
 # Its exit status after a bail-out (toy plugins whose load or init fails).
 TESTS += tests/backend/conformance-exit
 dist_check_SCRIPTS += tests/backend/conformance-exit
+# pagedkvd's backend options and --list-backends, end to end.
+TESTS += tests/backend/daemon-options
+dist_check_SCRIPTS += tests/backend/daemon-options

@@ -9,13 +9,62 @@
 struct toy {
 	const struct pkv_host_api *host;
 	int varlen_calls, decode_calls, copy_calls;
+	long level; /* the "level" option init got */
 };
+
+/*
+ * LAYOUT_OLD and LAYOUT_NEW build this toy against its own copies of the
+ * growable structs instead of backend.h's: an older, smaller version 1
+ * (caps without features, the backend ending at unregister_host) and a
+ * newer, larger one (a field and a method appended to each). The loader
+ * must load both and run them (check_loader: abi_*).
+ */
+#if defined(LAYOUT_OLD) || defined(LAYOUT_NEW)
+struct toy_caps_layout {
+	uint32_t abi_version, struct_size, paths, domain, cache_dtypes, act_dtypes;
+	uint32_t head_dim_min, head_dim_max, head_dim_multiple;
+	uint32_t block_size_min, block_size_max, block_size_multiple;
+	uint32_t max_gqa_ratio;
+#ifdef LAYOUT_NEW
+	uint32_t features;
+	uint32_t from_the_future; /* a cap this host has never heard of */
+#endif
+};
+
+struct toy_backend_layout {
+	uint32_t abi_version, struct_size;
+	const char *name, *description;
+	const struct toy_caps_layout *caps;
+	const struct pkv_option *options;
+	int (*init)(const struct pkv_host_api *host, const struct pkv_dict *options, void **ctx);
+	void (*fini)(void *ctx);
+	int (*cache_alloc)(void *ctx, const struct pkv_pool_desc *pool, struct pkv_cache_mem *mem);
+	void (*cache_free)(void *ctx, struct pkv_cache_mem *mem);
+	int (*attend_varlen)(void *ctx, const struct pkv_cache_mem *mem, const struct pkv_attn_batch *b);
+	int (*attend_decode)(void *ctx, const struct pkv_cache_mem *mem, const struct pkv_attn_batch *b);
+	int (*copy_blocks)(void *ctx, const struct pkv_cache_mem *mem, const struct pkv_block_copy *c, uint32_t n);
+	int (*sync)(void *ctx);
+	int (*register_host)(void *ctx, void *ptr, size_t len);
+	int (*unregister_host)(void *ctx, void *ptr);
+#ifdef LAYOUT_NEW
+	int (*cache_read)(void *ctx, const struct pkv_cache_mem *mem, uint32_t kv, size_t off, void *dst, size_t len);
+	int (*method_from_the_future)(void *ctx);
+#endif
+};
+#define TOY_CAPS_T struct toy_caps_layout
+#define TOY_BACKEND_T struct toy_backend_layout
+#else
+#define TOY_CAPS_T struct pkv_backend_caps
+#define TOY_BACKEND_T struct pkv_backend
+#endif
 
 int pkv_backend_enum(uint32_t index, const struct pkv_backend **out);
 int pkv_toy_counts(void *ctx, int *varlen, int *decode, int *copy);
 
-__attribute__((unused)) static int toy_init(const struct pkv_host_api *host, void **ctx)
+__attribute__((unused)) static int toy_init(const struct pkv_host_api *host, const struct pkv_dict *options,
+					    void **ctx)
 {
+	const char *level = pkv_dict_get(options, "level");
 	struct toy *t;
 
 #ifdef DEFECT_INIT_FAILS
@@ -25,6 +74,7 @@ __attribute__((unused)) static int toy_init(const struct pkv_host_api *host, voi
 	if (!t)
 		return -ENOMEM;
 	t->host = host;
+	t->level = strtol(level ? level : "7", NULL, 10);
 	*ctx = t;
 	return 0;
 }
@@ -89,7 +139,49 @@ __attribute__((visibility("default"))) int pkv_toy_counts(void *ctx, int *varlen
 	return 0;
 }
 
-static const struct pkv_backend toy = {
+/* Not part of the ABI either: the value of the "level" option init saw. */
+__attribute__((visibility("default"))) long pkv_toy_level(void *ctx);
+__attribute__((visibility("default"))) long pkv_toy_level(void *ctx)
+{
+	return ((struct toy *)ctx)->level;
+}
+
+#ifdef LAYOUT_NEW
+static int toy_future(void *ctx)
+{
+	(void)ctx;
+	return -EIO;
+}
+#endif
+
+static const struct pkv_option toy_options[] = {
+	{ .name = "level", .type = PKV_OPT_INT, .def = "7", .help = "a number init keeps" },
+	{ .name = "loud", .type = PKV_OPT_BOOL, .def = "no", .help = "ignored" },
+	{ .name = NULL },
+};
+
+static const TOY_CAPS_T toy_caps = {
+	.abi_version = PKV_BACKEND_ABI_VERSION,
+	.struct_size = sizeof(TOY_CAPS_T),
+	.paths = PKV_PATH_VARLEN | PKV_PATH_DECODE,
+	.domain = PKV_DOMAIN_HOST,
+#ifdef DEFECT_NARROW_CAPS
+	/* Loads fine, but can serve only f32 caches of head_dim 32. */
+	.cache_dtypes = PKV_DTYPE_BIT(PKV_DTYPE_F32),
+	.head_dim_min = 32, .head_dim_max = 32, .head_dim_multiple = 32,
+#else
+	.cache_dtypes = 7,
+	.head_dim_min = 8, .head_dim_max = 256, .head_dim_multiple = 8,
+#endif
+	.act_dtypes = 7,
+	.block_size_min = 1, .block_size_max = 1024, .block_size_multiple = 1,
+#ifdef LAYOUT_NEW
+	.features = PKV_FEAT_WINDOW,
+	.from_the_future = 0xdeadbeef,
+#endif
+};
+
+static const TOY_BACKEND_T toy = {
 #ifdef DEFECT_BAD_ABI
 	.abi_version = 99,
 #else
@@ -98,26 +190,12 @@ static const struct pkv_backend toy = {
 #ifdef DEFECT_SMALL_STRUCT
 	.struct_size = 16,
 #else
-	.struct_size = sizeof(struct pkv_backend),
+	.struct_size = sizeof(TOY_BACKEND_T),
 #endif
 	.name = "toy",
 	.description = "loader test backend",
-	.caps = {
-		.abi_version = PKV_BACKEND_ABI_VERSION,
-		.struct_size = sizeof(struct pkv_backend_caps),
-		.paths = PKV_PATH_VARLEN | PKV_PATH_DECODE,
-		.domain = PKV_DOMAIN_HOST,
-#ifdef DEFECT_NARROW_CAPS
-		/* Loads fine, but can serve only f32 caches of head_dim 32. */
-		.cache_dtypes = PKV_DTYPE_BIT(PKV_DTYPE_F32),
-		.head_dim_min = 32, .head_dim_max = 32, .head_dim_multiple = 32,
-#else
-		.cache_dtypes = 7,
-		.head_dim_min = 8, .head_dim_max = 256, .head_dim_multiple = 8,
-#endif
-		.act_dtypes = 7,
-		.block_size_min = 1, .block_size_max = 1024, .block_size_multiple = 1,
-	},
+	.caps = &toy_caps,
+	.options = toy_options,
 #ifdef DEFECT_NULL_INIT
 	.init = NULL,
 #else
@@ -133,6 +211,9 @@ static const struct pkv_backend toy = {
 	.attend_decode = toy_decode,
 #endif
 	.copy_blocks = toy_copy,
+#ifdef LAYOUT_NEW
+	.method_from_the_future = toy_future,
+#endif
 };
 
 #ifdef DEFECT_NO_SYMBOL
@@ -145,6 +226,6 @@ __attribute__((visibility("default"))) int pkv_backend_enum(uint32_t index, cons
 {
 	if (index > 0)
 		return -ENOENT;
-	*out = &toy;
+	*out = (const struct pkv_backend *)&toy;
 	return 0;
 }

@@ -280,7 +280,7 @@ END_TEST
 START_TEST(test_stats_report_prefix_hits)
 {
 	struct pkv_client *c = connect_attach("p");
-	struct pkv_stats st;
+	struct pkv_stats st = PKV_STATS_INIT;
 	int32_t toks[40];
 	uint32_t s1, s2, nc;
 

@@ -208,7 +208,7 @@ START_TEST(test_stats_counters_are_the_callers_own)
 {
 	int32_t toks[40];
 	struct pkv_client *a, *b;
-	struct pkv_stats st;
+	struct pkv_stats st = PKV_STATS_INIT;
 	uint32_t s1, nc;
 
 	for (int i = 0; i < 40; i++)

@@ -18,6 +18,7 @@
 #include <pagedkv/pagedkv.h>
 #include "common/msg.h"
 #include "common/region.h"
+#include "conformance/ref.h"
 #include "harness.h"
 
 static void sleep_ms(int ms)
@@ -25,120 +26,6 @@ static void sleep_ms(int ms)
 	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
 
 	nanosleep(&ts, NULL);
-}
-
-const char *harness_backend;
-
-static int spawn(struct dmn *d, const char *const *extra)
-{
-	const char *top = getenv("PKV_TOP_BUILDDIR");
-	char bin[512], plugin[512];
-	const char *argv[48];
-	int n = 0;
-
-	if (!top)
-		top = ".";
-	snprintf(bin, sizeof(bin), "%s/src/daemon/pagedkvd", top);
-	if (harness_backend)
-		snprintf(plugin, sizeof(plugin), "%s", harness_backend);
-	else
-		snprintf(plugin, sizeof(plugin), "%s/tests/daemon/.libs/pkv_naive.so", top);
-	argv[n++] = bin;
-	argv[n++] = "-f";
-	argv[n++] = "--socket";
-	argv[n++] = d->sock;
-	argv[n++] = "--backend";
-	argv[n++] = plugin;
-	argv[n++] = "--memory-budget";
-	argv[n++] = "256M";
-	argv[n++] = "--workers";
-	argv[n++] = "1";
-	argv[n++] = "--log-level";
-	argv[n++] = getenv("PKV_TEST_DAEMON_LOG") ? getenv("PKV_TEST_DAEMON_LOG") : "error";
-	for (; extra && *extra && n < 46; extra++)
-		argv[n++] = *extra;
-	argv[n] = NULL;
-	d->pid = fork();
-	if (d->pid < 0)
-		return -errno;
-	if (d->pid == 0) {
-		execv(bin, (char *const *)argv);
-		_exit(127);
-	}
-	/* Ready when the socket accepts a connection. */
-	for (int i = 0; i < 1000; i++) {
-		int s = pkv_sock_connect(d->sock, 1000), st;
-
-		if (s >= 0) {
-			close(s);
-			return 0;
-		}
-		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-			d->pid = 0;
-			return -ECHILD;
-		}
-		sleep_ms(10);
-	}
-	return -ETIMEDOUT;
-}
-
-int dmn_start(struct dmn *d, const char *const *extra)
-{
-	snprintf(d->dir, sizeof(d->dir), "/tmp/pkvd-test-XXXXXX");
-	if (!mkdtemp(d->dir))
-		return -errno;
-	snprintf(d->sock, sizeof(d->sock), "%s/pagedkv.sock", d->dir);
-	return spawn(d, extra);
-}
-
-int dmn_restart(struct dmn *d, const char *const *extra)
-{
-	return spawn(d, extra);
-}
-
-int dmn_alive(struct dmn *d)
-{
-	int st;
-
-	return d->pid > 0 && waitpid(d->pid, &st, WNOHANG) == 0;
-}
-
-int dmn_stop(struct dmn *d)
-{
-	int st;
-
-	if (d->pid <= 0)
-		return -1;
-	kill(d->pid, SIGTERM);
-	for (int i = 0; i < 1000; i++) {
-		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-			d->pid = 0;
-			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-		}
-		sleep_ms(10);
-	}
-	dmn_kill(d);
-	return -1;
-}
-
-void dmn_kill(struct dmn *d)
-{
-	if (d->pid > 0) {
-		kill(d->pid, SIGKILL);
-		waitpid(d->pid, NULL, 0);
-	}
-	d->pid = 0;
-}
-
-void dmn_cleanup(struct dmn *d)
-{
-	char p[256];
-
-	dmn_kill(d);
-	unlink(d->sock);
-	snprintf(p, sizeof(p), "%s.lock", d->sock);
-	unlink(p);
-	rmdir(d->dir);
 }
 
 int ctl_cmd(const char *sock, uint32_t cmd, uint32_t fmt, char *out, size_t len)
@@ -198,7 +85,7 @@ int audit_until_clean(const char *sock, int timeout_ms, char *out, size_t len)
 
 void test_pool_params(struct pkv_pool_params *p, const char *name)
 {
-	memset(p, 0, sizeof(*p));
+	*p = (struct pkv_pool_params)PKV_POOL_PARAMS_INIT;
 	p->name = name;
 	p->geo = (struct pkv_geometry){ T_LAYERS, T_HEADS, T_KV_HEADS, T_DIM, PKV_DTYPE_F32, T_BS, T_BLOCKS };
 	p->act_dtype = PKV_DTYPE_F32;
@@ -237,38 +124,41 @@ float act_v(int32_t tok, uint32_t pos, uint32_t layer, uint32_t h, uint32_t x)
 	return sinf(0.19f * tok - 0.17f * pos + 0.6f * layer + 0.3f * h + 0.09f * x) * 2.0f;
 }
 
+/* Key and value elements of the synthetic sequence, for the shared reference (src/conformance/ref.c). */
+struct ref_seq {
+	const int32_t *toks;
+	uint32_t layer, kh;
+};
+
+static double seq_key(const void *p, uint32_t j, uint32_t x)
+{
+	const struct ref_seq *r = p;
+
+	return act_k(r->toks[j], j, r->layer, r->kh, x);
+}
+
+static double seq_value(const void *p, uint32_t j, uint32_t x)
+{
+	const struct ref_seq *r = p;
+
+	return act_v(r->toks[j], j, r->layer, r->kh, x);
+}
+
 void ref_attend(const int32_t *toks, uint32_t n, uint32_t p0, uint32_t layer, float *out)
 {
-	float scale = 1.0f / sqrtf((float)T_DIM), *sc = malloc(sizeof(float) * n);
-
 	for (uint32_t p = p0; p < n; p++)
 		for (uint32_t h = 0; h < T_HEADS; h++) {
-			uint32_t kh = h / (T_HEADS / T_KV_HEADS);
-			float q[T_DIM], mx = -INFINITY, sum = 0, *o = out + ((size_t)(p - p0) * T_HEADS + h) * T_DIM;
+			struct ref_seq seq = { toks, layer, h / (T_HEADS / T_KV_HEADS) };
+			double q[T_DIM], o[T_DIM];
+			float *dst = out + ((size_t)(p - p0) * T_HEADS + h) * T_DIM;
 
 			for (uint32_t x = 0; x < T_DIM; x++)
 				q[x] = act_q(toks[p], p, layer, h, x);
-			for (uint32_t j = 0; j <= p; j++) {
-				float dot = 0;
-
-				for (uint32_t x = 0; x < T_DIM; x++)
-					dot += q[x] * act_k(toks[j], j, layer, kh, x);
-				sc[j] = dot * scale;
-				mx = sc[j] > mx ? sc[j] : mx;
-			}
-			for (uint32_t j = 0; j <= p; j++) {
-				sc[j] = expf(sc[j] - mx);
-				sum += sc[j];
-			}
-			for (uint32_t x = 0; x < T_DIM; x++) {
-				float acc = 0;
-
-				for (uint32_t j = 0; j <= p; j++)
-					acc += sc[j] / sum * act_v(toks[j], j, layer, kh, x);
-				o[x] = acc;
-			}
+			/* Causal: position p sees keys 0..p. */
+			pkv_ref_attend_row(q, T_DIM, p + 1, seq_key, seq_value, &seq, 1.0 / sqrt((double)T_DIM), 0, o);
+			for (uint32_t x = 0; x < T_DIM; x++)
+				dst[x] = (float)o[x];
 		}
-	free(sc);
 }
 
 int run_step(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t p0, uint32_t k, float *out)

@@ -9,24 +9,7 @@
 #include "common/proto.h"
 #include "common/ring.h"
 
-struct dmn {
-	pid_t pid;
-	char dir[64];
-	char sock[128];
-};
-
-/* Backend plugin path for the next daemons (NULL: the naive test backend). */
-extern const char *harness_backend;
-
-/* Starts build/src/daemon/pagedkvd -f on a socket in a fresh temp dir, with the naive backend. */
-int dmn_start(struct dmn *d, const char *const *extra);
-/* Same socket and dir as d (restart). */
-int dmn_restart(struct dmn *d, const char *const *extra);
-/* SIGTERM and wait: returns the exit status, or -1 if it did not exit within 10 s. */
-int dmn_stop(struct dmn *d);
-void dmn_kill(struct dmn *d);
-void dmn_cleanup(struct dmn *d);
-int dmn_alive(struct dmn *d);
+#include "launch.h"
 
 /* Runs one pagedkvctl command over the socket; returns the reply status, output in out. */
 int ctl_cmd(const char *sock, uint32_t cmd, uint32_t fmt, char *out, size_t len);

@@ -1,13 +1,15 @@
 # SPDX-License-Identifier: MIT
-# tests/daemon: process tests of pagedkvd + libpagedkv, a naive test backend, the protocol fuzz target.
-check_LTLIBRARIES += tests/daemon/pkv_naive.la
-tests_daemon_pkv_naive_la_SOURCES = tests/daemon/naive_backend.c
-tests_daemon_pkv_naive_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
-tests_daemon_pkv_naive_la_LIBADD = $(LIBM)
+# tests/daemon: process tests of pagedkvd + libpagedkv, the protocol fuzz target.
+# The daemons these tests start serve attention with examples/plugin_naive.c (examples/local.mk).
+# The one pagedkvd launcher, shared with tests/model.
+check_LTLIBRARIES += tests/daemon/libpkvtestlaunch.la
+tests_daemon_libpkvtestlaunch_la_SOURCES = tests/daemon/launch.c tests/daemon/launch.h
+tests_daemon_libpkvtestlaunch_la_LIBADD = src/common/libpkvcommon.la
 
 check_LTLIBRARIES += tests/daemon/libpkvtestharness.la
 tests_daemon_libpkvtestharness_la_SOURCES = tests/daemon/harness.c tests/daemon/harness.h
-tests_daemon_libpkvtestharness_la_LIBADD = src/client/libpagedkv.la src/common/libpkvcommon.la $(LIBM)
+tests_daemon_libpkvtestharness_la_LIBADD = tests/daemon/libpkvtestlaunch.la src/client/libpagedkv.la src/common/libpkvcommon.la \
+	src/conformance/libpkvref.la $(LIBM)
 
 DAEMON_TEST_LIBS = tests/daemon/libpkvtestharness.la src/client/libpagedkv.la \
 	src/common/libpkvcommon.la $(CHECK_LIBS) $(LIBM)
@@ -35,6 +37,11 @@ TESTS += tests/daemon/check_inflight
 tests_daemon_check_inflight_SOURCES = tests/daemon/check_inflight.c
 tests_daemon_check_inflight_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_daemon_check_inflight_LDADD = $(DAEMON_TEST_LIBS)
+check_PROGRAMS += tests/daemon/check_connect
+TESTS += tests/daemon/check_connect
+tests_daemon_check_connect_SOURCES = tests/daemon/check_connect.c
+tests_daemon_check_connect_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_connect_LDADD = $(DAEMON_TEST_LIBS)
 
 check_PROGRAMS += tests/daemon/check_scope
 TESTS += tests/daemon/check_scope
@@ -47,7 +54,9 @@ tests_daemon_check_scope_LDADD = $(DAEMON_TEST_LIBS)
 #   src/daemon/validate.c src/common/region.c -lm
 check_PROGRAMS += tests/daemon/fuzz_proto
 TESTS += tests/daemon/fuzz_proto
-tests_daemon_fuzz_proto_SOURCES = tests/daemon/fuzz_proto.c tests/daemon/fuzz_driver.c tests/daemon/fuzz_proto.h
+tests_daemon_fuzz_proto_SOURCES = tests/daemon/fuzz_proto.c tests/daemon/fuzz_proto_seeds.c tests/daemon/fuzz_proto.h \
+	tests/fuzz_driver.c tests/fuzz_driver.h
+tests_daemon_fuzz_proto_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
 tests_daemon_fuzz_proto_LDADD = src/daemon/libpkvvalidate.la src/common/libpkvcommon.la $(LIBM)
 
 # Unit test of the configuration parser.

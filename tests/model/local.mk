@@ -8,7 +8,8 @@ tests_model_libmodelfixtures_la_SOURCES = tests/model/gguf_write.c tests/model/r
 noinst_HEADERS += tests/model/gguf_write.h tests/model/randmodel.h
 
 MODEL_TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-MODEL_TEST_LIBS = tests/model/libmodelfixtures.la examples/llama/libpkvmodel.la $(CHECK_LIBS)
+MODEL_TEST_LIBS = tests/model/libmodelfixtures.la examples/llama/libpkvmodel.la tests/daemon/libpkvtestlaunch.la \
+	$(CHECK_LIBS)
 
 check_PROGRAMS += tests/model/test_stories
 TESTS += tests/model/test_stories
@@ -27,7 +28,9 @@ tests_model_test_gguf_LDADD = $(MODEL_TEST_LIBS)
 # Fuzz target + standalone driver; `clang -fsanitize=fuzzer tests/model/fuzz_gguf.c examples/llama/*.c` also works.
 check_PROGRAMS += tests/model/fuzz_gguf
 TESTS += tests/model/fuzz_gguf
-tests_model_fuzz_gguf_SOURCES = tests/model/fuzz_gguf.c tests/model/fuzz_driver.c
+tests_model_fuzz_gguf_SOURCES = tests/model/fuzz_gguf.c tests/model/fuzz_gguf_seeds.c tests/fuzz_driver.c \
+	tests/fuzz_driver.h
+tests_model_fuzz_gguf_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
 tests_model_fuzz_gguf_LDADD = tests/model/libmodelfixtures.la examples/llama/libpkvmodel.la
 
 check_PROGRAMS += tests/model/test_quant

@@ -336,7 +336,7 @@ START_TEST(burst_across_processes_computes_prompt_once)
 }
 END_TEST
 
-static struct test_daemon dmn;
+static struct dmn dmn;
 
 static void daemon_up(void)
 {

@@ -289,7 +289,7 @@ START_TEST(several_client_processes_equal_contiguous)
 }
 END_TEST
 
-static struct test_daemon d;
+static struct dmn d;
 
 /* Runs in the runner process before the pagedkvd tests; a daemon that cannot start leaves
  * daemon_sock unset and fx_up fails every test of the tcase with the reason on stderr. */

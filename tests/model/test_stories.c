@@ -85,7 +85,7 @@ START_TEST(greedy_matches_reference_through_daemon)
 	struct llama m;
 	struct pkv_attn a;
 	struct tpool *tp;
-	struct test_daemon d;
+	struct dmn d;
 	char err[512];
 	ck_assert_int_eq(test_daemon_start(&d), 0);
 	ck_assert_int_eq(llama_load(&m, path), 0);

@@ -68,7 +68,7 @@ static pid_t launch(int listen_fd, const char *const *extra)
 	pid_t pid;
 
 	snprintf(bin, sizeof(bin), "%s/src/daemon/pagedkvd", top ? top : "..");
-	snprintf(plugin, sizeof(plugin), "%s/tests/daemon/.libs/pkv_naive.so", top ? top : "..");
+	snprintf(plugin, sizeof(plugin), "%s/examples/.libs/pkv_naive.so", top ? top : "..");
 	argv[n++] = bin;
 	argv[n++] = "-f";
 	argv[n++] = "--config";
