@@ -416,7 +416,7 @@ int main(int argc, char **argv)
 		       cl[i].last.tok_s, cl[i].done ? "" : "  (failed, see above)");
 	printf("\n  prompt       tokens in the client's prompt (the shared system prompt and its question)\n"
 	       "  from_shared  prompt tokens whose KV was already in pagedkvd's cache: not computed again\n"
-	       "  ttft_ms      time to first token, milliseconds (client 0 computes the whole prompt)\n"
+	       "  ttft_ms      time to first token, milliseconds (the client with from_shared 0 computed the prompt)\n"
 	       "  tok/s        generation speed after the first token\n\n");
 	/* One block holds K and V of bs tokens for every layer and KV head, f32 (the pool's dtype). */
 	double block_mib = 2.0 * mon.m.hp.n_layers * mon.m.hp.n_kv_heads * mon.m.hp.head_dim * 4 * bs / (1 << 20);
