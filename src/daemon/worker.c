@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include "common/barrier.h"
 #include "common/log.h"
+#include "common/spin.h"
 #include "daemon/daemon.h"
 #include "daemon/validate.h"
 
@@ -48,13 +49,22 @@ static double ns_per_unit(const struct pool *p)
 	return p->ns_per_unit > 0 ? p->ns_per_unit : NS_PER_UNIT_GUESS;
 }
 
-/* Learns the pool's rate from a call of `units` that took ns (an exponential average). */
+/*
+ * Learns the pool's rate from a call of `units` that took ns (an exponential
+ * average); a small call teaches the fixed cost per call instead, which is
+ * what merging two attends into one call saves.
+ */
 static void measured(struct pool *p, double units, uint64_t ns)
 {
 	double r;
 
-	if (units < UNITS_TO_MEASURE)
+	if (units < UNITS_TO_MEASURE) {
+		r = (double)ns - units * ns_per_unit(p);
+		if (r < 0)
+			r = 0;
+		p->call_ns = p->call_ns > 0 ? 0.875 * p->call_ns + 0.125 * r : r;
 		return;
+	}
 	r = (double)ns / units;
 	p->ns_per_unit = p->ns_per_unit > 0 ? 0.75 * p->ns_per_unit + 0.25 * r : r;
 }
@@ -452,22 +462,35 @@ static int collect(struct pkv_daemon *d, struct job *b)
 /*
  * Clients in lockstep (decode) submit their next layer a few microseconds
  * apart. When the last batch of this pool held more items than this one,
- * wait a little for the others so they share the call; the window closes as
- * soon as the batch is as large as the last one.
+ * wait a little for the others so they share the call, but never longer
+ * than the merge saves: the measured fixed cost of the calls the missing
+ * items would otherwise make (at most gather_us). The window closes as soon
+ * as the batch is as large as the last one. A straggler must run to submit:
+ * when no core is idle, the wait yields this one rather than spins.
  */
 static void gather(struct pkv_daemon *d, struct job *b)
 {
 	struct worker *w = &d->worker;
-	uint64_t end;
+	uint64_t end, win;
+	double saves;
+	int spin;
 
 	if (!w->coalesce || b->pool->last_batch_items <= b->n_items)
 		return;
-	end = pkv_now_ns() + (uint64_t)w->gather_us * 1000;
+	saves = (double)(b->pool->last_batch_items - b->n_items) * b->pool->call_ns;
+	win = (uint64_t)w->gather_us * 1000;
+	if (saves < (double)win)
+		win = (uint64_t)saves;
+	spin = pkv_spin_worthwhile();
+	end = pkv_now_ns() + win;
 	while (b->n_items < b->pool->last_batch_items && pkv_now_ns() < end) {
 		absorb(d); /* a ring handed over meanwhile may hold one */
-		if (!collect(d, b))
+		if (!collect(d, b)) {
 			for (int i = 0; i < 16; i++)
 				pkv_cpu_relax();
+			if (!spin)
+				sched_yield();
+		}
 	}
 }
 
@@ -798,7 +821,9 @@ static void *worker_main(void *arg)
 			 * loop), since a yield may hand the core to another process.
 			 */
 			++quiet;
-			if ((quiet & 15) == 15 && (client_here(w) || (!w->moved && (quiet & 255) == 255)))
+			/* No core idles: every spin is taken from a process with work. */
+			if ((quiet & 15) == 15 && (client_here(w) || !pkv_spin_worthwhile() ||
+						   (!w->moved && (quiet & 255) == 255)))
 				sched_yield();
 			continue;
 		}
@@ -806,7 +831,9 @@ static void *worker_main(void *arg)
 		{
 			uint64_t end = pkv_now_ns() + (uint64_t)w->spin_us * 1000;
 
-			/* Spin briefly: the next ring or copy usually arrives within microseconds. */
+			/* Spin briefly (while a core idles): the next ring or copy usually arrives within microseconds. */
+			if (!pkv_spin_worthwhile())
+				end = 0;
 			for (unsigned it = 0; !pkv_load_acquire(&w->head) && !pkv_load_relaxed(&w->stop) &&
 					      pkv_now_ns() < end; it++) {
 				pkv_cpu_relax();

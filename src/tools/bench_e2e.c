@@ -16,6 +16,7 @@
 struct opts {
 	struct session_opts so;
 	int reps, json;
+	int agg8_only; /* --agg8-only: only the 8-process figure (quick A/B runs of the IPC path) */
 	uint32_t prompt_len, decode_len;
 };
 
@@ -203,7 +204,7 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "model", 1, 0, 'm' }, { "socket", 1, 0, 1 }, { "in-process", 0, 0, 2 }, { "json", 0, 0, 3 },
 		{ "reps", 1, 0, 'r' }, { "threads", 1, 0, 't' }, { "prompt", 1, 0, 'p' }, { "decode", 1, 0, 'n' },
-		{ "help", 0, 0, 'h' }, { 0 } };
+		{ "agg8-only", 0, 0, 4 }, { "help", 0, 0, 'h' }, { 0 } };
 	struct opts o = { .so = { .threads = 2 }, .reps = 3, .prompt_len = 512, .decode_len = 64 };
 	int c;
 	char err[512];
@@ -213,13 +214,14 @@ int main(int argc, char **argv)
 		case 1: o.so.socket = optarg; break;
 		case 2: o.so.in_process = 1; break;
 		case 3: o.json = 1; break;
+		case 4: o.agg8_only = 1; break;
 		case 'r': o.reps = atoi(optarg); break;
 		case 't': o.so.threads = atoi(optarg); break;
 		case 'p': o.prompt_len = (uint32_t)strtoul(optarg, NULL, 10); break;
 		case 'n': o.decode_len = (uint32_t)strtoul(optarg, NULL, 10); break;
 		default:
 			fprintf(c == 'h' ? stdout : stderr,
-				"usage: pkv-bench e2e -m MODEL [--socket PATH | --in-process] [--json] [--reps N]\n"
+				"usage: pkv-bench e2e -m MODEL [--socket PATH | --in-process] [--json] [--reps N] [--agg8-only]\n"
 				"       [-t THREADS] [-p PROMPT_TOKENS (512)] [-n DECODE_TOKENS (64)]\n"
 				"Runs through pagedkvd (start it first) unless --in-process. Run it under\n"
 				"flock /tmp/pkv-bench.lock so benchmarks never overlap.\n");
@@ -241,8 +243,10 @@ int main(int argc, char **argv)
 	for (int i = 0; i < o.reps; i++) {
 		unsigned salt = (unsigned)getpid() * 131u + (unsigned)i * 17u;
 		int r;
-		if ((r = single_stream(&s, &o, salt, &pf[i], &dc[i])) || (r = agg_inproc(&s, &o, salt, &ai[i])) ||
-		    (r = agg_procs(&o, salt, &ap[i])) || (r = ttft(&s, &o, salt, &tc[i], &tw[i]))) {
+		pf[i] = dc[i] = ai[i] = tc[i] = tw[i] = 0;
+		if ((!o.agg8_only && ((r = single_stream(&s, &o, salt, &pf[i], &dc[i])) ||
+				      (r = agg_inproc(&s, &o, salt, &ai[i])))) ||
+		    (r = agg_procs(&o, salt, &ap[i])) || (!o.agg8_only && (r = ttft(&s, &o, salt, &tc[i], &tw[i])))) {
 			fprintf(stderr, "pkv-bench e2e: run %d failed: %s\n", i, strerror(-r));
 			session_close(&s);
 			return 1;
