@@ -439,7 +439,7 @@ static int collect(struct pkv_daemon *d, struct job *b)
 			n++;
 			continue;
 		}
-		if (b->n_items && (!w->coalesce || o->s->pool != b->pool || e.layer != b->layer ||
+		if (b->n_items && (!w->coalesce || !b->pool->merge_arm || o->s->pool != b->pool || e.layer != b->layer ||
 				   (w->slice_ns && b->est_ns + est > (double)w->slice_ns)))
 			continue;
 		n++;
@@ -475,7 +475,7 @@ static void gather(struct pkv_daemon *d, struct job *b)
 	double saves;
 	int spin;
 
-	if (!w->coalesce || b->pool->last_batch_items <= b->n_items)
+	if (!w->coalesce || !b->pool->merge_arm || b->pool->last_batch_items <= b->n_items)
 		return;
 	saves = (double)(b->pool->last_batch_items - b->n_items) * b->pool->call_ns;
 	win = (uint64_t)w->gather_us * 1000;
@@ -492,6 +492,49 @@ static void gather(struct pkv_daemon *d, struct job *b)
 				sched_yield();
 		}
 	}
+}
+
+/*
+ * Coalescing that pays. Merging lockstep clients saves the fixed cost of
+ * calls but puts them in lockstep, which loses the overlap of one client's
+ * submit with another's attend: which one wins depends on the client count,
+ * the machine and its load. So the worker measures both: it serves the pool
+ * in epochs of ARM_EPOCH_NS, merging or not, keeps the attends per second
+ * of each (an average over epochs), runs the better one and tries the other
+ * one epoch in ARM_PROBE. A pool starts merging.
+ */
+#define ARM_EPOCH_NS 20000000ull
+#define ARM_PROBE 8
+
+static void arm_account(struct pool *p, uint32_t items, uint64_t now)
+{
+	double rate;
+	int best;
+
+	if (!p->arm_t0) {
+		p->arm_t0 = now;
+		p->merge_arm = 1;
+		return;
+	}
+	p->arm_items += items;
+	if (now - p->arm_t0 < ARM_EPOCH_NS)
+		return;
+	if (now - p->arm_t0 > 8 * ARM_EPOCH_NS) {
+		/* The pool sat idle meanwhile: that says nothing about merging. */
+		p->arm_t0 = now;
+		p->arm_items = 0;
+		return;
+	}
+	rate = (double)p->arm_items * 1e9 / (double)(now - p->arm_t0);
+	p->arm_rate[p->merge_arm] = p->arm_rate[p->merge_arm] > 0 ? 0.5 * p->arm_rate[p->merge_arm] + 0.5 * rate
+								   : rate;
+	best = p->arm_rate[1] >= p->arm_rate[0] ? 1 : 0;
+	if (++p->arm_epochs % ARM_PROBE == 0 || !p->arm_rate[!p->merge_arm])
+		p->merge_arm = !best; /* probe the other one (or measure it a first time) */
+	else
+		p->merge_arm = best;
+	p->arm_t0 = now;
+	p->arm_items = 0;
 }
 
 static void run_batch(struct pkv_daemon *d, struct job *b)
@@ -523,6 +566,8 @@ static void run_batch(struct pkv_daemon *d, struct job *b)
 	__atomic_fetch_add(&b->pool->attends, b->n_items, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&b->pool->batches, 1, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&b->pool->batch_seqs, seqs, __ATOMIC_RELAXED);
+	if (w->coalesce)
+		arm_account(b->pool, b->n_items, pkv_now_ns());
 }
 
 /*
