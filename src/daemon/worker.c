@@ -499,11 +499,12 @@ static void gather(struct pkv_daemon *d, struct job *b)
  * calls but puts them in lockstep, which loses the overlap of one client's
  * submit with another's attend: which one wins depends on the client count,
  * the machine and its load. So the worker measures both: it serves the pool
- * in epochs of ARM_EPOCH_NS, merging or not, keeps the attends per second
+ * in epochs of ARM_EPOCH_NS (short: a lockstep burst may last a fraction
+ * of a second), merging or not, keeps the attends per second
  * of each (an average over epochs), runs the better one and tries the other
  * one epoch in ARM_PROBE. A pool starts merging.
  */
-#define ARM_EPOCH_NS 20000000ull
+#define ARM_EPOCH_NS 5000000ull
 #define ARM_PROBE 8
 
 static void arm_account(struct pool *p, uint32_t items, uint64_t now)
@@ -866,9 +867,9 @@ static void *worker_main(void *arg)
 			 * loop), since a yield may hand the core to another process.
 			 */
 			++quiet;
-			/* No core idles: every spin is taken from a process with work. */
-			if ((quiet & 15) == 15 && (client_here(w) || !pkv_spin_worthwhile() ||
-						   (!w->moved && (quiet & 255) == 255)))
+			/* No core idles: every spin is taken from a process with work, so yield each round. */
+			if (!pkv_spin_worthwhile() ||
+			    ((quiet & 15) == 15 && (client_here(w) || (!w->moved && (quiet & 255) == 255))))
 				sched_yield();
 			continue;
 		}
