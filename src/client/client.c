@@ -19,6 +19,7 @@
 #include "common/msg.h"
 #include "common/region.h"
 #include "common/ring.h"
+#include "common/spin.h"
 
 #define DEFAULT_ARENA (64u << 20)
 #define DEFAULT_TIMEOUT_MS 10000u
@@ -47,6 +48,7 @@ struct pkv_client {
 	uint8_t *arena;
 	struct pkv_arena alloc;
 	uint32_t timeout_ms, spin_us;
+	uint64_t spin_ns;      /* learned spin budget: halves when a spin ends asleep, doubles when it pays */
 	uint64_t next_ud;
 	uint32_t inflight;     /* SQEs whose CQE we have not consumed yet */
 	int dead;              /* 0, or the error every call now returns */
@@ -508,23 +510,52 @@ static int sleep_cq(struct pkv_client *c, int ms)
 	return 0;
 }
 
+/*
+ * How long to spin before sleeping. Spinning only pays while a core would
+ * otherwise idle: on an oversubscribed machine it takes the CPU from the
+ * daemon thread (or another client) we wait for. Within that, the budget
+ * learns from the outcomes: a spin that ended asleep halves it (down to a
+ * sixteenth of spin_us, so that it can learn back), one that saw its
+ * completion doubles it (up to spin_us).
+ */
+static uint64_t spin_budget(struct pkv_client *c)
+{
+	uint64_t max = (uint64_t)c->spin_us * 1000ull;
+
+	if (!max || !pkv_spin_worthwhile())
+		return 0;
+	if (!c->spin_ns || c->spin_ns > max)
+		c->spin_ns = max;
+	return c->spin_ns;
+}
+
+static void spin_learn(struct pkv_client *c, int paid)
+{
+	uint64_t max = (uint64_t)c->spin_us * 1000ull;
+
+	if (paid)
+		c->spin_ns = c->spin_ns * 2 > max ? max : c->spin_ns * 2;
+	else if (c->spin_ns / 2 >= max / 16)
+		c->spin_ns /= 2;
+}
+
 static int wait_cqe(struct pkv_client *c, uint64_t ud, struct pkv_cqe *out)
 {
 	uint64_t start = pkv_now_ns(), deadline = start + (uint64_t)c->timeout_ms * 1000000ull;
-	uint64_t spin_end = start + (uint64_t)c->spin_us * 1000ull;
+	uint64_t budget = spin_budget(c), spin_end = start + budget;
 	unsigned iter = 0;
-	int r;
+	int r, slept = 0;
 
 	for (;;) {
 		uint64_t t;
 
 		if (take_done(c, ud, out))
-			return 0;
+			goto got;
 		r = drain_cq(c);
 		if (r)
 			return c->dead = r;
 		if (take_done(c, ud, out))
-			return 0;
+			goto got;
 		if (c->dead)
 			return c->dead;
 		if (++iter & 63) {
@@ -549,12 +580,19 @@ static int wait_cqe(struct pkv_client *c, uint64_t ud, struct pkv_cqe *out)
 				sched_yield();
 			continue;
 		}
+		if (budget && !slept)
+			spin_learn(c, 0);
+		slept = 1;
 		r = sleep_cq(c, (int)((deadline - t) / 1000000ull) + 1);
 		if (r)
 			return c->dead = r;
 		/* After a wake-up, spin again briefly: more completions tend to follow. */
-		spin_end = pkv_now_ns() + (uint64_t)c->spin_us * 1000ull;
+		spin_end = pkv_now_ns() + spin_budget(c);
 	}
+got:
+	if (budget && !slept && iter > 1)
+		spin_learn(c, 1);
+	return 0;
 }
 
 /* Reads the daemon's reason for an error CQE into last_err. */

@@ -44,6 +44,12 @@ struct pool {
 	uint64_t idle_since_ns;       /* when n_clients dropped to 0 */
 	uint32_t last_batch_items;    /* worker only: size of the last merged attend batch */
 	double ns_per_unit;           /* worker only: measured backend time per unit of attend_cost() */
+	double call_ns;               /* worker only: measured fixed cost of one backend call (what a merge saves) */
+	/* worker only: merging on or off, whichever served more attends per second lately (worker.c) */
+	int merge_arm;
+	uint32_t arm_epochs;
+	uint64_t arm_t0, arm_items;
+	double arm_rate[2];
 	/* counters for status/metrics: steps and step_errors by the loop; attends, batches and
 	 * batch_seqs by the worker (atomic adds, read by the loop for status) */
 	uint64_t attends, batches, batch_seqs, steps, step_errors;

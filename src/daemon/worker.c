@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include "common/barrier.h"
 #include "common/log.h"
+#include "common/spin.h"
 #include "daemon/daemon.h"
 #include "daemon/validate.h"
 
@@ -48,13 +49,22 @@ static double ns_per_unit(const struct pool *p)
 	return p->ns_per_unit > 0 ? p->ns_per_unit : NS_PER_UNIT_GUESS;
 }
 
-/* Learns the pool's rate from a call of `units` that took ns (an exponential average). */
+/*
+ * Learns the pool's rate from a call of `units` that took ns (an exponential
+ * average); a small call teaches the fixed cost per call instead, which is
+ * what merging two attends into one call saves.
+ */
 static void measured(struct pool *p, double units, uint64_t ns)
 {
 	double r;
 
-	if (units < UNITS_TO_MEASURE)
+	if (units < UNITS_TO_MEASURE) {
+		r = (double)ns - units * ns_per_unit(p);
+		if (r < 0)
+			r = 0;
+		p->call_ns = p->call_ns > 0 ? 0.875 * p->call_ns + 0.125 * r : r;
 		return;
+	}
 	r = (double)ns / units;
 	p->ns_per_unit = p->ns_per_unit > 0 ? 0.75 * p->ns_per_unit + 0.25 * r : r;
 }
@@ -448,7 +458,7 @@ static int collect(struct pkv_daemon *d, struct job *b)
 			n++;
 			continue;
 		}
-		if (b->n_items && (!w->coalesce || o->s->pool != b->pool || e.layer != b->layer ||
+		if (b->n_items && (!w->coalesce || !b->pool->merge_arm || o->s->pool != b->pool || e.layer != b->layer ||
 				   (w->slice_ns && b->est_ns + est > (double)w->slice_ns) ||
 				   merge_too_big(b, &o->s->meta)))
 			continue;
@@ -472,23 +482,80 @@ static int collect(struct pkv_daemon *d, struct job *b)
 /*
  * Clients in lockstep (decode) submit their next layer a few microseconds
  * apart. When the last batch of this pool held more items than this one,
- * wait a little for the others so they share the call; the window closes as
- * soon as the batch is as large as the last one.
+ * wait a little for the others so they share the call, but never longer
+ * than the merge saves: the measured fixed cost of the calls the missing
+ * items would otherwise make (at most gather_us). The window closes as soon
+ * as the batch is as large as the last one. A straggler must run to submit:
+ * when no core is idle, the wait yields this one rather than spins.
  */
 static void gather(struct pkv_daemon *d, struct job *b)
 {
 	struct worker *w = &d->worker;
-	uint64_t end;
+	uint64_t end, win;
+	double saves;
+	int spin;
 
-	if (!w->coalesce || b->pool->last_batch_items <= b->n_items)
+	if (!w->coalesce || !b->pool->merge_arm || b->pool->last_batch_items <= b->n_items)
 		return;
-	end = pkv_now_ns() + (uint64_t)w->gather_us * 1000;
+	saves = (double)(b->pool->last_batch_items - b->n_items) * b->pool->call_ns;
+	win = (uint64_t)w->gather_us * 1000;
+	if (saves < (double)win)
+		win = (uint64_t)saves;
+	spin = pkv_spin_worthwhile();
+	end = pkv_now_ns() + win;
 	while (b->n_items < b->pool->last_batch_items && pkv_now_ns() < end) {
 		absorb(d); /* a ring handed over meanwhile may hold one */
-		if (!collect(d, b))
+		if (!collect(d, b)) {
 			for (int i = 0; i < 16; i++)
 				pkv_cpu_relax();
+			if (!spin)
+				sched_yield();
+		}
 	}
+}
+
+/*
+ * Coalescing that pays. Merging lockstep clients saves the fixed cost of
+ * calls but puts them in lockstep, which loses the overlap of one client's
+ * submit with another's attend: which one wins depends on the client count,
+ * the machine and its load. So the worker measures both: it serves the pool
+ * in epochs of ARM_EPOCH_NS (short: a lockstep burst may last a fraction
+ * of a second), merging or not, keeps the attends per second
+ * of each (an average over epochs), runs the better one and tries the other
+ * one epoch in ARM_PROBE. A pool starts merging.
+ */
+#define ARM_EPOCH_NS 5000000ull
+#define ARM_PROBE 8
+
+static void arm_account(struct pool *p, uint32_t items, uint64_t now)
+{
+	double rate;
+	int best;
+
+	if (!p->arm_t0) {
+		p->arm_t0 = now;
+		p->merge_arm = 1;
+		return;
+	}
+	p->arm_items += items;
+	if (now - p->arm_t0 < ARM_EPOCH_NS)
+		return;
+	if (now - p->arm_t0 > 8 * ARM_EPOCH_NS) {
+		/* The pool sat idle meanwhile: that says nothing about merging. */
+		p->arm_t0 = now;
+		p->arm_items = 0;
+		return;
+	}
+	rate = (double)p->arm_items * 1e9 / (double)(now - p->arm_t0);
+	p->arm_rate[p->merge_arm] = p->arm_rate[p->merge_arm] > 0 ? 0.5 * p->arm_rate[p->merge_arm] + 0.5 * rate
+								   : rate;
+	best = p->arm_rate[1] >= p->arm_rate[0] ? 1 : 0;
+	if (++p->arm_epochs % ARM_PROBE == 0 || !p->arm_rate[!p->merge_arm])
+		p->merge_arm = !best; /* probe the other one (or measure it a first time) */
+	else
+		p->merge_arm = best;
+	p->arm_t0 = now;
+	p->arm_items = 0;
 }
 
 static void run_batch(struct pkv_daemon *d, struct job *b)
@@ -523,6 +590,8 @@ static void run_batch(struct pkv_daemon *d, struct job *b)
 	__atomic_fetch_add(&b->pool->attends, b->n_items, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&b->pool->batches, 1, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&b->pool->batch_seqs, seqs, __ATOMIC_RELAXED);
+	if (w->coalesce)
+		arm_account(b->pool, b->n_items, pkv_now_ns());
 }
 
 /*
@@ -824,7 +893,9 @@ static void *worker_main(void *arg)
 			 * loop), since a yield may hand the core to another process.
 			 */
 			++quiet;
-			if ((quiet & 15) == 15 && (client_here(w) || (!w->moved && (quiet & 255) == 255)))
+			/* No core idles: every spin is taken from a process with work, so yield each round. */
+			if (!pkv_spin_worthwhile() ||
+			    ((quiet & 15) == 15 && (client_here(w) || (!w->moved && (quiet & 255) == 255))))
 				sched_yield();
 			continue;
 		}
@@ -832,7 +903,9 @@ static void *worker_main(void *arg)
 		{
 			uint64_t end = pkv_now_ns() + (uint64_t)w->spin_us * 1000;
 
-			/* Spin briefly: the next ring or copy usually arrives within microseconds. */
+			/* Spin briefly (while a core idles): the next ring or copy usually arrives within microseconds. */
+			if (!pkv_spin_worthwhile())
+				end = 0;
 			for (unsigned it = 0; !pkv_load_acquire(&w->head) && !pkv_load_relaxed(&w->stop) &&
 					      pkv_now_ns() < end; it++) {
 				pkv_cpu_relax();

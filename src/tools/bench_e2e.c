@@ -19,6 +19,7 @@
 struct opts {
 	struct session_opts so;
 	int reps, json, single_only, burst;
+	int agg8_only; /* --agg8-only: only the 8-process figure (quick A/B runs of the IPC path) */
 	uint32_t prompt_len, decode_len;
 	const char *peer; /* llama-bench binary, or NULL */
 };
@@ -208,7 +209,7 @@ int main(int argc, char **argv)
 		{ "model", 1, 0, 'm' }, { "socket", 1, 0, 1 }, { "in-process", 0, 0, 2 }, { "json", 0, 0, 3 },
 		{ "reps", 1, 0, 'r' }, { "threads", 1, 0, 't' }, { "prompt", 1, 0, 'p' }, { "decode", 1, 0, 'n' },
 		{ "peer-llama-bench", 1, 0, 4 }, { "single", 0, 0, 5 }, { "no-burst", 0, 0, 6 },
-		{ "help", 0, 0, 'h' }, { 0 } };
+		{ "agg8-only", 0, 0, 7 }, { "help", 0, 0, 'h' }, { 0 } };
 	struct opts o = { .so = { .threads = 2 }, .reps = 3, .prompt_len = 512, .decode_len = 64, .burst = 1 };
 	int c;
 	char err[512];
@@ -221,13 +222,14 @@ int main(int argc, char **argv)
 		case 4: o.peer = optarg; break;
 		case 5: o.single_only = 1; break;
 		case 6: o.burst = 0; break;
+		case 7: o.agg8_only = 1; break;
 		case 'r': o.reps = atoi(optarg); break;
 		case 't': o.so.threads = atoi(optarg); break;
 		case 'p': o.prompt_len = (uint32_t)strtoul(optarg, NULL, 10); break;
 		case 'n': o.decode_len = (uint32_t)strtoul(optarg, NULL, 10); break;
 		default:
 			fprintf(c == 'h' ? stdout : stderr,
-				"usage: pkv-bench e2e -m MODEL [--socket PATH | --in-process] [--json] [--reps N]\n"
+				"usage: pkv-bench e2e -m MODEL [--socket PATH | --in-process] [--json] [--reps N] [--agg8-only]\n"
 				"       [-t THREADS] [-p PROMPT_TOKENS (512)] [-n DECODE_TOKENS (64)]\n"
 				"       [--single] [--peer-llama-bench PATH] [--no-burst]\n"
 				"Runs through pagedkvd (start it first) unless --in-process. --single: only the\n"
@@ -239,8 +241,12 @@ int main(int argc, char **argv)
 			return c == 'h' ? 0 : 2;
 		}
 	}
-	if (o.single_only)
+	if (o.single_only || o.agg8_only)
 		o.burst = 0;
+	if (o.single_only && o.agg8_only) {
+		fprintf(stderr, "pkv-bench e2e: --single and --agg8-only exclude each other\n");
+		return 2;
+	}
 	if (!o.so.model || o.reps < 1 || o.reps > 99) {
 		fprintf(stderr, "pkv-bench e2e: -m MODEL is required (--reps 1..99)\n");
 		return 2;
@@ -257,9 +263,11 @@ int main(int argc, char **argv)
 		unsigned salt = (unsigned)getpid() * 131u + (unsigned)i * 17u;
 		struct peer_result pr;
 		int r;
-		if ((r = single_stream(&s, &o, salt, &pf[i], &dc[i])) ||
-		    (!o.single_only && ((r = agg_inproc(&s, &o, salt, &ai[i])) || (r = agg_procs(&o, salt, &ap[i])) ||
-					(r = ttft(&s, &o, salt, &tc[i], &tw[i]))))) {
+		pf[i] = dc[i] = ai[i] = ap[i] = tc[i] = tw[i] = 0;
+		if ((!o.agg8_only && (r = single_stream(&s, &o, salt, &pf[i], &dc[i]))) ||
+		    (!o.single_only && ((!o.agg8_only && (r = agg_inproc(&s, &o, salt, &ai[i]))) ||
+					(r = agg_procs(&o, salt, &ap[i])) ||
+					(!o.agg8_only && (r = ttft(&s, &o, salt, &tc[i], &tw[i])))))) {
 			fprintf(stderr, "pkv-bench e2e: run %d failed: %s\n", i, strerror(-r));
 			session_close(&s);
 			return 1;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,6 +35,9 @@ struct opts {
 	char workers[16];  /* backend threads, daemon and in-process alike ("0": one per CPU) */
 	const char *daemon_args[8]; /* extra pagedkvd arguments for private daemons */
 	int n_daemon_args;
+	int n_counts;       /* client counts for the coalescing comparison */
+	int counts[8];
+	int profile;        /* print CPU time and context switches per thread to stderr */
 };
 
 static int cmp_u64(const void *a, const void *b)
@@ -133,6 +137,43 @@ static void stop_daemon(struct priv *p)
 	rmdir(p->dir);
 }
 
+/* Prints every daemon thread's CPU time and context switches (the --profile diagnosis). */
+static void profile_daemon(pid_t pid, const char *tag)
+{
+	long hz = sysconf(_SC_CLK_TCK);
+
+	for (int tid = pid, i = 0; i < 4096; i++, tid++) {
+		char path[96], buf[1024], *p;
+		unsigned long ut = 0, st = 0, vol = 0, invol = 0;
+		char comm[32] = "?";
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, tid);
+		if (!(f = fopen(path, "r")))
+			continue;
+		if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')'))) {
+			char *q = strchr(buf, '(');
+
+			if (q && p - q - 1 < (long)sizeof(comm)) {
+				memcpy(comm, q + 1, (size_t)(p - q - 1));
+				comm[p - q - 1] = 0;
+			}
+			sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st);
+		}
+		fclose(f);
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)pid, tid);
+		if ((f = fopen(path, "r"))) {
+			while (fgets(buf, sizeof(buf), f)) {
+				sscanf(buf, "voluntary_ctxt_switches: %lu", &vol);
+				sscanf(buf, "nonvoluntary_ctxt_switches: %lu", &invol);
+			}
+			fclose(f);
+		}
+		fprintf(stderr, "profile %s daemon %s (%d): cpu %.0f ms, csw %lu voluntary %lu not\n", tag, comm, tid,
+			(double)(ut + st) * 1000.0 / (double)hz, vol, invol);
+	}
+}
+
 /* ---------------------------------------------------------------- clients */
 
 static struct pkv_client *bench_client(const char *sock, uint32_t spin_us, int attach)
@@ -216,6 +257,8 @@ struct results {
 	uint64_t noop_hot_p50, noop_hot_p99, noop_cold_p50, attend_hot_p50;
 	double noop_ops, step_daemon_us, step_inproc_us, step_overhead_pct;
 	double coal_on_tps, coal_off_tps, coal_speedup;
+	int coal_clients;
+	struct { double on, off; } coal[8];
 	int have_step, have_coal;
 };
 
@@ -394,7 +437,7 @@ out_plug:
 }
 
 /* 8 decoding client processes; returns aggregate decode tokens/s, or < 0. */
-static double decode_clients(const char *sock, int n_clients, int steps)
+static double decode_clients(const char *sock, int n_clients, int steps, int profile)
 {
 	int go[2], done[2];
 	pid_t pids[16];
@@ -423,6 +466,15 @@ static double decode_clients(const char *sock, int n_clients, int steps)
 					r = pkv_attend(c, l, t.q, t.k, t.v, t.o);
 				if (!r)
 					r = pkv_step_abort(c); /* context stays 128 */
+			}
+			if (profile) {
+				struct rusage ru;
+
+				getrusage(RUSAGE_SELF, &ru);
+				fprintf(stderr, "profile client %d: cpu %.0f ms, csw %ld voluntary %ld not\n", i,
+					(double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+						(double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3,
+					ru.ru_nvcsw, ru.ru_nivcsw);
 			}
 			ch = r ? 'x' : 'd';
 			if (write(done[1], &ch, 1) != 1)
@@ -464,32 +516,45 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* Alternates on/off daemons three times each (the machine drifts) and keeps the medians. */
+/* For each client count: alternates on/off daemons three times each (the machine drifts), keeps the medians. */
 static int bench_coalesce(const struct opts *o, struct results *res)
 {
 	int steps = o->quick ? 5 : 40, reps = o->quick ? 1 : 3;
-	double on[3], off[3];
-	struct priv p;
 
-	for (int r = 0; r < reps; r++)
-		for (int mode = 1; mode >= 0; mode--) {
-			double tps;
+	for (int c = 0; c < o->n_counts; c++) {
+		double on[3], off[3];
+		struct priv p;
 
-			if (start_daemon(&p, o, mode))
-				return -1;
-			tps = decode_clients(p.sock, 8, steps);
-			stop_daemon(&p);
-			if (tps < 0)
-				return -1;
-			if (mode)
-				on[r] = tps;
-			else
-				off[r] = tps;
+		for (int r = 0; r < reps; r++)
+			for (int mode = 1; mode >= 0; mode--) {
+				double tps;
+				char tag[32];
+
+				if (start_daemon(&p, o, mode))
+					return -1;
+				tps = decode_clients(p.sock, o->counts[c], steps, o->profile);
+				snprintf(tag, sizeof(tag), "%dc-%s", o->counts[c], mode ? "on" : "off");
+				if (o->profile)
+					profile_daemon(p.pid, tag);
+				stop_daemon(&p);
+				if (tps < 0)
+					return -1;
+				if (mode)
+					on[r] = tps;
+				else
+					off[r] = tps;
+			}
+		qsort(on, reps, sizeof(double), cmp_double);
+		qsort(off, reps, sizeof(double), cmp_double);
+		res->coal[c].on = on[reps / 2];
+		res->coal[c].off = off[reps / 2];
+		/* The headline figure is the 8-client one (the last count when 8 is not asked for). */
+		if (res->coal_clients != 8) {
+			res->coal_on_tps = res->coal[c].on;
+			res->coal_off_tps = res->coal[c].off;
+			res->coal_clients = o->counts[c];
 		}
-	qsort(on, reps, sizeof(double), cmp_double);
-	qsort(off, reps, sizeof(double), cmp_double);
-	res->coal_on_tps = on[reps / 2];
-	res->coal_off_tps = off[reps / 2];
+	}
 	res->coal_speedup = res->coal_on_tps / res->coal_off_tps;
 	return 0;
 }
@@ -497,7 +562,9 @@ static int bench_coalesce(const struct opts *o, struct results *res)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: pkv-bench ipc [--json] [--socket PATH] [--plugin-dir DIR] [--workers N]\n"
-		   "                     [--daemon-arg ARG]... [--quick]\n"
+		   "                     [--daemon-arg ARG]... [--quick] [--clients N,N...] [--profile]\n"
+		   "  --clients: decoding client counts for the coalescing comparison (default 8).\n"
+		   "  --profile: CPU time and context switches of every daemon thread and client, to stderr.\n"
 		   "  Without --socket (or $PAGEDKV_SOCKET) a private pagedkvd is started.\n"
 		   "  The coalescing comparison always uses two private daemons (on, off).\n");
 }
@@ -509,6 +576,7 @@ int main(int argc, char **argv)
 		{ "plugin-dir", required_argument, NULL, 'p' }, { "quick", no_argument, NULL, 'q' },
 		{ "workers", required_argument, NULL, 'w' },
 		{ "daemon-arg", required_argument, NULL, 'a' },
+		{ "clients", required_argument, NULL, 'c' }, { "profile", no_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
 	};
 	struct opts o = { 0 };
@@ -532,7 +600,7 @@ int main(int argc, char **argv)
 		snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s", PKV_PLUGIN_DIR);
 	o.socket = getenv("PAGEDKV_SOCKET");
 	snprintf(o.workers, sizeof(o.workers), "0");
-	while ((c = getopt_long(argc, argv, "js:p:qw:a:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "js:p:qw:a:c:Ph", lo, NULL)) != -1) {
 		switch (c) {
 		case 'j': o.json = 1; break;
 		case 's': o.socket = optarg; break;
@@ -543,10 +611,25 @@ int main(int argc, char **argv)
 			if (o.n_daemon_args < 8)
 				o.daemon_args[o.n_daemon_args++] = optarg;
 			break;
+		case 'c':
+			o.n_counts = 0;
+			for (char *t = strtok(optarg, ","); t && o.n_counts < 8; t = strtok(NULL, ",")) {
+				int v = atoi(t);
+
+				if (v < 1 || v > 16) {
+					fprintf(stderr, "pkv-bench ipc: --clients takes counts 1..16\n");
+					return 2;
+				}
+				o.counts[o.n_counts++] = v;
+			}
+			break;
+		case 'P': o.profile = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
+	if (!o.n_counts)
+		o.counts[o.n_counts++] = 8;
 	sock = o.socket;
 	if (!sock) {
 		if (start_daemon(&priv, &o, 1)) {
@@ -577,10 +660,16 @@ int main(int argc, char **argv)
 			       res.step_overhead_pct, res.step_daemon_us, res.step_inproc_us);
 		else
 			printf("\"step30_overhead_pct\":null,");
-		if (res.have_coal)
-			printf("\"coalesce_speedup\":%.3f,\"coalesce_on_tok_per_s\":%.1f,\"coalesce_off_tok_per_s\":%.1f}\n",
-			       res.coal_speedup, res.coal_on_tps, res.coal_off_tps);
-		else
+		if (res.have_coal) {
+			printf("\"coalesce_speedup\":%.3f,\"coalesce_on_tok_per_s\":%.1f,\"coalesce_off_tok_per_s\":%.1f,"
+			       "\"coalesce_clients\":%d,\"coalesce_by_clients\":[",
+			       res.coal_speedup, res.coal_on_tps, res.coal_off_tps, res.coal_clients);
+			for (int i = 0; i < o.n_counts; i++)
+				printf("%s{\"clients\":%d,\"speedup\":%.3f,\"on_tok_per_s\":%.1f,\"off_tok_per_s\":%.1f}",
+				       i ? "," : "", o.counts[i], res.coal[i].on / res.coal[i].off, res.coal[i].on,
+				       res.coal[i].off);
+			printf("]}\n");
+		} else
 			printf("\"coalesce_speedup\":null}\n");
 		return 0;
 	}
@@ -596,8 +685,8 @@ int main(int argc, char **argv)
 	if (res.have_step)
 		printf("  30-layer decode step: %.1f us via daemon, %.1f us in-process: overhead %.1f%% (target <= 5%%)\n",
 		       res.step_daemon_us, res.step_inproc_us, res.step_overhead_pct);
-	if (res.have_coal)
-		printf("  8 decoding clients: %.0f tok/s coalesced, %.0f tok/s not: speedup %.2fx\n",
-		       res.coal_on_tps, res.coal_off_tps, res.coal_speedup);
+	for (int i = 0; res.have_coal && i < o.n_counts; i++)
+		printf("  %d decoding clients: %.0f tok/s coalesced, %.0f tok/s not: speedup %.2fx\n", o.counts[i],
+		       res.coal[i].on, res.coal[i].off, res.coal[i].on / res.coal[i].off);
 	return 0;
 }
