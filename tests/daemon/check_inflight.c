@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
 #include "harness.h"
+#include "suite_main.h"
 
 #define N 64          /* four blocks */
 #define CONSUMERS 3
@@ -185,8 +186,6 @@ int main(void)
 {
 	Suite *s = suite_create("inflight");
 	TCase *tc = tcase_create("processes");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
@@ -195,9 +194,5 @@ int main(void)
 	if (geteuid() == 0)
 		tcase_add_test(tc, claims_are_invisible_to_other_uids);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return suite_main(s);
 }

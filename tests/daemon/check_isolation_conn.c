@@ -15,6 +15,7 @@
 #include <pagedkv/pagedkv.h>
 #include "common/msg.h"
 #include "harness.h"
+#include "suite_main.h"
 
 #define UID_A 61021
 #define UID_B 61022
@@ -418,15 +419,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-	SRunner *sr;
-	int failed;
-
-	/* Needs root to run clients as other uids and groups. */
-	if (geteuid() != 0)
-		return 77;
-	sr = srunner_create(suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return suite_main_as_root(suite);
 }

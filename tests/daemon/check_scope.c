@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
 #include "harness.h"
+#include "suite_main.h"
 
 #define UID_A 61001
 #define UID_B 61002
@@ -125,15 +126,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-	SRunner *sr;
-	int failed;
-
-	/* Needs root to run clients as two uids; skipped (77) before any output otherwise. */
-	if (geteuid() != 0)
-		return 77;
-	sr = srunner_create(suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return suite_main_as_root(suite);
 }

@@ -127,3 +127,5 @@ TESTS += tests/daemon/check_isolation_conn
 tests_daemon_check_isolation_conn_SOURCES = tests/daemon/check_isolation_conn.c
 tests_daemon_check_isolation_conn_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_daemon_check_isolation_conn_LDADD = $(DAEMON_TEST_LIBS)
+
+noinst_HEADERS += tests/daemon/suite_main.h
