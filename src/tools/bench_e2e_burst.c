@@ -18,8 +18,13 @@
 
 struct conv_report {
 	uint32_t n_sys, n_prompt;
-	uint32_t computed;   /* prompt tokens the engine that ran it computed (all its conversations) */
 	double ttft_ms;
+};
+
+/* What one process reports: its conversation, and the prompt tokens its engine computed. */
+struct proc_report {
+	struct conv_report conv;
+	uint32_t computed;
 };
 
 /* Words in a varying order, so each salt gives text the cache has never seen; count tokens exactly. */
@@ -75,9 +80,12 @@ static uint64_t decoded(const struct engine *e)
 	return d;
 }
 
-/* Submits conversations [first, first + n) to one engine and runs them; one report each. */
+/*
+ * Submits conversations [first, first + n) to one engine and runs them; one
+ * report each, and the prompt tokens the engine computed for all of them.
+ */
 static int run_engine(struct session *s, int sharing, unsigned salt, int first, int n,
-		      struct conv_report *rep)
+		      struct conv_report *rep, uint32_t *computed)
 {
 	struct engine e;
 	struct sampler smp;
@@ -110,10 +118,8 @@ static int run_engine(struct session *s, int sharing, unsigned salt, int first, 
 			goto out;
 		}
 		rep[i].ttft_ms = (c->t_first - c->t_submit) * 1e3;
-		rep[i].computed = 0;
 	}
-	/* The engine counts computed tokens in total: book them on its first conversation. */
-	rep[0].computed = (uint32_t)(e.tokens_computed - decoded(&e));
+	*computed = (uint32_t)(e.tokens_computed - decoded(&e));
 out:
 	engine_free(&e);
 	return r;
@@ -136,7 +142,8 @@ static int open_session(const struct session_opts *so, int sharing, struct sessi
 }
 
 /* One process per conversation, released together when the parent closes the pipe. */
-static int run_procs(const struct session_opts *so, int sharing, unsigned salt, struct conv_report *rep)
+static int run_procs(const struct session_opts *so, int sharing, unsigned salt, struct conv_report *rep,
+		     uint32_t *computed)
 {
 	int go[2], res[2], ok = 0;
 	pid_t kids[CONVS];
@@ -149,7 +156,7 @@ static int run_procs(const struct session_opts *so, int sharing, unsigned salt, 
 			return -errno;
 		if (kids[i] == 0) {
 			struct session_opts o = *so;
-			struct conv_report one = { 0 };
+			struct proc_report one = { 0 };
 			struct session s;
 			char b;
 
@@ -158,7 +165,7 @@ static int run_procs(const struct session_opts *so, int sharing, unsigned salt, 
 			o.threads = 1;
 			if (open_session(&o, sharing, &s))
 				_exit(1);
-			if (read(go[0], &b, 1) < 0 || run_engine(&s, sharing, salt, i, 1, &one))
+			if (read(go[0], &b, 1) < 0 || run_engine(&s, sharing, salt, i, 1, &one.conv, &one.computed))
 				_exit(1);
 			session_close(&s);
 			_exit(write(res[1], &one, sizeof one) == sizeof one ? 0 : 1);
@@ -168,8 +175,11 @@ static int run_procs(const struct session_opts *so, int sharing, unsigned salt, 
 	close(res[1]);
 	sleep(1); /* every client loads and attaches before the burst starts */
 	close(go[1]);
-	while (ok < CONVS && read(res[0], &rep[ok], sizeof *rep) == (ssize_t)sizeof *rep)
-		ok++;
+	*computed = 0;
+	for (struct proc_report one; ok < CONVS && read(res[0], &one, sizeof one) == (ssize_t)sizeof one; ok++) {
+		rep[ok] = one.conv;
+		*computed += one.computed;
+	}
 	close(res[0]);
 	for (int i = 0; i < CONVS; i++)
 		waitpid(kids[i], NULL, 0);
@@ -187,15 +197,16 @@ int e2e_burst(const struct session_opts *so, int procs, int sharing, unsigned sa
 {
 	struct conv_report rep[CONVS] = { 0 };
 	double ttft[CONVS], sum = 0;
+	uint32_t computed = 0;
 	struct session s;
 	int r;
 
 	if (procs) {
-		r = run_procs(so, sharing, salt, rep);
+		r = run_procs(so, sharing, salt, rep, &computed);
 	} else {
 		r = open_session(so, sharing, &s);
 		if (!r) {
-			r = run_engine(&s, sharing, salt, 0, CONVS, rep);
+			r = run_engine(&s, sharing, salt, 0, CONVS, rep, &computed);
 			session_close(&s);
 		}
 	}
@@ -204,9 +215,9 @@ int e2e_burst(const struct session_opts *so, int procs, int sharing, unsigned sa
 		return r;
 	memset(f, 0, sizeof(*f));
 	f->ideal_tokens = rep[0].n_sys;
+	f->computed_tokens = computed;
 	for (int i = 0; i < CONVS; i++) {
 		f->ideal_tokens += rep[i].n_prompt - rep[i].n_sys;
-		f->computed_tokens += rep[i].computed;
 		ttft[i] = rep[i].ttft_ms;
 		sum += ttft[i];
 	}
