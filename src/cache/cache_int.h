@@ -9,6 +9,7 @@
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
+#include "common/keyed_hash.h"
 
 /*
  * A block is free (ref 0, not published), cached (ref 0, published) or in
@@ -118,6 +119,7 @@ struct pkv_cache {
 
 	struct pent *tab;
 	uint32_t tab_mask, n_pub;
+	struct pkv_hash_secret slot_secret;  /* keys the table's home slots (keyed_hash.h) */
 
 	struct seq *seqs;
 	uint32_t n_seq_slots, n_open_seqs;

@@ -150,6 +150,7 @@ int pkv_cache_create(const struct pkv_geometry *g, const struct pkv_cache_limits
 	    !c->tab || !c->own)
 		goto err_free;
 	c->tab_mask = cap - 1;
+	pkv_hash_secret_init(&c->slot_secret);
 	for (i = 0; i < cap; i++)
 		c->tab[i].blk = -1;
 	c->own_mask = 15;

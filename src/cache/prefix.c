@@ -6,9 +6,15 @@
 #include "cache/bounds.h"
 #include "cache/cache_int.h"
 
+/* Home slot of a key: keyed, so that clients cannot choose tokens whose keys crowd one probe run. */
+static inline uint32_t home_slot(const struct pkv_cache *c, uint64_t lo, uint64_t hi)
+{
+	return (uint32_t)pkv_keyed_hash128(&c->slot_secret, lo, hi) & c->tab_mask;
+}
+
 int32_t pkv_prefix_find(const struct pkv_cache *c, struct pkv_key key)
 {
-	uint32_t i = (uint32_t)key.lo & c->tab_mask;
+	uint32_t i = home_slot(c, key.lo, key.hi);
 
 	for (;; i = (i + 1) & c->tab_mask) {
 		const struct pent *e = &c->tab[i];
@@ -23,7 +29,7 @@ int32_t pkv_prefix_find(const struct pkv_cache *c, struct pkv_key key)
 /* The table has room for every block twice over, so a free slot always exists. */
 void pkv_prefix_insert(struct pkv_cache *c, struct pkv_key key, int32_t b)
 {
-	uint32_t i = (uint32_t)key.lo & c->tab_mask;
+	uint32_t i = home_slot(c, key.lo, key.hi);
 
 	while (c->tab[i].blk >= 0)
 		i = (i + 1) & c->tab_mask;
@@ -33,7 +39,7 @@ void pkv_prefix_insert(struct pkv_cache *c, struct pkv_key key, int32_t b)
 
 void pkv_prefix_remove(struct pkv_cache *c, struct pkv_key key)
 {
-	uint32_t m = c->tab_mask, i = (uint32_t)key.lo & m, j, home;
+	uint32_t m = c->tab_mask, i = home_slot(c, key.lo, key.hi), j, home;
 
 	while (c->tab[i].lo != key.lo || c->tab[i].hi != key.hi) {
 		if (c->tab[i].blk < 0)
@@ -45,7 +51,7 @@ void pkv_prefix_remove(struct pkv_cache *c, struct pkv_key key)
 		j = (j + 1) & m;
 		if (c->tab[j].blk < 0)
 			break;
-		home = (uint32_t)c->tab[j].lo & m;
+		home = home_slot(c, c->tab[j].lo, c->tab[j].hi);
 		if (((j - home) & m) >= ((j - i) & m)) {
 			c->tab[i] = c->tab[j];
 			i = j;

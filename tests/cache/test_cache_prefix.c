@@ -53,6 +53,54 @@ START_TEST(collision_on_parent_key_misses)
 }
 END_TEST
 
+/* The slot hash is SipHash-1-3: the value CPython's siphash13 gives for bytes 0..15 under a zero key. */
+START_TEST(keyed_hash_is_siphash13)
+{
+	struct pkv_hash_secret zero = { 0, 0 };
+
+	ck_assert_uint_eq(pkv_keyed_hash128(&zero, 0x0706050403020100ull, 0x0f0e0d0c0b0a0908ull),
+			  9904005486622393783ull);
+}
+END_TEST
+
+/*
+ * Keys a client aimed at one slot (the same low 32 bits: the old home slot)
+ * spread over the table: the longest probe run stays short, every key is found
+ * and removal leaves the table empty.
+ */
+START_TEST(aimed_keys_do_not_crowd_one_slot)
+{
+	enum { N = 4096 };
+	struct pkv_cache *c = test_cache(N), *d = test_cache(16);
+	uint32_t i, worst = 0;
+
+	for (i = 0; i < N; i++)
+		pkv_prefix_insert(c, (struct pkv_key){ ((uint64_t)i << 32) | 0x1234u, i }, (int32_t)i);
+	for (i = 0; i <= c->tab_mask; i++) {
+		const struct pent *e = &c->tab[i];
+		uint32_t home, run;
+
+		if (e->blk < 0)
+			continue;
+		home = (uint32_t)pkv_keyed_hash128(&c->slot_secret, e->lo, e->hi) & c->tab_mask;
+		run = (i - home) & c->tab_mask;
+		worst = run > worst ? run : worst;
+	}
+	/* Random homes at load <= 1/2 give runs of a few dozen at most; aimed unkeyed ones gave N. */
+	ck_assert_uint_lt(worst, 128);
+	for (i = 0; i < N; i++)
+		ck_assert_int_eq(pkv_prefix_find(c, (struct pkv_key){ ((uint64_t)i << 32) | 0x1234u, i }),
+				 (int32_t)i);
+	for (i = 0; i < N; i++)
+		pkv_prefix_remove(c, (struct pkv_key){ ((uint64_t)i << 32) | 0x1234u, i });
+	ck_assert_uint_eq(c->n_pub, 0);
+	/* Each cache draws its own secret. */
+	ck_assert(c->slot_secret.k0 != d->slot_secret.k0 || c->slot_secret.k1 != d->slot_secret.k1);
+	pkv_cache_destroy(c);
+	pkv_cache_destroy(d);
+}
+END_TEST
+
 START_TEST(audit_reports_refcount_mismatch)
 {
 	struct pkv_cache *c = test_cache(64);
@@ -401,6 +449,8 @@ static Suite *suite(void)
 
 	tcase_add_test(tc, collision_never_returns_wrong_kv);
 	tcase_add_test(tc, collision_on_parent_key_misses);
+	tcase_add_test(tc, keyed_hash_is_siphash13);
+	tcase_add_test(tc, aimed_keys_do_not_crowd_one_slot);
 	tcase_add_test(tc, audit_reports_refcount_mismatch);
 	tcase_add_test(tc, audit_reports_lost_block);
 	suite_add_tcase(s, tc);
