@@ -38,7 +38,7 @@ const struct pkv_conf_key pkv_conf_keys[] = {
 	  .help = "option K=V for backend or library N (repeatable; e.g. cpu.isa=avx2; see --list-backends)" },
 	{ .key = "memory_budget", .short_flag = 'm', .type = PKV_CONF_SIZE, F(memory_budget), .lo = 1 << 20,
 	  .hi = 0, .def = "1G", .arg = "SIZE", .flags = PKV_CONF_RELOAD,
-	  .help = "KV memory for all pools, e.g. 512M, 4G (at most the machine's memory)" },
+	  .help = "memory of all pools (KV and its index), e.g. 512M, 4G (at most the machine's memory)" },
 	{ .key = "worker_threads", .flag = "workers", .short_flag = 'w', .type = PKV_CONF_UINT, F(worker_threads),
 	  .lo = 0, .hi = 1024, .def = "0", .arg = "N", .help = "threads a backend may use (0 = one per CPU)" },
 	{ .key = "client_max_seqs", .type = PKV_CONF_UINT, F(client_max_seqs), .lo = 1, .hi = 1u << 20,

@@ -10,6 +10,12 @@
 #include "daemon/daemon.h"
 #include "daemon/tier_glue.h"
 
+/*
+ * What a pool costs the budget: its KV and the cache manager's bookkeeping
+ * (block records, stored token ids, the prefix table). With a tiny geometry the
+ * bookkeeping outweighs the KV, so a budget counting KV alone could be overrun
+ * many times over by pools of many small blocks.
+ */
 uint64_t pool_bytes(const struct pkv_geometry *g)
 {
 	uint64_t b = 2; /* K and V */
@@ -18,7 +24,7 @@ uint64_t pool_bytes(const struct pkv_geometry *g)
 	    !pkv_mul_ok(b, g->block_size, &b) || !pkv_mul_ok(b, g->num_kv_heads, &b) ||
 	    !pkv_mul_ok(b, g->head_dim, &b) || !pkv_mul_ok(b, pkv_dtype_size(g->cache_dtype), &b))
 		return 0;
-	return b;
+	return b + pkv_cache_footprint(g);
 }
 
 /* Names the first difference between an existing pool and an attach request. */
@@ -152,7 +158,7 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid,
 	}
 	if (bytes > d->cfg.memory_budget || !reclaim(d, bytes)) {
 		left = budget_left(d);
-		snprintf(why, why_len, "pool '%s' needs %llu bytes of KV cache; %llu of the %llu-byte budget are left",
+		snprintf(why, why_len, "pool '%s' needs %llu bytes (KV cache and its index); %llu of the %llu-byte budget are left",
 			 m->name, (unsigned long long)bytes, (unsigned long long)left,
 			 (unsigned long long)d->cfg.memory_budget);
 		return -ENOMEM;

@@ -390,8 +390,8 @@ static int third_pool_over_share(void *arg)
 
 START_TEST(test_idle_pools_give_their_budget_back)
 {
-	/* A test pool is 512 KiB: the budget holds four, a uid's half two. */
-	static const char *const extra[] = { "--memory-budget", "2M", "--pool-idle-grace-s", "3600", NULL };
+	/* A test pool is 512 KiB of KV and ~16 KiB of index: the budget holds four, a uid's half two. */
+	static const char *const extra[] = { "--memory-budget", "2304K", "--pool-idle-grace-s", "3600", NULL };
 	struct holder_arg b1 = { "b1", 0, 0 }, b2 = { "b2", 0, 0 };
 
 	start(extra);
@@ -406,6 +406,42 @@ START_TEST(test_idle_pools_give_their_budget_back)
 	ck_assert_int_eq(run_as(0, attach_ok, &(struct holder_arg){ "r1", 0, 0 }), 0);
 	ck_assert_int_eq(run_as(0, attach_ok, &(struct holder_arg){ "r2", 0, 0 }), 0);
 	ck_assert_int_eq(run_as(UID_A, two_pools, NULL), 0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
+}
+END_TEST
+
+/*
+ * A pool of many small blocks: 1 MiB of KV exactly, but its blocks' records,
+ * token ids and prefix table come on top. The 1 MiB budget must refuse it (a
+ * budget that counted KV alone would let such pools take many times the budget);
+ * a quarter as many blocks fit in the uid's half.
+ */
+static int index_is_charged(void *arg)
+{
+	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 1 << 20, .timeout_ms = 5000 };
+	struct pkv_pool_params pp;
+	struct pkv_client *c;
+
+	(void)arg;
+	CHILD_CHECK(pkv_connect(&o, &c) == 0);
+	test_pool_params(&pp, "many-small-blocks");
+	/* 2 (K, V) x 1 layer x 16 tokens x 2 heads x 16 dims x 4 bytes = 4 KiB a block. */
+	pp.geo.num_layers = 1;
+	pp.geo.num_blocks = 256;
+	CHILD_CHECK(pkv_pool_attach(c, &pp) == -ENOMEM);
+	CHILD_CHECK(strstr(pkv_last_error(c), "index") != NULL);
+	pp.geo.num_blocks = 64;   /* within the uid's half of the budget */
+	CHILD_CHECK(pkv_pool_attach(c, &pp) == 0);
+	pkv_disconnect(c);
+	return 0;
+}
+
+START_TEST(test_pool_index_counts_against_the_budget)
+{
+	static const char *const extra[] = { "--memory-budget", "1M", NULL };
+
+	start(extra);
+	ck_assert_int_eq(run_as(0, index_is_charged, NULL), 0);
 	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
 END_TEST
@@ -490,6 +526,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_pool_names_are_private_to_their_uid);
 	tcase_add_test(t, test_idle_pools_give_their_budget_back);
 	tcase_add_test(t, test_pool_without_clients_is_freed_after_grace);
+	tcase_add_test(t, test_pool_index_counts_against_the_budget);
 	tcase_add_test(t, test_sliced_attends_match_reference);
 	suite_add_tcase(s, t);
 	return s;
