@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "common/log.h"
 #include "daemon/daemon.h"
 #include "daemon/tier_glue.h"
@@ -109,12 +110,26 @@ static void on_evict(void *ud, int32_t blk, const struct pkv_evict_info *e)
 	pkv_tier_spill_commit(g_tier, kv);
 }
 
+/* Tier thread: a fetch an open waits for completed or timed out; the loop's next sweep takes it. */
+static void wake_loop(void *ud)
+{
+	struct pkv_daemon *d = ud;
+	uint64_t one = 1;
+
+	if (write(d->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		pkv_err("disk tier: cannot wake the loop: %s", strerror(errno));
+}
+
 int tier_glue_start(struct pkv_daemon *d)
 {
 	struct pkv_tier_config tc = {
 		.dir = d->cfg.disk_cache,
 		.budget = d->cfg.disk_budget ? d->cfg.disk_budget : DEFAULT_BUDGET,
 		.uid_share = d->cfg.disk_uid_share ? d->cfg.disk_uid_share : 100,
+		.notify = wake_loop,
+		.notify_ud = d,
+		/* Test hook only: the tests' slow disk on demand. */
+		.read_gate = getenv("PAGEDKV_TIER_TEST_READ_GATE"),
 	};
 	struct pkv_tier_stats st;
 	char why[512] = "";
@@ -217,64 +232,121 @@ void tier_glue_attach(struct pkv_daemon *d, struct session *s)
 			    (s->pool->flags & PKV_WIRE_POOL_SHARED) ? PKV_NS_SHARED : (uint32_t)s->uid);
 }
 
-void tier_glue_fetch(struct pkv_daemon *d, struct session *s, const int32_t *tokens, uint32_t n)
+/* An open parked while the tier reads the part of its prefix that left RAM. */
+struct tier_open {
+	struct pkv_tier_fetch *f;
+	struct pkv_key parent;        /* the key of the last block RAM had, or the namespace */
+	struct pkv_key *keys;
+	uint32_t ram, n;              /* blocks RAM had, blocks being read after them */
+};
+
+static void open_free(struct tier_open *o)
+{
+	if (!o)
+		return;
+	pkv_tier_fetch_done(g_tier, o->f);   /* still in flight: the tier thread frees it */
+	free(o->keys);
+	free(o);
+}
+
+int tier_glue_fetch_start(struct pkv_daemon *d, struct session *s, const int32_t *tokens, uint32_t n)
 {
 	struct tier_pool *tp = s->pool ? s->pool->tier : NULL;
 	struct pkv_cache *c = s->pool ? s->pool->cache : NULL;
-	struct pkv_tier_fetch *f = NULL;
-	struct pkv_key parent, *keys = NULL;
 	uint32_t bs, max_blk, ram, want, i, hits;
-	int32_t *held = NULL;
-	int got, n_held = 0;
+	struct tier_open *o;
+	int r;
 
-	if (!tp || !n)
-		return;
+	if (!tp || !n || s->open_fetch)
+		return 0;
 	bs = s->pool->geo.block_size;
 	max_blk = (n - 1) / bs;
-	ram = pkv_cache_lookup(c, s->ns, tokens, n, &parent);
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return 0;
+	ram = pkv_cache_lookup(c, s->ns, tokens, n, &o->parent);
 	if (ram >= max_blk)
-		return;
+		goto err_free;
 	want = max_blk - ram;
 	if (want > MAX_FETCH_BLOCKS)
 		want = MAX_FETCH_BLOCKS;
-	keys = malloc(want * sizeof(*keys));
-	if (!keys)
-		return;
+	o->keys = malloc(want * sizeof(*o->keys));
+	if (!o->keys)
+		goto err_free;
 	/* The chain continues from the last block RAM has, exactly as the cache would key it. */
 	for (i = 0; i < want; i++) {
-		keys[i] = pkv_cache_block_key(i ? keys[i - 1] : parent, s->ns,
-					      tokens + (size_t)(ram + i) * bs, bs);
+		o->keys[i] = pkv_cache_block_key(i ? o->keys[i - 1] : o->parent, s->ns,
+						 tokens + (size_t)(ram + i) * bs, bs);
 	}
-	hits = pkv_tier_probe(g_tier, tp->cls, keys, want);
+	hits = pkv_tier_probe(g_tier, tp->cls, o->keys, want);
 	if (!hits)
-		goto out;
+		goto err_free;
 	/*
-	 * The open waits for the disk (bounded by disk_wait_ms): a resumed
-	 * conversation then starts warm on its first turn. Only blocks the
-	 * index holds are read, so nothing is waited for that cannot be used.
+	 * Only blocks the index holds are read, so nothing is waited for that
+	 * cannot be used. The open is parked, not the loop: the tier thread
+	 * wakes the loop when the reads are verified or disk_wait_ms passed.
 	 */
-	got = pkv_tier_fetch(g_tier, tp->cls, s->ns, parent, keys, tokens + (size_t)ram * bs, hits,
-			     d->cfg.disk_wait_ms ? d->cfg.disk_wait_ms : DEFAULT_WAIT_MS, &f);
+	r = pkv_tier_fetch_start(g_tier, tp->cls, s->ns, o->parent, o->keys, tokens + (size_t)ram * bs, hits,
+				 d->cfg.disk_wait_ms ? d->cfg.disk_wait_ms : DEFAULT_WAIT_MS, &o->f);
+	if (r <= 0)
+		goto err_free;
+	o->ram = ram;
+	o->n = (uint32_t)r;
+	s->open_fetch = o;
+	return 1;
+
+err_free:
+	open_free(o);
+	return 0;
+}
+
+int tier_glue_fetch_ready(struct pkv_daemon *d, struct session *s, const int32_t *tokens)
+{
+	struct tier_open *o = s->open_fetch;
+	struct pkv_cache *c = s->pool->cache;
+	uint32_t bs = s->pool->geo.block_size, i;
+	int32_t *held = NULL;
+	int got, n_held = 0;
+
+	(void)d;
+	got = pkv_tier_fetch_poll(g_tier, o->f);
+	if (got == -EINPROGRESS)
+		return 0;
+	/* Past the deadline the open goes on with what RAM has; the reads finish unseen. */
 	if (got <= 0)
-		goto out;
+		return 1;
 	held = malloc((size_t)got * sizeof(*held));
 	if (!held)
-		goto out;
+		return 1;
+	/*
+	 * RAM may have changed while the disk read: a block someone computed
+	 * meanwhile is kept (and the chain goes on past it), a parent evicted
+	 * meanwhile ends the chain (adopt refuses an orphan).
+	 */
 	for (i = 0; i < (uint32_t)got; i++) {
 		int32_t blk;
+		int r = pkv_cache_adopt(c, s->ns, i ? o->keys[i - 1] : o->parent,
+					tokens + (size_t)(o->ram + i) * bs, &blk);
 
-		if (pkv_cache_adopt(c, s->ns, i ? keys[i - 1] : parent, tokens + (size_t)(ram + i) * bs, &blk))
+		if (r == -EEXIST)
+			continue;
+		if (r)
 			break;
-		copy_block(&s->pool->disp.mem, blk, NULL, pkv_tier_fetch_kv(f, i));
+		copy_block(&s->pool->disp.mem, blk, NULL, pkv_tier_fetch_kv(o->f, i));
 		held[n_held++] = blk;
 	}
 	/* Tail first into the LRU, as a closed sequence would leave them. */
 	while (n_held > 0)
 		pkv_cache_adopt_end(c, held[--n_held]);
-out:
-	pkv_tier_fetch_done(g_tier, f);
 	free(held);
-	free(keys);
+	return 1;
+}
+
+void tier_glue_fetch_release(struct pkv_daemon *d, struct session *s)
+{
+	(void)d;
+	open_free(s->open_fetch);
+	s->open_fetch = NULL;
 }
 
 static double gbps(uint64_t bytes, uint64_t ns)
@@ -293,7 +365,8 @@ void tier_glue_status(struct pkv_daemon *d, FILE *f, int json)
 		fprintf(f, "\"disk_tier\":{\"blocks\":%llu,\"bytes\":%llu,\"budget\":%llu,\"lookups\":%llu,"
 			   "\"hits\":%llu,\"hit_rate\":%.4f,\"spilled\":%llu,\"spill_skipped\":%llu,"
 			   "\"evicted\":%llu,\"corrupt\":%llu,\"read_bytes\":%llu,\"write_bytes\":%llu,"
-			   "\"read_gbps\":%.3f,\"write_gbps\":%.3f,\"o_direct\":%s,\"spilling\":%s},",
+			   "\"read_gbps\":%.3f,\"write_gbps\":%.3f,\"o_direct\":%s,\"spilling\":%s,"
+			   "\"opens_waiting\":%u},",
 			(unsigned long long)st.blocks, (unsigned long long)st.bytes,
 			(unsigned long long)st.budget, (unsigned long long)st.lookups,
 			(unsigned long long)st.hits, st.lookups ? (double)st.hits / (double)st.lookups : 0.0,
@@ -301,7 +374,7 @@ void tier_glue_status(struct pkv_daemon *d, FILE *f, int json)
 			(unsigned long long)st.evicted, (unsigned long long)st.corrupt,
 			(unsigned long long)st.read_bytes, (unsigned long long)st.write_bytes,
 			gbps(st.read_bytes, st.read_ns), gbps(st.write_bytes, st.write_ns),
-			st.direct ? "true" : "false", st.stopped ? "false" : "true");
+			st.direct ? "true" : "false", st.stopped ? "false" : "true", st.fetching);
 		return;
 	}
 	fprintf(f, "disk tier %s: %llu blocks, %llu of %llu MiB; hits %llu of %llu blocks looked up (%.1f%%)\n",
@@ -313,6 +386,8 @@ void tier_glue_status(struct pkv_daemon *d, FILE *f, int json)
 		st.direct ? "O_DIRECT" : "buffered", (unsigned long long)st.spilled,
 		(unsigned long long)st.spill_skipped, (unsigned long long)st.evicted,
 		(unsigned long long)st.corrupt);
+	if (st.fetching)
+		fprintf(f, "  %u opens waiting for their reads\n", st.fetching);
 	if (st.stopped)
 		fprintf(f, "  spilling stopped: %s (pagedkvctl flush --disk resumes it)\n", st.stop_reason);
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 #include "common/log.h"
 #include "tier/tier_int.h"
 
@@ -58,6 +59,9 @@ struct pkv_tier_fetch {
 	uint32_t n, pages, next_io, done_ios, ok;
 	uint32_t rec_size, kv_off;
 	int complete, abandoned, self;
+	int expired;                  /* its deadline passed before it completed (the caller was told) */
+	uint64_t deadline;            /* CLOCK_MONOTONIC ns */
+	struct pkv_tier_fetch *pnext; /* the list of fetches whose caller waits (deadlines, notify) */
 	uint8_t *buf;                 /* n records back to back in staging */
 	struct pkv_key ns, parent;
 	struct pkv_key *keys;
@@ -97,6 +101,7 @@ struct pkv_tier {
 	/* work for the thread (mu) */
 	struct spill *sq_head, *sq_tail;
 	struct pkv_tier_fetch *fq_head, *fq_tail;
+	struct pkv_tier_fetch *pend;  /* started and neither complete, expired nor given back */
 	struct spill *begun;          /* the loop's spill between begin and commit */
 	uint32_t inflight;
 	uint64_t completions;
@@ -639,6 +644,74 @@ static void fetch_free(struct pkv_tier *t, struct pkv_tier_fetch *f)
 	free(f);
 }
 
+/* Takes f off the waited-for list; 1 when it was on it. */
+static int pend_unlink(struct pkv_tier *t, struct pkv_tier_fetch *f)
+{
+	for (struct pkv_tier_fetch **pp = &t->pend; *pp; pp = &(*pp)->pnext)
+		if (*pp == f) {
+			*pp = f->pnext;
+			f->pnext = NULL;
+			return 1;
+		}
+	return 0;
+}
+
+static void notify(struct pkv_tier *t)
+{
+	if (t->cfg.notify)
+		t->cfg.notify(t->cfg.notify_ud);
+}
+
+/*
+ * Expires the fetches whose deadline passed (their caller goes on with what
+ * RAM has; the reads finish and are freed here later); returns the earliest
+ * deadline still ahead, or UINT64_MAX.
+ */
+static uint64_t expire(struct pkv_tier *t, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+	int told = 0;
+
+	for (struct pkv_tier_fetch **pp = &t->pend; *pp;) {
+		struct pkv_tier_fetch *f = *pp;
+
+		if (f->deadline <= now) {
+			f->expired = 1;
+			*pp = f->pnext;
+			f->pnext = NULL;
+			told = 1;
+			continue;
+		}
+		if (f->deadline < next)
+			next = f->deadline;
+		pp = &f->pnext;
+	}
+	if (told) {
+		pthread_cond_broadcast(&t->cv_done);
+		notify(t);
+	}
+	return next;
+}
+
+/* Test hook (config read_gate): reads stay queued while the gate file is absent. */
+static int gate_closed(const struct pkv_tier *t)
+{
+	return t->cfg.read_gate && !t->stop && access(t->cfg.read_gate, F_OK) != 0;
+}
+
+/* Frees the fetches at the head of the read queue whose caller gave them up before a read went out. */
+static void drop_abandoned(struct pkv_tier *t)
+{
+	while (t->fq_head && t->fq_head->abandoned && !t->fq_head->next_io) {
+		struct pkv_tier_fetch *f = t->fq_head;
+
+		t->fq_head = f->next;
+		if (!t->fq_head)
+			t->fq_tail = NULL;
+		fetch_free(t, f);
+	}
+}
+
 static void fetch_finish(struct pkv_tier *t, struct pkv_tier_fetch *f)
 {
 	const struct tcls *c = &t->cls[f->cls];
@@ -681,10 +754,13 @@ static void fetch_finish(struct pkv_tier *t, struct pkv_tier_fetch *f)
 	if (!f->self)
 		t->hits += f->ok;
 	f->complete = 1;
-	if (f->abandoned)
+	if (f->abandoned) {
 		fetch_free(t, f);
-	else
-		pthread_cond_broadcast(&t->cv_done);
+		return;
+	}
+	pthread_cond_broadcast(&t->cv_done);
+	if (pend_unlink(t, f))
+		notify(t);
 }
 
 /* Called by the backend from reap, on the tier thread, without mu. */
@@ -759,10 +835,14 @@ static void *tier_thread(void *arg)
 
 	pthread_mutex_lock(&t->mu);
 	for (;;) {
-		int took = 0;
+		uint64_t now = now_ns(), wake = expire(t, now);
+		int took = 0, gated = gate_closed(t);
 
+		drop_abandoned(t);
+		if (gated && t->fq_head && wake > now + 10000000ull)
+			wake = now + 10000000ull;   /* the test hook's gate is polled */
 		/* Reads first: a client may be waiting on them; spills only fill the disk. */
-		while (t->fq_head && t->inflight < qd) {
+		while (t->fq_head && t->inflight < qd && !gated) {
 			struct pkv_tier_fetch *f = t->fq_head;
 			uint32_t i = f->next_io++;
 
@@ -798,19 +878,29 @@ static void *tier_thread(void *arg)
 			submit_one(t, &s->io);
 			took++;
 		}
-		if (!t->inflight && !t->sq_head && !t->fq_head) {
+		if (!t->inflight && !t->sq_head && (!t->fq_head || gated)) {
+			struct timespec ts;
+
 			if (t->flush_req != t->flush_done) {
 				do_flush(t);
 				continue;
 			}
 			pthread_cond_broadcast(&t->cv_done);
-			if (t->stop)
+			if (t->stop && !t->fq_head)
 				break;
-			pthread_cond_wait(&t->cv_work, &t->mu);
+			if (wake == UINT64_MAX) {
+				pthread_cond_wait(&t->cv_work, &t->mu);
+				continue;
+			}
+			ts.tv_sec = (time_t)(wake / 1000000000ull);
+			ts.tv_nsec = (long)(wake % 1000000000ull);
+			pthread_cond_timedwait(&t->cv_work, &t->mu, &ts);
 			continue;
 		}
 		pthread_mutex_unlock(&t->mu);
-		t->be->reap(t->impl, !took, io_done, t);
+		/* Waits for a completion, but never past a waiting caller's deadline. */
+		t->be->reap(t->impl, took ? 0 : wake == UINT64_MAX ? -1 : wake > now ? (int64_t)(wake - now) : 0,
+			    io_done, t);
 		pthread_mutex_lock(&t->mu);
 	}
 	pthread_mutex_unlock(&t->mu);
@@ -940,12 +1030,12 @@ static int fetch_alloc(struct pkv_tier *t, const struct tcls *c, uint32_t n, str
 	return 0;
 }
 
-int pkv_tier_fetch(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_key parent,
-		   const struct pkv_key *keys, const int32_t *tokens, uint32_t n, unsigned timeout_ms,
-		   struct pkv_tier_fetch **out)
+/* Queues the reads of the chain; returns how many blocks are being read (0: none, f is complete) or -errno. */
+static int fetch_queue(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_key parent,
+		       const struct pkv_key *keys, const int32_t *tokens, uint32_t n, unsigned timeout_ms,
+		       int wait, struct pkv_tier_fetch **out)
 {
 	struct pkv_tier_fetch *f;
-	struct timespec dl;
 	const struct tcls *c;
 	uint32_t i, bs;
 	int r, p;
@@ -1003,20 +1093,44 @@ int pkv_tier_fetch(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_ke
 	else
 		t->fq_head = f;
 	t->fq_tail = f;
+	/* The tier thread keeps the deadline (and tells the caller) whether or not anyone blocks on it. */
+	f->deadline = now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	f->pnext = t->pend;
+	t->pend = f;
 	pthread_cond_signal(&t->cv_work);
-	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += timeout_ms / 1000;
-	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-	if (dl.tv_nsec >= 1000000000) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000;
-	}
-	while (!f->complete)
-		if (pthread_cond_timedwait(&t->cv_done, &t->mu, &dl) == ETIMEDOUT)
-			break;
-	r = f->complete ? (int)f->ok : -ETIMEDOUT;
+	if (wait)
+		while (!f->complete && !f->expired)
+			pthread_cond_wait(&t->cv_done, &t->mu);
+	pthread_mutex_unlock(&t->mu);
+	return (int)n;
+}
+
+int pkv_tier_fetch_start(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_key parent,
+			 const struct pkv_key *keys, const int32_t *tokens, uint32_t n, unsigned timeout_ms,
+			 struct pkv_tier_fetch **f)
+{
+	return fetch_queue(t, cls, ns, parent, keys, tokens, n, timeout_ms, 0, f);
+}
+
+int pkv_tier_fetch_poll(struct pkv_tier *t, struct pkv_tier_fetch *f)
+{
+	int r;
+
+	if (!f)
+		return 0;
+	pthread_mutex_lock(&t->mu);
+	r = f->complete ? (int)f->ok : f->expired ? -ETIMEDOUT : -EINPROGRESS;
 	pthread_mutex_unlock(&t->mu);
 	return r;
+}
+
+int pkv_tier_fetch(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_key parent,
+		   const struct pkv_key *keys, const int32_t *tokens, uint32_t n, unsigned timeout_ms,
+		   struct pkv_tier_fetch **out)
+{
+	int r = fetch_queue(t, cls, ns, parent, keys, tokens, n, timeout_ms, 1, out);
+
+	return r <= 0 ? r : pkv_tier_fetch_poll(t, *out);
 }
 
 const void *pkv_tier_fetch_kv(const struct pkv_tier_fetch *f, uint32_t i)
@@ -1029,6 +1143,7 @@ void pkv_tier_fetch_done(struct pkv_tier *t, struct pkv_tier_fetch *f)
 	if (!f)
 		return;
 	pthread_mutex_lock(&t->mu);
+	pend_unlink(t, f);
 	if (f->complete)
 		fetch_free(t, f);
 	else
@@ -1154,6 +1269,8 @@ void pkv_tier_stats(struct pkv_tier *t, struct pkv_tier_stats *st)
 	st->classes = t->n_cls;
 	st->uids = t->n_uids;
 	st->stopped = t->stopped;
+	for (const struct pkv_tier_fetch *f = t->pend; f; f = f->pnext)
+		st->fetching++;
 	snprintf(st->stop_reason, sizeof(st->stop_reason), "%s", t->stop_reason);
 	pthread_mutex_unlock(&t->mu);
 	st->direct = t->be->direct(t->impl);
