@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "common/keyed_hash.h"
 #include "common/log.h"
 #include "daemon/daemon.h"
 #include "daemon/tier_glue.h"
@@ -34,10 +35,12 @@ struct tier_pool {
 
 /* The daemon holds one tier; pools reach it through their glue. */
 static struct pkv_tier *g_tier;
+static struct pkv_hash_secret g_ns_secret;
 
+/* Namespaces carry client-chosen salts: a keyed slot, so no client can crowd one probe run. */
 static uint32_t ns_slot(struct pkv_key ns)
 {
-	return (uint32_t)(ns.lo ^ ns.hi) & (NS_SLOTS - 1);
+	return (uint32_t)pkv_keyed_hash128(&g_ns_secret, ns.lo, ns.hi) & (NS_SLOTS - 1);
 }
 
 static void ns_remember(struct tier_pool *tp, struct pkv_key ns, uint32_t uid)
@@ -137,6 +140,7 @@ int tier_glue_start(struct pkv_daemon *d)
 
 	if (!d->cfg.disk_cache[0])
 		return 0;
+	pkv_hash_secret_init(&g_ns_secret);
 	/* A file-size limit must fail a write (EFBIG, the tier stops spilling), not kill the daemon. */
 	signal(SIGXFSZ, SIG_IGN);
 	r = pkv_tier_open(&tc, &g_tier, why, sizeof(why));

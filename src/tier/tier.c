@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include "common/keyed_hash.h"
 #include "common/log.h"
 #include "tier/tier_int.h"
 
@@ -85,6 +86,7 @@ struct pkv_tier {
 	int32_t free_head;
 	struct hent *hash;
 	uint32_t hash_mask, n_live;
+	struct pkv_hash_secret slot_secret;  /* of hmix: slots clients cannot aim */
 	struct tuid *uids;
 	uint32_t n_uids;
 	struct tcls cls[TIER_MAX_CLASSES];
@@ -133,19 +135,22 @@ static int key_same(struct pkv_key a, struct pkv_key b)
 /* ------------------------------------------------------------ index */
 
 /*
- * Keys are XXH3 outputs, but a multiplicative mix keeps even patterned keys
- * from clustering. Each slot keeps the 32 mixed bits its position came from,
- * so probing, growing and deleting compare those and only touch a block's
- * key on a likely match (start-up inserts a million blocks).
+ * Keys are public (anyone computes the key of the tokens they send), so a
+ * client could choose tokens whose keys share a slot and make every
+ * tenant's probe walk a long run: the slot comes from a keyed hash
+ * (SipHash under a per-tier random secret) instead of the key's own bits.
+ * Each slot keeps the 32 hashed bits its position came from, so probing,
+ * growing and deleting compare those and only touch a block's key on a
+ * likely match (start-up inserts a million blocks).
  */
-static uint32_t hmix(struct pkv_key k)
+static uint32_t hmix(const struct pkv_tier *t, struct pkv_key k)
 {
-	return (uint32_t)(((k.lo ^ k.hi) * 0x9e3779b97f4a7c15ull) >> 32);
+	return (uint32_t)pkv_keyed_hash128(&t->slot_secret, k.lo, k.hi);
 }
 
 static int32_t idx_find(const struct pkv_tier *t, struct pkv_key k)
 {
-	uint32_t h = hmix(k), i;
+	uint32_t h = hmix(t, k), i;
 
 	if (!t->hash)
 		return -1;
@@ -191,7 +196,7 @@ static int hash_grow(struct pkv_tier *t)
 /* Backward-shift deletion, so lookups never stop early at a hole. */
 static void hash_del(struct pkv_tier *t, int32_t b)
 {
-	uint32_t m = t->hash_mask, i = hmix(t->blk[b].key) & m, j, home;
+	uint32_t m = t->hash_mask, i = hmix(t, t->blk[b].key) & m, j, home;
 
 	while (t->hash[i].b != b)
 		i = (i + 1) & m;
@@ -317,7 +322,7 @@ static int idx_add(struct pkv_tier *t, int cls, uint64_t loc, const struct tier_
 				   .uidx = (uint16_t)u };
 	if (e->stamp > t->clock)
 		t->clock = e->stamp;
-	hash_put(t, b, hmix(e->key));
+	hash_put(t, b, hmix(t, e->key));
 	if (!t->scanning)     /* a scan links nothing: sort_lru orders them all at once */
 		lru_insert(t, b);
 	t->n_live++;
@@ -1307,6 +1312,7 @@ int pkv_tier_open(const struct pkv_tier_config *cfg, struct pkv_tier **out, char
 		t->cfg.queue_depth = DEFAULT_QD;
 	t->free_head = -1;
 	t->be = &pkv_tier_disk;
+	pkv_hash_secret_init(&t->slot_secret);
 	pthread_mutex_init(&t->mu, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
