@@ -17,6 +17,7 @@
 #define NS_SLOTS 4096u            /* namespaces remembered per pool (power of two) */
 #define UID_UNKNOWN (PKV_NS_SHARED - 1)
 #define MAX_FETCH_BLOCKS 4096u
+#define BEHIND 64u                /* oldest LRU blocks kept queued for write-behind */
 
 /* Which uid a namespace belongs to: blocks carry only their namespace. */
 struct ns_uid {
@@ -31,6 +32,9 @@ struct tier_pool {
 	int may_wait;                 /* flush or pool teardown: a full staging area is waited out */
 	struct ns_uid *ns;
 	uint32_t n_ns;
+	uint8_t *behind;              /* per block: a write-behind spill was queued (or the tier had it) */
+	int32_t blks[BEHIND];
+	struct pkv_evict_info info[BEHIND];
 };
 
 /* The daemon holds one tier; pools reach it through their glue. */
@@ -97,7 +101,40 @@ static void copy_block(const struct pkv_cache_mem *m, int32_t blk, void *rec, co
 	}
 }
 
-/* The cache's eviction hook (loop thread): copy the block out now, the tier thread writes it. */
+/* Tier thread (write-behind): the block is still in the LRU, unchanged until on_evict waits for this. */
+static void copy_behind(void *ud, int32_t blk, void *kv)
+{
+	struct tier_pool *tp = ud;
+
+	copy_block(&tp->p->disp.mem, blk, kv, NULL);
+}
+
+/*
+ * Write-behind: the blocks eviction takes next are queued now, and the tier
+ * thread copies them while they sit in the LRU, so that their eviction (in
+ * a step's allocation, on the loop) finds them on their way to disk and
+ * copies nothing. Bounded to BEHIND blocks and half the staging.
+ */
+static void behind(struct tier_pool *tp, int32_t evicting)
+{
+	uint32_t n = pkv_cache_lru_oldest(tp->p->cache, BEHIND, tp->blks, tp->info);
+
+	for (uint32_t i = 0; i < n; i++) {
+		const struct pkv_evict_info *e = &tp->info[i];
+		int32_t b = tp->blks[i];
+		struct pkv_tier_block tb = { e->key, e->parent, e->ns, ns_uid(tp, e->ns), e->tokens };
+		int r;
+
+		if (b == evicting || tp->behind[b])
+			continue;
+		r = pkv_tier_spill_later(g_tier, tp->cls, &tb, copy_behind, tp, b);
+		if (r == -EAGAIN || r == -ENOSPC || r == -ENOMEM)
+			break;   /* staging's write-behind half is full, or spilling stopped */
+		tp->behind[b] = 1;
+	}
+}
+
+/* The cache's eviction hook (loop thread): the block's bytes go to the tier before its slots are reused. */
 static void on_evict(void *ud, int32_t blk, const struct pkv_evict_info *e)
 {
 	struct tier_pool *tp = ud;
@@ -105,12 +142,21 @@ static void on_evict(void *ud, int32_t blk, const struct pkv_evict_info *e)
 	void *kv;
 	int r;
 
+	/* Queued for write-behind: its copy is done (or finished now); nothing else to copy. */
+	if (tp->behind[blk]) {
+		tp->behind[blk] = 0;
+		if (pkv_tier_spill_forget(g_tier, tp, blk, e->key))
+			goto out;
+	}
 	while ((r = pkv_tier_spill_begin(g_tier, tp->cls, &b, &kv)) == -EAGAIN && tp->may_wait)
 		pkv_tier_wait_io(g_tier);
 	if (r)
-		return;   /* already there, staging full, or spilling stopped: RAM goes on regardless */
+		goto out;   /* already there, staging full, or spilling stopped: RAM goes on regardless */
 	copy_block(&tp->p->disp.mem, blk, kv, NULL);
 	pkv_tier_spill_commit(g_tier, kv);
+out:
+	if (!tp->may_wait)
+		behind(tp, blk);
 }
 
 /* Tier thread: a fetch an open waits for completed or timed out; the loop's next sweep takes it. */
@@ -175,9 +221,15 @@ void tier_glue_pool_created(struct pkv_daemon *d, struct pool *p)
 		return;
 	}
 	tp = calloc(1, sizeof(*tp));
-	if (tp)
+	if (tp) {
 		tp->ns = calloc(NS_SLOTS, sizeof(*tp->ns));
-	if (!tp || !tp->ns) {
+		tp->behind = calloc(p->geo.num_blocks, 1);
+	}
+	if (!tp || !tp->ns || !tp->behind) {
+		if (tp) {
+			free(tp->ns);
+			free(tp->behind);
+		}
 		free(tp);
 		pkv_warn("pool '%s': no memory for its disk tier glue", p->name);
 		return;
@@ -189,6 +241,7 @@ void tier_glue_pool_created(struct pkv_daemon *d, struct pool *p)
 	if (tp->cls < 0) {
 		pkv_warn("pool '%s': disk tier refuses its blocks: %s", p->name, strerror(-tp->cls));
 		free(tp->ns);
+		free(tp->behind);
 		free(tp);
 		return;
 	}
@@ -207,7 +260,12 @@ void tier_glue_pool_destroy(struct pkv_daemon *d, struct pool *p)
 	tp->may_wait = 1;
 	pkv_cache_flush(p->cache);
 	pkv_cache_set_evict_hook(p->cache, NULL, NULL);
+	/* Every evicted block settled its write-behind; whatever else is queued must not read freed memory. */
+	static const struct pkv_key e_none;
+
+	pkv_tier_spill_forget(g_tier, tp, -1, e_none);
 	free(tp->ns);
+	free(tp->behind);
 	free(tp);
 	p->tier = NULL;
 }
@@ -370,7 +428,7 @@ void tier_glue_status(struct pkv_daemon *d, FILE *f, int json)
 			   "\"hits\":%llu,\"hit_rate\":%.4f,\"spilled\":%llu,\"spill_skipped\":%llu,"
 			   "\"evicted\":%llu,\"corrupt\":%llu,\"read_bytes\":%llu,\"write_bytes\":%llu,"
 			   "\"read_gbps\":%.3f,\"write_gbps\":%.3f,\"o_direct\":%s,\"spilling\":%s,"
-			   "\"opens_waiting\":%u},",
+			   "\"opens_waiting\":%u,\"spilled_behind\":%llu},",
 			(unsigned long long)st.blocks, (unsigned long long)st.bytes,
 			(unsigned long long)st.budget, (unsigned long long)st.lookups,
 			(unsigned long long)st.hits, st.lookups ? (double)st.hits / (double)st.lookups : 0.0,
@@ -378,16 +436,18 @@ void tier_glue_status(struct pkv_daemon *d, FILE *f, int json)
 			(unsigned long long)st.evicted, (unsigned long long)st.corrupt,
 			(unsigned long long)st.read_bytes, (unsigned long long)st.write_bytes,
 			gbps(st.read_bytes, st.read_ns), gbps(st.write_bytes, st.write_ns),
-			st.direct ? "true" : "false", st.stopped ? "false" : "true", st.fetching);
+			st.direct ? "true" : "false", st.stopped ? "false" : "true", st.fetching,
+			(unsigned long long)st.spilled_behind);
 		return;
 	}
 	fprintf(f, "disk tier %s: %llu blocks, %llu of %llu MiB; hits %llu of %llu blocks looked up (%.1f%%)\n",
 		d->cfg.disk_cache, (unsigned long long)st.blocks, (unsigned long long)(st.bytes >> 20),
 		(unsigned long long)(st.budget >> 20), (unsigned long long)st.hits,
 		(unsigned long long)st.lookups, st.lookups ? 100.0 * (double)st.hits / (double)st.lookups : 0.0);
-	fprintf(f, "  read %.2f GB/s, write %.2f GB/s (%s); %llu spilled, %llu not spilled, %llu evicted, %llu corrupt dropped\n",
+	fprintf(f, "  read %.2f GB/s, write %.2f GB/s (%s); %llu spilled (%llu copied behind), %llu not spilled, %llu evicted, %llu corrupt dropped\n",
 		gbps(st.read_bytes, st.read_ns), gbps(st.write_bytes, st.write_ns),
 		st.direct ? "O_DIRECT" : "buffered", (unsigned long long)st.spilled,
+		(unsigned long long)st.spilled_behind,
 		(unsigned long long)st.spill_skipped, (unsigned long long)st.evicted,
 		(unsigned long long)st.corrupt);
 	if (st.fetching)

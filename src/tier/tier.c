@@ -52,6 +52,12 @@ struct spill {
 	uint32_t pages;
 	struct pkv_tier_block b;      /* tokens point into the record */
 	struct spill *next;
+	/* Write-behind (pkv_tier_spill_later): the KV is copied by copy(ud, tag, kv) before sealing. */
+	pkv_tier_copy_fn copy;
+	void *ud;
+	int32_t tag;
+	int copied, copied_here;      /* copied_here: by the tier thread, not by spill_forget */
+	struct spill *wnext;          /* t->wb_flight: copied write-behind spills until their write is done */
 };
 
 struct pkv_tier_fetch {
@@ -105,6 +111,9 @@ struct pkv_tier {
 	struct pkv_tier_fetch *fq_head, *fq_tail;
 	struct pkv_tier_fetch *pend;  /* started and neither complete, expired nor given back */
 	struct spill *begun;          /* the loop's spill between begin and commit */
+	struct spill *copying;        /* the write-behind spill whose copy runs on the tier thread now */
+	uint32_t n_later;             /* write-behind spills not yet freed: at most half the staging */
+	struct spill *wb_flight;
 	uint32_t inflight;
 	uint64_t completions;
 	uint32_t infl_dir[2];         /* reads, writes in flight: the device is busy while > 0 */
@@ -115,7 +124,7 @@ struct pkv_tier {
 	char stop_reason[128];
 
 	/* stats (mu) */
-	uint64_t lookups, hits, spilled, skipped, evicted, corrupt;
+	uint64_t lookups, hits, spilled, skipped, evicted, corrupt, spilled_behind;
 	uint64_t read_bytes, read_ns, write_bytes, write_ns;
 };
 
@@ -617,6 +626,15 @@ static int make_room(struct pkv_tier *t, struct spill *s)
 	return 0;
 }
 
+static void wb_unlink(struct pkv_tier *t, struct spill *s)
+{
+	for (struct spill **pp = &t->wb_flight; *pp; pp = &(*pp)->wnext)
+		if (*pp == s) {
+			*pp = s->wnext;
+			return;
+		}
+}
+
 static void put_done(struct pkv_tier *t, struct spill *s)
 {
 	struct tier_io *io = &s->io;
@@ -632,9 +650,14 @@ static void put_done(struct pkv_tier *t, struct spill *s)
 		t->be->del(t->impl, s->cls, io->loc);
 	} else {
 		t->spilled++;
+		t->spilled_behind += s->copy && s->copied_here;
 		t->write_bytes += rs;
 	}
 	stage_free(t, io->buf, s->pages);
+	if (s->copy) {
+		t->n_later--;
+		wb_unlink(t, s);
+	}
 	free(s);
 }
 
@@ -871,8 +894,24 @@ static void *tier_thread(void *arg)
 			if (r) {
 				t->skipped++;
 				stage_free(t, s->io.buf, s->pages);
+				if (s->copy)
+					t->n_later--;
 				free(s);
 				continue;
+			}
+			/* Write-behind: the bytes are copied here, off the loop; spill_forget waits for it. */
+			if (s->copy && !s->copied) {
+				t->copying = s;
+				pthread_mutex_unlock(&t->mu);
+				s->copy(s->ud, s->tag, (uint8_t *)s->io.buf + t->cls[s->cls].l.kv_off);
+				pthread_mutex_lock(&t->mu);
+				s->copied = s->copied_here = 1;
+				t->copying = NULL;
+				pthread_cond_broadcast(&t->cv_done);
+			}
+			if (s->copy) {
+				s->wnext = t->wb_flight;
+				t->wb_flight = s;
 			}
 			/* Sealed here, not on the loop that handed the block over: one XXH3 pass over it. */
 			pthread_mutex_unlock(&t->mu);
@@ -914,14 +953,28 @@ static void *tier_thread(void *arg)
 
 /* ------------------------------------------------------------ public calls (loop thread) */
 
-int pkv_tier_spill_begin(struct pkv_tier *t, int cls, const struct pkv_tier_block *b, void **kv)
+/* A spill of key k queued (write-behind or not), or write-behind being copied or written; under mu. */
+static int sq_has_key(const struct pkv_tier *t, struct pkv_key k)
+{
+	for (const struct spill *s = t->sq_head; s; s = s->next)
+		if (key_same(s->b.key, k))
+			return 1;
+	for (const struct spill *s = t->wb_flight; s; s = s->wnext)
+		if (key_same(s->b.key, k))
+			return 1;
+	return t->copying && key_same(t->copying->b.key, k);
+}
+
+/* Takes a staging record for b and fills what the caller need not: returns s (under mu) or -errno. */
+static int spill_new(struct pkv_tier *t, int cls, const struct pkv_tier_block *b, int later, struct spill **out)
 {
 	struct spill *s;
 	struct tcls *c;
 	int32_t have;
 	int p, r = 0;
 
-	if (cls < 0 || (uint32_t)cls >= t->n_cls || !b || !kv)
+	*out = NULL;
+	if (cls < 0 || (uint32_t)cls >= t->n_cls || !b)
 		return -EINVAL;
 	c = &t->cls[cls];
 	s = calloc(1, sizeof(*s));
@@ -929,14 +982,17 @@ int pkv_tier_spill_begin(struct pkv_tier *t, int cls, const struct pkv_tier_bloc
 		return -ENOMEM;
 	pthread_mutex_lock(&t->mu);
 	have = idx_find(t, b->key);
-	if (t->begun)
+	if (t->begun && !later)
 		r = -EBUSY;
-	else if (have >= 0)
+	else if (have >= 0 || (later && sq_has_key(t, b->key)))
 		r = -EEXIST;
 	else if (t->stopped)
 		r = -ENOSPC;
-	if (have >= 0)
-		touch(t, have);
+	if (have >= 0 && !later)
+		touch(t, have);   /* evicted from RAM: recently used; a write-behind probe is not a use */
+	/* Write-behind never takes the staging an eviction may need. */
+	if (!r && later && (uint64_t)(t->n_later + 1) * (c->l.rec_size / TIER_ALIGN) > t->n_pages / 2)
+		r = -EAGAIN;
 	if (r)
 		goto err_unlock;
 	p = stage_alloc(t, c->l.rec_size / TIER_ALIGN);
@@ -954,19 +1010,108 @@ int pkv_tier_spill_begin(struct pkv_tier *t, int cls, const struct pkv_tier_bloc
 	s->io.owner = s;
 	s->io.ent = (struct tier_entry){ .key = b->key, .parent = b->parent, .uid = b->uid,
 					 .stamp = ++t->clock };
-	t->begun = s;
-	pthread_mutex_unlock(&t->mu);
 	memcpy((uint8_t *)s->io.buf + TIER_REC_HDR, b->tokens, (size_t)c->fp.block_size * sizeof(int32_t));
 	s->b.tokens = (const int32_t *)((uint8_t *)s->io.buf + TIER_REC_HDR);
-	*kv = (uint8_t *)s->io.buf + c->l.kv_off;
+	*out = s;
 	return 0;
 
 err_unlock:
-	if (r != -EBUSY)
+	if (r != -EBUSY && !later)
 		t->skipped++;
 	pthread_mutex_unlock(&t->mu);
 	free(s);
 	return r;
+}
+
+static void sq_push(struct pkv_tier *t, struct spill *s)
+{
+	s->next = NULL;
+	if (t->sq_tail)
+		t->sq_tail->next = s;
+	else
+		t->sq_head = s;
+	t->sq_tail = s;
+	pthread_cond_signal(&t->cv_work);
+}
+
+int pkv_tier_spill_begin(struct pkv_tier *t, int cls, const struct pkv_tier_block *b, void **kv)
+{
+	struct spill *s;
+	int r;
+
+	if (!kv)
+		return -EINVAL;
+	r = spill_new(t, cls, b, 0, &s);
+	if (r)
+		return r;
+	t->begun = s;
+	pthread_mutex_unlock(&t->mu);
+	*kv = (uint8_t *)s->io.buf + t->cls[cls].l.kv_off;
+	return 0;
+}
+
+int pkv_tier_spill_later(struct pkv_tier *t, int cls, const struct pkv_tier_block *b, pkv_tier_copy_fn copy,
+			 void *ud, int32_t tag)
+{
+	struct spill *s;
+	int r;
+
+	if (!copy)
+		return -EINVAL;
+	r = spill_new(t, cls, b, 1, &s);
+	if (r)
+		return r;
+	s->copy = copy;
+	s->ud = ud;
+	s->tag = tag;
+	t->n_later++;
+	sq_push(t, s);
+	pthread_mutex_unlock(&t->mu);
+	return 0;
+}
+
+int pkv_tier_spill_forget(struct pkv_tier *t, void *ud, int32_t tag, struct pkv_key key)
+{
+	int found = 0;
+
+	pthread_mutex_lock(&t->mu);
+	for (struct spill **pp = &t->sq_head, *prev = NULL; *pp;) {
+		struct spill *s = *pp;
+
+		if (!s->copy || s->ud != ud || (tag >= 0 && (s->tag != tag || !key_same(s->b.key, key)))) {
+			prev = s;
+			pp = &s->next;
+			continue;
+		}
+		found = 1;
+		if (tag >= 0 && !s->copied) {
+			/* Not copied yet: copied now, before the caller changes its source (the old cost, once). */
+			s->copy(ud, tag, (uint8_t *)s->io.buf + t->cls[s->cls].l.kv_off);
+			s->copied = 1;
+		} else if (!s->copied) {
+			/* Every block of ud: what is not copied yet is dropped. */
+			*pp = s->next;
+			if (t->sq_tail == s)
+				t->sq_tail = prev;
+			t->n_later--;
+			stage_free(t, s->io.buf, s->pages);
+			free(s);
+			continue;
+		}
+		prev = s;
+		pp = &s->next;
+	}
+	/* The tier thread is copying it now: wait for the copy, never for the write. */
+	while (t->copying && t->copying->ud == ud &&
+	       (tag < 0 || (t->copying->tag == tag && key_same(t->copying->b.key, key)))) {
+		found = 1;
+		pthread_cond_wait(&t->cv_done, &t->mu);
+	}
+	/* Copied and being written: nothing left to do either. */
+	for (struct spill *s = t->wb_flight; s && !found && tag >= 0; s = s->wnext)
+		found = s->ud == ud && s->tag == tag && key_same(s->b.key, key);
+	pthread_mutex_unlock(&t->mu);
+	return found;
 }
 
 void pkv_tier_spill_commit(struct pkv_tier *t, void *kv)
@@ -977,13 +1122,7 @@ void pkv_tier_spill_commit(struct pkv_tier *t, void *kv)
 		return;
 	pthread_mutex_lock(&t->mu);
 	t->begun = NULL;
-	s->next = NULL;
-	if (t->sq_tail)
-		t->sq_tail->next = s;
-	else
-		t->sq_head = s;
-	t->sq_tail = s;
-	pthread_cond_signal(&t->cv_work);
+	sq_push(t, s);
 	pthread_mutex_unlock(&t->mu);
 }
 
@@ -1265,6 +1404,7 @@ void pkv_tier_stats(struct pkv_tier *t, struct pkv_tier_stats *st)
 	st->hits = t->hits;
 	st->spilled = t->spilled;
 	st->spill_skipped = t->skipped;
+	st->spilled_behind = t->spilled_behind;
 	st->evicted = t->evicted;
 	st->corrupt = t->corrupt;
 	st->read_bytes = t->read_bytes;

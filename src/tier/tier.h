@@ -92,6 +92,25 @@ void pkv_tier_spill_commit(struct pkv_tier *t, void *kv);
 void pkv_tier_spill_cancel(struct pkv_tier *t, void *kv);
 
 /*
+ * Write-behind: queues block b to be spilled with its KV copied later, on
+ * the tier thread, by copy(ud, tag, kv) (kv_bytes into kv). The caller
+ * keeps the source unchanged until it has called pkv_tier_spill_forget for
+ * (ud, tag). Never uses more than half the staging (-EAGAIN); -EEXIST when
+ * the key is in the tier or queued; -ENOSPC while spilling is stopped.
+ */
+typedef void (*pkv_tier_copy_fn)(void *ud, int32_t tag, void *kv);
+int pkv_tier_spill_later(struct pkv_tier *t, int cls, const struct pkv_tier_block *b, pkv_tier_copy_fn copy,
+			 void *ud, int32_t tag);
+/*
+ * The source of (ud, tag), holding key, is about to change: a queued copy of it is made
+ * now, on the caller's thread; one running on the tier thread is waited
+ * for. Returns 1 when a write-behind spill of it exists (its bytes are on
+ * their way to disk), 0 when none. tag < 0: every block of ud, and the
+ * ones not copied yet are dropped instead (ud's memory is going away).
+ */
+int pkv_tier_spill_forget(struct pkv_tier *t, void *ud, int32_t tag, struct pkv_key key);
+
+/*
  * How many of keys[0..n) are in the tier, consecutively from the first,
  * for class cls (a lookup in the index only; nothing is read).
  */
@@ -142,6 +161,7 @@ struct pkv_tier_stats {
 	uint64_t blocks, bytes, budget;
 	uint64_t lookups, hits;                /* blocks asked for by fetch, blocks served */
 	uint64_t spilled, spill_skipped;       /* written; not spilled (staging full, duplicate) */
+	uint64_t spilled_behind;               /* of spilled, copied on the tier thread (write-behind) */
 	uint64_t evicted, corrupt;             /* budget evictions; records failing verification */
 	uint64_t read_bytes, read_ns, write_bytes, write_ns;  /* ns: time with reads / writes in flight */
 	uint32_t classes, uids;

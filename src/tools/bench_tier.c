@@ -380,7 +380,7 @@ static pid_t start_daemon(const struct opts *o, const char *sock, const char *td
 
 	if (pid == 0) {
 		execl(o->daemon, o->daemon, "-f", "--socket", sock, "--disk-cache", tdir, "--backend", "cpu",
-		      "--plugin-dir", o->plugin_dir, "--log-level", "warn", "--memory-budget", "512M",
+		      "--plugin-dir", o->plugin_dir, "--log-level", "warn", "--memory-budget", "1G",
 		      (char *)NULL);
 		_exit(127);
 	}
@@ -506,7 +506,9 @@ static int restarted_pool_ready(const struct opts *o, const char *sock, const ch
 	if (pid < 0)
 		return -1;
 	rss0 = rss_anon(pid);
-	if (!attach_smol(sock, 1 << 20, &engine)) {
+	if (attach_smol(sock, 1 << 20, &engine))
+		fprintf(stderr, "pkv-bench tier: the engine's attach after the restart failed\n");
+	else {
 		for (int i = 0; i < 6000 && rss_anon(pid) - rss0 < (long)(SMOL_POOL_BYTES * 98 / 100); i++)
 			usleep(10000);
 		r = open_and_prefill(sock, tok, ms, open_ms, cached);
@@ -551,6 +553,9 @@ static int bench_opens_once(const struct opts *o, struct opens *res)
 		if (pid > 0)
 			stop_daemon(pid);
 	}
+	if (r)
+		fprintf(stderr, "pkv-bench tier: cached cold %u, RAM %u, flushed %u, restarted %u, at attach %u\n",
+			res->cold_cached, res->ram_cached, res->flush_cached, res->disk_cached, res->attach_cached);
 	rm_rf(tdir);
 	return r;
 }
@@ -567,8 +572,10 @@ static int bench_opens(const struct opts *o, struct opens *res)
 				 &res->cold_open_ms, &res->ram_open_ms, &res->disk_open_ms, &res->flush_open_ms,
 				 &res->attach_open_ms };
 
-		if (bench_opens_once(o, res))
+		if (bench_opens_once(o, res)) {
+			fprintf(stderr, "pkv-bench tier: the 546-token opens failed (round %u)\n", i);
 			return -1;
+		}
 		for (int k = 0; k < F; k++)
 			v[k][i] = *f[k];
 		if (i + 1 == runs)

@@ -364,6 +364,35 @@ START_TEST(test_sigkill_during_spill)
 }
 END_TEST
 
+START_TEST(test_write_behind_under_pressure)
+{
+	static float ram[OUT_FLOATS], disk[OUT_FLOATS];
+	unsigned long long behind = 0;
+	char out[4096];
+	const char *p;
+
+	ck_assert_int_eq(open_prompt(0, 200, NULL), 0);
+	ck_assert_int_eq(open_prompt(0, 200, ram), NCACHED);
+	/* 60 more prompts of 2 cached blocks each through a 64-block pool: LRU eviction throughout. */
+	for (uint32_t w = 201; w < 261; w++)
+		ck_assert_int_eq(open_prompt(0, w, NULL), 0);
+	ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, out, sizeof(out)), 0);
+	p = strstr(out, "\"spilled_behind\":");
+	ck_assert_ptr_nonnull(p);
+	ck_assert_int_eq(sscanf(p, "\"spilled_behind\":%llu", &behind), 1);
+	/* The tier thread copied blocks ahead of their eviction... */
+	ck_assert_msg(behind > 0, "%s", out);
+	/* ... and what comes back from disk is exactly what RAM had. */
+	ck_assert_int_eq(open_prompt(0, 200, disk), NCACHED);
+	ck_assert_int_eq(memcmp(ram, disk, sizeof(ram)), 0);
+	for (uint32_t w = 201; w < 261; w += 7)
+		ck_assert_int_eq(open_prompt(0, w, NULL), NCACHED);
+	ctl_ok(PKV_CTL_STATUS, out, sizeof(out));
+	ck_assert_msg(strstr(out, " 0 corrupt dropped"), "%s", out);
+	ck_assert_int_eq(audit_until_clean(D.sock, 2000, out, sizeof(out)), 0);
+}
+END_TEST
+
 /* ---- an open waiting for the disk parks itself, not the daemon */
 
 static char gate[96];
@@ -394,7 +423,7 @@ static void until_waiting(unsigned n)
 	char out[4096], want[64];
 	int i;
 
-	snprintf(want, sizeof(want), "\"opens_waiting\":%u}", n);
+	snprintf(want, sizeof(want), "\"opens_waiting\":%u,", n);
 	for (i = 0; i < 3000; i++) {
 		ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, out, sizeof(out)), 0);
 		if (strstr(out, want))
@@ -519,6 +548,7 @@ int main(void)
 		fprintf(stderr, "check_tier_daemon: not root, the two-uid test is not run\n");
 	tcase_add_test(tc, test_full_disk_ram_goes_on);
 	tcase_add_test(tc, test_sigkill_during_spill);
+	tcase_add_test(tc, test_write_behind_under_pressure);
 	tcase_add_test(tc, test_open_waiting_for_disk_stalls_no_one);
 	tcase_add_test(tc, test_open_past_deadline_goes_on_with_ram);
 	suite_add_tcase(s, tc);
