@@ -743,8 +743,7 @@ static void drop_abandoned(struct pkv_tier *t)
 static void fetch_finish(struct pkv_tier *t, struct pkv_tier_fetch *f)
 {
 	const struct tcls *c = &t->cls[f->cls];
-	uint32_t i, bs = c->fp.block_size;
-	struct pkv_key parent = f->parent;
+	uint32_t i;
 
 	/* Verify outside the lock: checksumming megabytes must not hold up the loop's probes. */
 	pthread_mutex_unlock(&t->mu);
@@ -752,12 +751,7 @@ static void fetch_finish(struct pkv_tier *t, struct pkv_tier_fetch *f)
 		if (!f->res[i])
 			f->res[i] = pkv_tier_rec_check_self(f->buf + (size_t)i * c->l.rec_size, &c->l, &c->fp,
 							    f->keys[i]);
-	for (i = 0; i < f->n && !f->self; i++) {
-		if (!f->res[i])
-			f->res[i] = pkv_tier_rec_check(f->buf + (size_t)i * c->l.rec_size, &c->l, &c->fp,
-						       f->keys[i], parent, f->ns, f->tokens + (size_t)i * bs);
-		parent = f->keys[i];
-	}
+	/* A chain's records were verified one by one as their reads completed (io_done). */
 	pthread_mutex_lock(&t->mu);
 	for (i = 0; i < f->n && !f->res[i]; i++)
 		;
@@ -796,6 +790,21 @@ static void io_done(void *ud, struct tier_io *io)
 {
 	struct pkv_tier *t = ud;
 
+	/*
+	 * A chain's record is verified as soon as it is read, outside the lock,
+	 * overlapping the reads still in flight: the open waits for the last
+	 * read, not for a checksum pass over the whole prefix after it.
+	 */
+	if (io->op == TIO_GET && !io->res && !((struct pkv_tier_fetch *)io->owner)->self) {
+		const struct pkv_tier_fetch *f = io->owner;
+		const struct tcls *c = &t->cls[f->cls];
+		uint32_t i = io->idx;
+
+		io->res = pkv_tier_rec_check(io->buf, &c->l, &c->fp, f->keys[i], i ? f->keys[i - 1] : f->parent,
+					     f->ns, f->tokens + (size_t)i * c->fp.block_size);
+		if (io->res)
+			io->res = -EBADMSG;
+	}
 	pthread_mutex_lock(&t->mu);
 	t->inflight--;
 	t->completions++;
@@ -814,7 +823,7 @@ static void io_done(void *ud, struct tier_io *io)
 		struct pkv_tier_fetch *f = io->owner;
 
 		f->res[io->idx] = io->res;
-		if (!io->res)
+		if (!io->res || io->res == -EBADMSG)
 			t->read_bytes += io->len;
 		if (++f->done_ios == f->n)
 			fetch_finish(t, f);
