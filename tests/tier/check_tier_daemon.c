@@ -382,6 +382,8 @@ START_TEST(test_write_behind_under_pressure)
 	ck_assert_int_eq(sscanf(p, "\"spilled_behind\":%llu", &behind), 1);
 	/* The tier thread copied blocks ahead of their eviction... */
 	ck_assert_msg(behind > 0, "%s", out);
+	p = strstr(out, "\"spilled\":");
+	fprintf(stderr, "write-behind: %llu of %.40s\n", behind, p ? p : "?");
 	/* ... and what comes back from disk is exactly what RAM had. */
 	ck_assert_int_eq(open_prompt(0, 200, disk), NCACHED);
 	ck_assert_int_eq(memcmp(ram, disk, sizeof(ram)), 0);
