@@ -93,6 +93,7 @@ struct pkv_tier {
 	struct hent *hash;
 	uint32_t hash_mask, n_live;
 	struct pkv_hash_secret slot_secret;  /* of hmix: slots clients cannot aim */
+	uint32_t probe_max;
 	struct tuid *uids;
 	uint32_t n_uids;
 	struct tcls cls[TIER_MAX_CLASSES];
@@ -175,11 +176,16 @@ static int32_t idx_find(const struct pkv_tier *t, struct pkv_key k)
 
 static void hash_put(struct pkv_tier *t, int32_t b, uint32_t h)
 {
-	uint32_t i = h & t->hash_mask;
+	uint32_t i = h & t->hash_mask, run = 0;
 
-	while (t->hash[i].b >= 0)
+	while (t->hash[i].b >= 0) {
 		i = (i + 1) & t->hash_mask;
+		run++;
+	}
 	t->hash[i] = (struct hent){ b, h };
+	/* The longest probe run an insert met (stats): what a flood of aimed keys would lengthen. */
+	if (run > t->probe_max)
+		t->probe_max = run;
 }
 
 static int hash_grow(struct pkv_tier *t)
@@ -1414,6 +1420,7 @@ void pkv_tier_stats(struct pkv_tier *t, struct pkv_tier_stats *st)
 	st->spilled = t->spilled;
 	st->spill_skipped = t->skipped;
 	st->spilled_behind = t->spilled_behind;
+	st->index_probe_max = t->probe_max;
 	st->evicted = t->evicted;
 	st->corrupt = t->corrupt;
 	st->read_bytes = t->read_bytes;

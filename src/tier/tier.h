@@ -166,6 +166,7 @@ struct pkv_tier_stats {
 	uint64_t read_bytes, read_ns, write_bytes, write_ns;  /* ns: time with reads / writes in flight */
 	uint32_t classes, uids;
 	uint32_t fetching;                     /* started fetches a caller still waits for */
+	uint32_t index_probe_max;              /* longest probe run an index insert met */
 	int stopped;                           /* spilling stopped: -errno of the failure, else 0 */
 	int direct;                            /* O_DIRECT in use */
 	char stop_reason[128];

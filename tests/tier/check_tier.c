@@ -209,6 +209,42 @@ START_TEST(test_write_behind_forget_all_drops)
 }
 END_TEST
 
+/*
+ * Keys a client could aim: under an unkeyed slot function (the key's own
+ * bits, or a mix of lo ^ hi as before) these 4,096 keys share one slot and
+ * every insert walks the whole run. Under the keyed slot they spread.
+ */
+START_TEST(test_aimed_keys_do_not_cluster)
+{
+	struct pkv_tier *t = open_tier(1ull << 30, 100);
+	int cls = pkv_tier_class(t, &FP);
+	size_t kvb = pkv_tier_kv_bytes(&FP);
+	struct pkv_tier_stats st;
+	int32_t tok[BS] = { 0 };
+
+	ck_assert_int_ge(cls, 0);
+	for (uint32_t i = 0; i < 4096; i++) {
+		/* Same lo ^ hi and same low 32 bits of lo: one slot for any slot taken from those bits. */
+		struct pkv_key k = { (uint64_t)(i + 1) << 32, (uint64_t)(i + 1) << 32 };
+		struct pkv_tier_block b = { k, NS, NS, 1000, tok };
+		void *kv;
+		int r;
+
+		while ((r = pkv_tier_spill_begin(t, cls, &b, &kv)) == -EAGAIN)
+			pkv_tier_wait_io(t);
+		ck_assert_int_eq(r, 0);
+		memset(kv, (int)i, kvb);
+		pkv_tier_spill_commit(t, kv);
+	}
+	pkv_tier_drain(t);
+	pkv_tier_stats(t, &st);
+	ck_assert_uint_eq(st.blocks, 4096);
+	/* A random slot function at load <= 1/2: the longest run is a few dozen at most, not 4,095. */
+	ck_assert_msg(st.index_probe_max < 64, "probe run %u", st.index_probe_max);
+	pkv_tier_close(t);
+}
+END_TEST
+
 START_TEST(test_round_trip)
 {
 	struct pkv_tier *t = open_tier(64 << 20, 100);
@@ -520,6 +556,7 @@ int main(void)
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_round_trip);
+	tcase_add_test(tc, test_aimed_keys_do_not_cluster);
 	tcase_add_test(tc, test_write_behind_copies_before_reuse);
 	tcase_add_test(tc, test_write_behind_forget_all_drops);
 	tcase_add_test(tc, test_restart_keeps_blocks);
