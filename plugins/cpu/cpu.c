@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The CPU backend: plugin entry point, caps, cache memory, K/V append, work partition and split merge. */
 #include <errno.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,11 @@ struct cpu_ctx {
 struct cpu_mapping {
 	void *addr;
 	size_t len;
+	/* The pre-fault thread (see cpu_cache_alloc); stop asks it to end early. */
+	pthread_t prefault;
+	int prefaulting, stop;
+	char *base;
+	size_t layer, regions;
 };
 
 PKV_BACKEND_EXPORT int pkv_backend_enum(uint32_t index, const struct pkv_backend **out);
@@ -230,6 +236,38 @@ static void cpu_fini(void *ctx)
 	free(c);
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/*
+ * Faults the whole cache in, 2 MiB at a time, in the order the cache
+ * manager hands blocks out (lowest index first) across every layer's K and
+ * V: the blocks a pool uses first are ready first. Kernels without
+ * MADV_POPULATE_WRITE (< 5.14) get one write per 4 KiB page instead; the
+ * cache holds no data yet, so the write changes nothing.
+ */
+static void *prefault(void *arg)
+{
+	struct cpu_mapping *m = arg;
+	int touch = 0;
+
+	for (size_t off = 0; off < m->layer; off += HUGE_PAGE)
+		for (size_t r = 0; r < m->regions; r++) {
+			char *a = m->base + r * m->layer + off;
+			size_t n = m->layer - off < HUGE_PAGE ? m->layer - off : HUGE_PAGE;
+
+			if (__atomic_load_n(&m->stop, __ATOMIC_RELAXED))
+				return NULL;
+			if (!touch && madvise((void *)((uintptr_t)a & ~(uintptr_t)4095), n, MADV_POPULATE_WRITE))
+				touch = errno == EINVAL;
+			if (touch)
+				for (size_t i = 0; i < n; i += 4096)
+					__atomic_fetch_add(a + i, 0, __ATOMIC_RELAXED);
+		}
+	return NULL;
+}
+
 static int cpu_cache_alloc(void *ctx, const struct pkv_pool_desc *pool, struct pkv_cache_mem *mem)
 {
 	struct cpu_ctx *c = ctx;
@@ -267,6 +305,19 @@ static int cpu_cache_alloc(void *ctx, const struct pkv_pool_desc *pool, struct p
 #endif
 	map->addr = p;
 	map->len = len;
+	/*
+	 * The pool is pre-allocated, as vLLM's KV pool is: its memory is
+	 * faulted in now, in the background, not by the first steps and disk
+	 * reads that touch it (a fresh 2 MiB page costs ~5 ms on a VM). This
+	 * runs on its own thread because the daemon creates pools on its loop
+	 * with the backend lock held: a synchronous pre-fault of a pool of many
+	 * GiB would stall every client for seconds. Without the thread the pool
+	 * simply faults on first touch, as before.
+	 */
+	map->base = aligned;
+	map->layer = layer;
+	map->regions = (size_t)g->num_layers * 2;
+	map->prefaulting = !pthread_create(&map->prefault, NULL, prefault, map);
 	mem->domain = PKV_DOMAIN_HOST;
 	mem->geo = *g;
 	mem->k_base = aligned;
@@ -286,6 +337,10 @@ static void cpu_cache_free(void *ctx, struct pkv_cache_mem *mem)
 	if (!mem || !mem->owner_priv)
 		return;
 	map = mem->owner_priv;
+	if (map->prefaulting) {
+		__atomic_store_n(&map->stop, 1, __ATOMIC_RELAXED);
+		pthread_join(map->prefault, NULL);
+	}
 	munmap(map->addr, map->len);
 	free(map);
 	mem->owner_priv = NULL;

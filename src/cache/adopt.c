@@ -72,3 +72,16 @@ void pkv_cache_adopt_end(struct pkv_cache *c, int32_t blk)
 {
 	pkv_blk_decref(c, blk);
 }
+
+uint32_t pkv_cache_lru_oldest(const struct pkv_cache *c, uint32_t n, int32_t *blks, struct pkv_evict_info *info)
+{
+	uint32_t i = 0;
+
+	for (int32_t b = c->lru_next[c->lru_head]; b != c->lru_head && i < n; b = c->lru_next[b], i++) {
+		const struct blk *k = &c->blk[b];
+
+		blks[i] = b;
+		info[i] = (struct pkv_evict_info){ k->key, k->parent_key, k->ns, blk_tok(c, b) };
+	}
+	return i;
+}

@@ -267,7 +267,8 @@ void pkv_cache_owner_usage(const struct pkv_cache *c, uint32_t owner, struct pkv
  *
  * The eviction hook runs just before a published block leaves the prefix
  * table (LRU eviction to make room, flush), while its slots still hold its
- * KV: the caller may copy them out. It must not call back into the cache.
+ * KV: the caller may copy them out. It must not call back into the cache,
+ * except for pkv_cache_lru_oldest (it only reads).
  */
 struct pkv_evict_info {
 	struct pkv_key key, parent, ns;
@@ -275,6 +276,13 @@ struct pkv_evict_info {
 };
 typedef void (*pkv_evict_fn)(void *ud, int32_t blk, const struct pkv_evict_info *e);
 void pkv_cache_set_evict_hook(struct pkv_cache *c, pkv_evict_fn fn, void *ud);
+/*
+ * The n blocks eviction would take first (oldest first), as the hook would
+ * see them, into blks and info (n entries each); returns how many. Their KV
+ * stays unchanged until the hook is called for them, so a tier may copy it
+ * ahead of time (write-behind) as long as the hook waits for that copy.
+ */
+uint32_t pkv_cache_lru_oldest(const struct pkv_cache *c, uint32_t n, int32_t *blks, struct pkv_evict_info *info);
 
 /* The key of a full block (DESIGN §2), for callers that look further than RAM. */
 struct pkv_key pkv_cache_block_key(struct pkv_key parent, struct pkv_key ns, const int32_t *tokens,

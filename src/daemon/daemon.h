@@ -128,6 +128,9 @@ struct session {
 	int32_t *open_tokens;         /* non-NULL while one is pending */
 	uint32_t open_n, open_seq;
 	uint64_t open_ud;
+	/* Parked before its walk while the disk tier reads its prefix (tier_glue.c); flags/lookup of its SQE. */
+	struct tier_open *open_fetch;
+	uint32_t open_flags, open_lookup;
 	uint64_t ops, errors;
 	/* per-uid accounting (tenant.c): what this connection adds to its uid's counters */
 	struct tenant *tenant;        /* set at hello */

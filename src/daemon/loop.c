@@ -446,11 +446,11 @@ static int prepare_sleep(struct pkv_daemon *d)
 		/* The worker polls its rings: a doorbell flag would make the client ring for nothing. */
 		if (!s->region || s->closing || s->worker_owned)
 			continue;
-		if (s->open_tokens)
+		if (s->open_tokens && !s->open_fetch)
 			work = 1;   /* an open's walk goes on at the next sweep */
 		a = pkv_ring_prepare_sleep(&s->sq);
-		/* A session waiting on its attends is woken by their completion. */
-		if (a != 0 && !s->inflight)
+		/* A session waiting on its attends, or on the disk tier, is woken by their completion. */
+		if (a != 0 && !s->inflight && !s->open_fetch)
 			work = 1;
 	}
 	pkv_store_relaxed(&d->loop_sleeping, 1);

@@ -690,6 +690,47 @@ static uint32_t turn_blocks(const struct pkv_cache *c)
 }
 
 /*
+ * Opens the sequence: the completion's result (payload in p0, p1), or 1
+ * when its walk goes on over the next turns (open_continue). Takes tok.
+ */
+static int open_begin(struct pkv_daemon *d, struct session *s, int32_t *tok, uint32_t n, uint32_t flags,
+		      uint32_t lookup, uint64_t ud, uint64_t *p0, uint64_t *p1)
+{
+	struct pkv_cache *c = s->pool->cache;
+	uint32_t seq, n_cached;
+	int r;
+
+	r = pkv_cache_seq_open_partial(c, s->id, s->ns, tok, n,
+				       flags & PKV_SQE_OPEN_SETTLED ? PKV_OPEN_SETTLED : 0,
+				       turn_blocks(c), &seq, &n_cached);
+	if (r < 0) {
+		free(tok);
+		explain(d, s, "open", r);
+		return r;
+	}
+	if (seq_add(s, seq, n_cached)) {
+		free(tok);
+		pkv_cache_seq_close(c, s->id, seq);
+		return -ENOMEM;
+	}
+	/* This connection's own lookups: STATS reports them, never the pool's. */
+	s->lookup_tokens += lookup;
+	if (r == 1) {
+		/* The walk goes on over the next turns (open_continue); the completion waits. */
+		s->open_tokens = tok;
+		s->open_n = n;
+		s->open_seq = seq;
+		s->open_ud = ud;
+		return 1;
+	}
+	free(tok);
+	s->hit_tokens += n_cached;
+	*p0 = seq;
+	*p1 = n_cached;
+	return 0;
+}
+
+/*
  * Walks one more turn of the pending open; returns 1 when it completed (its
  * completion posted), 0 when it goes on at the next turn.
  */
@@ -698,8 +739,29 @@ static int open_continue(struct pkv_daemon *d, struct session *s)
 	struct pkv_cache *c = s->pool->cache;
 	struct seq_ent *se;
 	uint32_t nc = 0;
-	int r = pkv_cache_seq_open_more(c, s->id, s->open_seq, s->open_tokens, s->open_n,
-					turn_blocks(c), &nc);
+	int r;
+
+	if (s->open_fetch) {
+		/* Its disk reads are in (or timed out): the open begins now. */
+		uint64_t p0 = 0, p1 = 0;
+		int32_t *tok = s->open_tokens;
+
+		tier_glue_fetch_release(d, s);
+		s->open_tokens = NULL;
+		r = open_begin(d, s, tok, s->open_n, s->open_flags, s->open_lookup, s->open_ud, &p0, &p1);
+		tenant_sync(d, s);
+		if (r == 1)
+			return 0;
+		if (r < 0)
+			s->errors++;
+		if (session_post(s, s->open_ud, r, p0, p1)) {
+			pkv_warn("client %u (pid %d): completion ring corrupted or overrun; disconnecting",
+				 s->id, (int)s->pid);
+			session_hangup(d, s);
+		}
+		return 1;
+	}
+	r = pkv_cache_seq_open_more(c, s->id, s->open_seq, s->open_tokens, s->open_n, turn_blocks(c), &nc);
 
 	tenant_sync(d, s);   /* the walk took more blocks for this uid */
 	if (r == 1)
@@ -758,45 +820,27 @@ static int op_nop(struct pkv_daemon *d, struct session *s, const struct pkv_sqe 
 static int op_seq_open(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
 		       uint64_t *p0, uint64_t *p1)
 {
-	struct pkv_cache *c = s->pool->cache;
-	uint32_t seq, n_cached;
+	uint32_t n = walk_tokens(e->n);
 	int32_t *tok;
-	int r;
 
 	/* Only the tokens the prefix walk can match (PKV_MAX_OPEN_WALK_TOKENS) are read. */
-	tok = copy_out(s, e->off[0], walk_tokens(e->n));
+	tok = copy_out(s, e->off[0], n);
 	if (!tok)
 		return -ENOMEM;
-	/* Blocks of this prompt that only the disk tier holds come back into the pool first. */
-	tier_glue_fetch(d, s, tok, walk_tokens(e->n));
-	r = pkv_cache_seq_open_partial(c, s->id, s->ns, tok, walk_tokens(e->n),
-				       e->flags & PKV_SQE_OPEN_SETTLED ? PKV_OPEN_SETTLED : 0,
-				       turn_blocks(c), &seq, &n_cached);
-	if (r < 0) {
-		free(tok);
-		explain(d, s, "open", r);
-		return r;
-	}
-	if (seq_add(s, seq, n_cached)) {
-		free(tok);
-		pkv_cache_seq_close(c, s->id, seq);
-		return -ENOMEM;
-	}
-	/* This connection's own lookups: STATS reports them, never the pool's. */
-	s->lookup_tokens += e->n;
-	if (r == 1) {
-		/* The walk goes on over the next turns (open_continue); the completion waits. */
+	/*
+	 * Blocks of this prompt that only the disk tier holds come back into the
+	 * pool first. The open is parked meanwhile (session_process skips this
+	 * session, the loop serves the others) and begins once they are in.
+	 */
+	if (tier_glue_fetch_start(d, s, tok, n)) {
 		s->open_tokens = tok;
-		s->open_n = walk_tokens(e->n);
-		s->open_seq = seq;
+		s->open_n = n;
 		s->open_ud = e->user_data;
+		s->open_flags = e->flags;
+		s->open_lookup = e->n;
 		return 1;
 	}
-	free(tok);
-	s->hit_tokens += n_cached;
-	*p0 = seq;
-	*p1 = n_cached;
-	return 0;
+	return open_begin(d, s, tok, n, e->flags, e->n, e->user_data, p0, p1);
 }
 
 static int op_seq_fork(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
@@ -1043,8 +1087,13 @@ int session_process(struct pkv_daemon *d, struct session *s)
 	if (s->closing || !s->region || s->worker_owned)
 		return 0;
 	/* A pending open takes this turn first; the SQEs after it wait for its completion. */
-	if (s->open_tokens && !open_continue(d, s))
-		return 1;
+	if (s->open_tokens) {
+		/* Parked on the disk tier: no work here until the tier thread wakes the loop. */
+		if (s->open_fetch && !tier_glue_fetch_ready(d, s, s->open_tokens))
+			return 0;
+		if (!open_continue(d, s))
+			return 1;
+	}
 	/* The client spins without yielding only while we poll from another CPU. */
 	pkv_ring_set_cpu(&s->sq, d->cpu1);
 	/* A turn ends after PKV_SWEEP_WORK_TOKENS of work too: other clients wait while we run. */
@@ -1151,6 +1200,7 @@ void session_release(struct pkv_daemon *d, struct session *s)
 		s->pool = NULL;
 	}
 	tenant_leave(d, s);
+	tier_glue_fetch_release(d, s);   /* a parked open's reads finish unseen */
 	free(s->open_tokens);   /* its sequence went with the owner's */
 	s->open_tokens = NULL;
 	free(s->seqs);

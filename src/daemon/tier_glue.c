@@ -5,6 +5,8 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include "common/keyed_hash.h"
 #include "common/log.h"
 #include "daemon/daemon.h"
 #include "daemon/tier_glue.h"
@@ -15,6 +17,7 @@
 #define NS_SLOTS 4096u            /* namespaces remembered per pool (power of two) */
 #define UID_UNKNOWN (PKV_NS_SHARED - 1)
 #define MAX_FETCH_BLOCKS 4096u
+#define BEHIND 64u                /* oldest LRU blocks kept queued for write-behind */
 
 /* Which uid a namespace belongs to: blocks carry only their namespace. */
 struct ns_uid {
@@ -29,14 +32,19 @@ struct tier_pool {
 	int may_wait;                 /* flush or pool teardown: a full staging area is waited out */
 	struct ns_uid *ns;
 	uint32_t n_ns;
+	uint8_t *behind;              /* per block: a write-behind spill was queued (or the tier had it) */
+	int32_t blks[BEHIND];
+	struct pkv_evict_info info[BEHIND];
 };
 
 /* The daemon holds one tier; pools reach it through their glue. */
 static struct pkv_tier *g_tier;
+static struct pkv_hash_secret g_ns_secret;
 
+/* Namespaces carry client-chosen salts: a keyed slot, so no client can crowd one probe run. */
 static uint32_t ns_slot(struct pkv_key ns)
 {
-	return (uint32_t)(ns.lo ^ ns.hi) & (NS_SLOTS - 1);
+	return (uint32_t)pkv_keyed_hash128(&g_ns_secret, ns.lo, ns.hi) & (NS_SLOTS - 1);
 }
 
 static void ns_remember(struct tier_pool *tp, struct pkv_key ns, uint32_t uid)
@@ -93,7 +101,40 @@ static void copy_block(const struct pkv_cache_mem *m, int32_t blk, void *rec, co
 	}
 }
 
-/* The cache's eviction hook (loop thread): copy the block out now, the tier thread writes it. */
+/* Tier thread (write-behind): the block is still in the LRU, unchanged until on_evict waits for this. */
+static void copy_behind(void *ud, int32_t blk, void *kv)
+{
+	struct tier_pool *tp = ud;
+
+	copy_block(&tp->p->disp.mem, blk, kv, NULL);
+}
+
+/*
+ * Write-behind: the blocks eviction takes next are queued now, and the tier
+ * thread copies them while they sit in the LRU, so that their eviction (in
+ * a step's allocation, on the loop) finds them on their way to disk and
+ * copies nothing. Bounded to BEHIND blocks and half the staging.
+ */
+static void behind(struct tier_pool *tp, int32_t evicting)
+{
+	uint32_t n = pkv_cache_lru_oldest(tp->p->cache, BEHIND, tp->blks, tp->info);
+
+	for (uint32_t i = 0; i < n; i++) {
+		const struct pkv_evict_info *e = &tp->info[i];
+		int32_t b = tp->blks[i];
+		struct pkv_tier_block tb = { e->key, e->parent, e->ns, ns_uid(tp, e->ns), e->tokens };
+		int r;
+
+		if (b == evicting || tp->behind[b])
+			continue;
+		r = pkv_tier_spill_later(g_tier, tp->cls, &tb, copy_behind, tp, b);
+		if (r == -EAGAIN || r == -ENOSPC || r == -ENOMEM)
+			break;   /* staging's write-behind half is full, or spilling stopped */
+		tp->behind[b] = 1;
+	}
+}
+
+/* The cache's eviction hook (loop thread): the block's bytes go to the tier before its slots are reused. */
 static void on_evict(void *ud, int32_t blk, const struct pkv_evict_info *e)
 {
 	struct tier_pool *tp = ud;
@@ -101,12 +142,31 @@ static void on_evict(void *ud, int32_t blk, const struct pkv_evict_info *e)
 	void *kv;
 	int r;
 
+	/* Queued for write-behind: its copy is done (or finished now); nothing else to copy. */
+	if (tp->behind[blk]) {
+		tp->behind[blk] = 0;
+		if (pkv_tier_spill_forget(g_tier, tp, blk, e->key))
+			goto out;
+	}
 	while ((r = pkv_tier_spill_begin(g_tier, tp->cls, &b, &kv)) == -EAGAIN && tp->may_wait)
 		pkv_tier_wait_io(g_tier);
 	if (r)
-		return;   /* already there, staging full, or spilling stopped: RAM goes on regardless */
+		goto out;   /* already there, staging full, or spilling stopped: RAM goes on regardless */
 	copy_block(&tp->p->disp.mem, blk, kv, NULL);
 	pkv_tier_spill_commit(g_tier, kv);
+out:
+	if (!tp->may_wait)
+		behind(tp, blk);
+}
+
+/* Tier thread: a fetch an open waits for completed or timed out; the loop's next sweep takes it. */
+static void wake_loop(void *ud)
+{
+	struct pkv_daemon *d = ud;
+	uint64_t one = 1;
+
+	if (write(d->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		pkv_err("disk tier: cannot wake the loop: %s", strerror(errno));
 }
 
 int tier_glue_start(struct pkv_daemon *d)
@@ -115,6 +175,10 @@ int tier_glue_start(struct pkv_daemon *d)
 		.dir = d->cfg.disk_cache,
 		.budget = d->cfg.disk_budget ? d->cfg.disk_budget : DEFAULT_BUDGET,
 		.uid_share = d->cfg.disk_uid_share ? d->cfg.disk_uid_share : 100,
+		.notify = wake_loop,
+		.notify_ud = d,
+		/* Test hook only: the tests' slow disk on demand. */
+		.read_gate = getenv("PAGEDKV_TIER_TEST_READ_GATE"),
 	};
 	struct pkv_tier_stats st;
 	char why[512] = "";
@@ -122,6 +186,7 @@ int tier_glue_start(struct pkv_daemon *d)
 
 	if (!d->cfg.disk_cache[0])
 		return 0;
+	pkv_hash_secret_init(&g_ns_secret);
 	/* A file-size limit must fail a write (EFBIG, the tier stops spilling), not kill the daemon. */
 	signal(SIGXFSZ, SIG_IGN);
 	r = pkv_tier_open(&tc, &g_tier, why, sizeof(why));
@@ -156,9 +221,15 @@ void tier_glue_pool_created(struct pkv_daemon *d, struct pool *p)
 		return;
 	}
 	tp = calloc(1, sizeof(*tp));
-	if (tp)
+	if (tp) {
 		tp->ns = calloc(NS_SLOTS, sizeof(*tp->ns));
-	if (!tp || !tp->ns) {
+		tp->behind = calloc(p->geo.num_blocks, 1);
+	}
+	if (!tp || !tp->ns || !tp->behind) {
+		if (tp) {
+			free(tp->ns);
+			free(tp->behind);
+		}
 		free(tp);
 		pkv_warn("pool '%s': no memory for its disk tier glue", p->name);
 		return;
@@ -170,6 +241,7 @@ void tier_glue_pool_created(struct pkv_daemon *d, struct pool *p)
 	if (tp->cls < 0) {
 		pkv_warn("pool '%s': disk tier refuses its blocks: %s", p->name, strerror(-tp->cls));
 		free(tp->ns);
+		free(tp->behind);
 		free(tp);
 		return;
 	}
@@ -188,7 +260,12 @@ void tier_glue_pool_destroy(struct pkv_daemon *d, struct pool *p)
 	tp->may_wait = 1;
 	pkv_cache_flush(p->cache);
 	pkv_cache_set_evict_hook(p->cache, NULL, NULL);
+	/* Every evicted block settled its write-behind; whatever else is queued must not read freed memory. */
+	static const struct pkv_key e_none;
+
+	pkv_tier_spill_forget(g_tier, tp, -1, e_none);
 	free(tp->ns);
+	free(tp->behind);
 	free(tp);
 	p->tier = NULL;
 }
@@ -217,64 +294,127 @@ void tier_glue_attach(struct pkv_daemon *d, struct session *s)
 			    (s->pool->flags & PKV_WIRE_POOL_SHARED) ? PKV_NS_SHARED : (uint32_t)s->uid);
 }
 
-void tier_glue_fetch(struct pkv_daemon *d, struct session *s, const int32_t *tokens, uint32_t n)
+/* An open parked while the tier reads the part of its prefix that left RAM. */
+struct tier_open {
+	struct pkv_tier_fetch *f;
+	uint64_t t0;                  /* when the reads were queued (debug log) */
+	struct pkv_key parent;        /* the key of the last block RAM had, or the namespace */
+	struct pkv_key *keys;
+	uint32_t ram, n;              /* blocks RAM had, blocks being read after them */
+};
+
+static void open_free(struct tier_open *o)
+{
+	if (!o)
+		return;
+	pkv_tier_fetch_done(g_tier, o->f);   /* still in flight: the tier thread frees it */
+	free(o->keys);
+	free(o);
+}
+
+int tier_glue_fetch_start(struct pkv_daemon *d, struct session *s, const int32_t *tokens, uint32_t n)
 {
 	struct tier_pool *tp = s->pool ? s->pool->tier : NULL;
 	struct pkv_cache *c = s->pool ? s->pool->cache : NULL;
-	struct pkv_tier_fetch *f = NULL;
-	struct pkv_key parent, *keys = NULL;
 	uint32_t bs, max_blk, ram, want, i, hits;
-	int32_t *held = NULL;
-	int got, n_held = 0;
+	struct tier_open *o;
+	int r;
 
-	if (!tp || !n)
-		return;
+	if (!tp || !n || s->open_fetch)
+		return 0;
 	bs = s->pool->geo.block_size;
 	max_blk = (n - 1) / bs;
-	ram = pkv_cache_lookup(c, s->ns, tokens, n, &parent);
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return 0;
+	ram = pkv_cache_lookup(c, s->ns, tokens, n, &o->parent);
 	if (ram >= max_blk)
-		return;
+		goto err_free;
 	want = max_blk - ram;
 	if (want > MAX_FETCH_BLOCKS)
 		want = MAX_FETCH_BLOCKS;
-	keys = malloc(want * sizeof(*keys));
-	if (!keys)
-		return;
+	o->keys = malloc(want * sizeof(*o->keys));
+	if (!o->keys)
+		goto err_free;
 	/* The chain continues from the last block RAM has, exactly as the cache would key it. */
 	for (i = 0; i < want; i++) {
-		keys[i] = pkv_cache_block_key(i ? keys[i - 1] : parent, s->ns,
-					      tokens + (size_t)(ram + i) * bs, bs);
+		o->keys[i] = pkv_cache_block_key(i ? o->keys[i - 1] : o->parent, s->ns,
+						 tokens + (size_t)(ram + i) * bs, bs);
 	}
-	hits = pkv_tier_probe(g_tier, tp->cls, keys, want);
+	hits = pkv_tier_probe(g_tier, tp->cls, o->keys, want);
 	if (!hits)
-		goto out;
+		goto err_free;
 	/*
-	 * The open waits for the disk (bounded by disk_wait_ms): a resumed
-	 * conversation then starts warm on its first turn. Only blocks the
-	 * index holds are read, so nothing is waited for that cannot be used.
+	 * Only blocks the index holds are read, so nothing is waited for that
+	 * cannot be used. The open is parked, not the loop: the tier thread
+	 * wakes the loop when the reads are verified or disk_wait_ms passed.
 	 */
-	got = pkv_tier_fetch(g_tier, tp->cls, s->ns, parent, keys, tokens + (size_t)ram * bs, hits,
-			     d->cfg.disk_wait_ms ? d->cfg.disk_wait_ms : DEFAULT_WAIT_MS, &f);
+	r = pkv_tier_fetch_start(g_tier, tp->cls, s->ns, o->parent, o->keys, tokens + (size_t)ram * bs, hits,
+				 d->cfg.disk_wait_ms ? d->cfg.disk_wait_ms : DEFAULT_WAIT_MS, &o->f);
+	if (r <= 0)
+		goto err_free;
+	o->ram = ram;
+	o->n = (uint32_t)r;
+	o->t0 = pkv_now_ns();
+	s->open_fetch = o;
+	return 1;
+
+err_free:
+	open_free(o);
+	return 0;
+}
+
+int tier_glue_fetch_ready(struct pkv_daemon *d, struct session *s, const int32_t *tokens)
+{
+	struct tier_open *o = s->open_fetch;
+	struct pkv_cache *c = s->pool->cache;
+	uint32_t bs = s->pool->geo.block_size, i;
+	int32_t *held = NULL;
+	int got, n_held = 0;
+	uint64_t t1;
+
+	(void)d;
+	got = pkv_tier_fetch_poll(g_tier, o->f);
+	if (got == -EINPROGRESS)
+		return 0;
+	/* Past the deadline the open goes on with what RAM has; the reads finish unseen. */
 	if (got <= 0)
-		goto out;
+		return 1;
+	t1 = pkv_now_ns();
 	held = malloc((size_t)got * sizeof(*held));
 	if (!held)
-		goto out;
+		return 1;
+	/*
+	 * RAM may have changed while the disk read: a block someone computed
+	 * meanwhile is kept (and the chain goes on past it), a parent evicted
+	 * meanwhile ends the chain (adopt refuses an orphan).
+	 */
 	for (i = 0; i < (uint32_t)got; i++) {
 		int32_t blk;
+		int r = pkv_cache_adopt(c, s->ns, i ? o->keys[i - 1] : o->parent,
+					tokens + (size_t)(o->ram + i) * bs, &blk);
 
-		if (pkv_cache_adopt(c, s->ns, i ? keys[i - 1] : parent, tokens + (size_t)(ram + i) * bs, &blk))
+		if (r == -EEXIST)
+			continue;
+		if (r)
 			break;
-		copy_block(&s->pool->disp.mem, blk, NULL, pkv_tier_fetch_kv(f, i));
+		copy_block(&s->pool->disp.mem, blk, NULL, pkv_tier_fetch_kv(o->f, i));
 		held[n_held++] = blk;
 	}
 	/* Tail first into the LRU, as a closed sequence would leave them. */
+	pkv_dbg("client %u: %d blocks read and verified in %.2f ms, %d copied into the pool in %.2f ms",
+		s->id, got, (double)(t1 - o->t0) / 1e6, n_held, (double)(pkv_now_ns() - t1) / 1e6);
 	while (n_held > 0)
 		pkv_cache_adopt_end(c, held[--n_held]);
-out:
-	pkv_tier_fetch_done(g_tier, f);
 	free(held);
-	free(keys);
+	return 1;
+}
+
+void tier_glue_fetch_release(struct pkv_daemon *d, struct session *s)
+{
+	(void)d;
+	open_free(s->open_fetch);
+	s->open_fetch = NULL;
 }
 
 static double gbps(uint64_t bytes, uint64_t ns)
@@ -293,7 +433,8 @@ void tier_glue_status(struct pkv_daemon *d, FILE *f, int json)
 		fprintf(f, "\"disk_tier\":{\"blocks\":%llu,\"bytes\":%llu,\"budget\":%llu,\"lookups\":%llu,"
 			   "\"hits\":%llu,\"hit_rate\":%.4f,\"spilled\":%llu,\"spill_skipped\":%llu,"
 			   "\"evicted\":%llu,\"corrupt\":%llu,\"read_bytes\":%llu,\"write_bytes\":%llu,"
-			   "\"read_gbps\":%.3f,\"write_gbps\":%.3f,\"o_direct\":%s,\"spilling\":%s},",
+			   "\"read_gbps\":%.3f,\"write_gbps\":%.3f,\"o_direct\":%s,\"spilling\":%s,"
+			   "\"opens_waiting\":%u,\"spilled_behind\":%llu},",
 			(unsigned long long)st.blocks, (unsigned long long)st.bytes,
 			(unsigned long long)st.budget, (unsigned long long)st.lookups,
 			(unsigned long long)st.hits, st.lookups ? (double)st.hits / (double)st.lookups : 0.0,
@@ -301,18 +442,22 @@ void tier_glue_status(struct pkv_daemon *d, FILE *f, int json)
 			(unsigned long long)st.evicted, (unsigned long long)st.corrupt,
 			(unsigned long long)st.read_bytes, (unsigned long long)st.write_bytes,
 			gbps(st.read_bytes, st.read_ns), gbps(st.write_bytes, st.write_ns),
-			st.direct ? "true" : "false", st.stopped ? "false" : "true");
+			st.direct ? "true" : "false", st.stopped ? "false" : "true", st.fetching,
+			(unsigned long long)st.spilled_behind);
 		return;
 	}
 	fprintf(f, "disk tier %s: %llu blocks, %llu of %llu MiB; hits %llu of %llu blocks looked up (%.1f%%)\n",
 		d->cfg.disk_cache, (unsigned long long)st.blocks, (unsigned long long)(st.bytes >> 20),
 		(unsigned long long)(st.budget >> 20), (unsigned long long)st.hits,
 		(unsigned long long)st.lookups, st.lookups ? 100.0 * (double)st.hits / (double)st.lookups : 0.0);
-	fprintf(f, "  read %.2f GB/s, write %.2f GB/s (%s); %llu spilled, %llu not spilled, %llu evicted, %llu corrupt dropped\n",
+	fprintf(f, "  read %.2f GB/s, write %.2f GB/s (%s); %llu spilled (%llu copied behind), %llu not spilled, %llu evicted, %llu corrupt dropped\n",
 		gbps(st.read_bytes, st.read_ns), gbps(st.write_bytes, st.write_ns),
 		st.direct ? "O_DIRECT" : "buffered", (unsigned long long)st.spilled,
+		(unsigned long long)st.spilled_behind,
 		(unsigned long long)st.spill_skipped, (unsigned long long)st.evicted,
 		(unsigned long long)st.corrupt);
+	if (st.fetching)
+		fprintf(f, "  %u opens waiting for their reads\n", st.fetching);
 	if (st.stopped)
 		fprintf(f, "  spilling stopped: %s (pagedkvctl flush --disk resumes it)\n", st.stop_reason);
 }

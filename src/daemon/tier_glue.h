@@ -22,11 +22,20 @@ int tier_glue_cache_flush(struct pkv_daemon *d, struct pool *p);
 /* A client attached: remembers whose namespace s->ns is, for the per-uid budget. */
 void tier_glue_attach(struct pkv_daemon *d, struct session *s);
 /*
- * Before seq_open: reads the part of tokens' chain that is on disk but not
- * in RAM back into the pool (waiting at most disk_wait_ms), so the open
- * that follows counts those blocks in n_cached. Never fails the open.
+ * Before seq_open: when part of tokens' chain is on disk but not in RAM,
+ * starts reading it and parks the open (s->open_fetch, returns 1); 0 when
+ * there is nothing to read (the open goes on now). Never fails the open.
+ * The loop is woken when the reads are done or disk_wait_ms passed.
  */
-void tier_glue_fetch(struct pkv_daemon *d, struct session *s, const int32_t *tokens, uint32_t n);
+int tier_glue_fetch_start(struct pkv_daemon *d, struct session *s, const int32_t *tokens, uint32_t n);
+/*
+ * A parked open (the same tokens): 0 while its reads are in flight; 1 once
+ * the verified blocks are in the pool (or the deadline passed, or they
+ * failed): the open goes on, and tier_glue_fetch_release follows.
+ */
+int tier_glue_fetch_ready(struct pkv_daemon *d, struct session *s, const int32_t *tokens);
+/* Frees a parked open's fetch (in flight or not); nothing without one. */
+void tier_glue_fetch_release(struct pkv_daemon *d, struct session *s);
 /* Status: text lines, or a `"disk_tier":{...},` member for JSON; nothing without a tier. */
 void tier_glue_status(struct pkv_daemon *d, FILE *f, int json);
 /* pagedkvctl flush --disk. */

@@ -429,8 +429,9 @@ static int put_entry(struct disk *d, struct dcls *c, const struct tier_io *io)
 	return 0;
 }
 
-static int disk_reap(void *impl, int wait, void (*done)(void *ud, struct tier_io *io), void *ud)
+static int disk_reap(void *impl, int64_t wait_ns, void (*done)(void *ud, struct tier_io *io), void *ud)
 {
+	struct __kernel_timespec ts = { .tv_sec = wait_ns / 1000000000, .tv_nsec = wait_ns % 1000000000 };
 	struct disk *d = impl;
 	struct io_uring_cqe *cqe;
 	int n = 0;
@@ -438,12 +439,17 @@ static int disk_reap(void *impl, int wait, void (*done)(void *ud, struct tier_io
 	if (d->queued) {
 		d->inflight += d->queued;
 		d->queued = 0;
-		if (wait)
+		if (wait_ns < 0)
 			io_uring_submit_and_wait(&d->ring, 1);
+		else if (wait_ns > 0)
+			io_uring_submit_and_wait_timeout(&d->ring, &cqe, 1, &ts, NULL);
 		else
 			io_uring_submit(&d->ring);
-	} else if (wait && d->inflight) {
-		io_uring_wait_cqe(&d->ring, &cqe);
+	} else if (wait_ns && d->inflight) {
+		if (wait_ns < 0)
+			io_uring_wait_cqe(&d->ring, &cqe);
+		else
+			io_uring_wait_cqe_timeout(&d->ring, &cqe, &ts);
 	}
 	while (!io_uring_peek_cqe(&d->ring, &cqe)) {
 		struct tier_io *io = io_uring_cqe_get_data(cqe);

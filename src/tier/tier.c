@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
+#include "common/keyed_hash.h"
 #include "common/log.h"
 #include "tier/tier_int.h"
 
@@ -50,6 +52,12 @@ struct spill {
 	uint32_t pages;
 	struct pkv_tier_block b;      /* tokens point into the record */
 	struct spill *next;
+	/* Write-behind (pkv_tier_spill_later): the KV is copied by copy(ud, tag, kv) before sealing. */
+	pkv_tier_copy_fn copy;
+	void *ud;
+	int32_t tag;
+	int copied, copied_here;      /* copied_here: by the tier thread, not by spill_forget */
+	struct spill *wnext;          /* t->wb_flight: copied write-behind spills until their write is done */
 };
 
 struct pkv_tier_fetch {
@@ -58,6 +66,9 @@ struct pkv_tier_fetch {
 	uint32_t n, pages, next_io, done_ios, ok;
 	uint32_t rec_size, kv_off;
 	int complete, abandoned, self;
+	int expired;                  /* its deadline passed before it completed (the caller was told) */
+	uint64_t deadline;            /* CLOCK_MONOTONIC ns */
+	struct pkv_tier_fetch *pnext; /* the list of fetches whose caller waits (deadlines, notify) */
 	uint8_t *buf;                 /* n records back to back in staging */
 	struct pkv_key ns, parent;
 	struct pkv_key *keys;
@@ -81,6 +92,8 @@ struct pkv_tier {
 	int32_t free_head;
 	struct hent *hash;
 	uint32_t hash_mask, n_live;
+	struct pkv_hash_secret slot_secret;  /* of hmix: slots clients cannot aim */
+	uint32_t probe_max;
 	struct tuid *uids;
 	uint32_t n_uids;
 	struct tcls cls[TIER_MAX_CLASSES];
@@ -97,7 +110,11 @@ struct pkv_tier {
 	/* work for the thread (mu) */
 	struct spill *sq_head, *sq_tail;
 	struct pkv_tier_fetch *fq_head, *fq_tail;
+	struct pkv_tier_fetch *pend;  /* started and neither complete, expired nor given back */
 	struct spill *begun;          /* the loop's spill between begin and commit */
+	struct spill *copying;        /* the write-behind spill whose copy runs on the tier thread now */
+	uint32_t n_later;             /* write-behind spills not yet freed: at most half the staging */
+	struct spill *wb_flight;
 	uint32_t inflight;
 	uint64_t completions;
 	uint32_t infl_dir[2];         /* reads, writes in flight: the device is busy while > 0 */
@@ -108,7 +125,7 @@ struct pkv_tier {
 	char stop_reason[128];
 
 	/* stats (mu) */
-	uint64_t lookups, hits, spilled, skipped, evicted, corrupt;
+	uint64_t lookups, hits, spilled, skipped, evicted, corrupt, spilled_behind;
 	uint64_t read_bytes, read_ns, write_bytes, write_ns;
 };
 
@@ -128,19 +145,22 @@ static int key_same(struct pkv_key a, struct pkv_key b)
 /* ------------------------------------------------------------ index */
 
 /*
- * Keys are XXH3 outputs, but a multiplicative mix keeps even patterned keys
- * from clustering. Each slot keeps the 32 mixed bits its position came from,
- * so probing, growing and deleting compare those and only touch a block's
- * key on a likely match (start-up inserts a million blocks).
+ * Keys are public (anyone computes the key of the tokens they send), so a
+ * client could choose tokens whose keys share a slot and make every
+ * tenant's probe walk a long run: the slot comes from a keyed hash
+ * (SipHash under a per-tier random secret) instead of the key's own bits.
+ * Each slot keeps the 32 hashed bits its position came from, so probing,
+ * growing and deleting compare those and only touch a block's key on a
+ * likely match (start-up inserts a million blocks).
  */
-static uint32_t hmix(struct pkv_key k)
+static uint32_t hmix(const struct pkv_tier *t, struct pkv_key k)
 {
-	return (uint32_t)(((k.lo ^ k.hi) * 0x9e3779b97f4a7c15ull) >> 32);
+	return (uint32_t)pkv_keyed_hash128(&t->slot_secret, k.lo, k.hi);
 }
 
 static int32_t idx_find(const struct pkv_tier *t, struct pkv_key k)
 {
-	uint32_t h = hmix(k), i;
+	uint32_t h = hmix(t, k), i;
 
 	if (!t->hash)
 		return -1;
@@ -156,11 +176,16 @@ static int32_t idx_find(const struct pkv_tier *t, struct pkv_key k)
 
 static void hash_put(struct pkv_tier *t, int32_t b, uint32_t h)
 {
-	uint32_t i = h & t->hash_mask;
+	uint32_t i = h & t->hash_mask, run = 0;
 
-	while (t->hash[i].b >= 0)
+	while (t->hash[i].b >= 0) {
 		i = (i + 1) & t->hash_mask;
+		run++;
+	}
 	t->hash[i] = (struct hent){ b, h };
+	/* The longest probe run an insert met (stats): what a flood of aimed keys would lengthen. */
+	if (run > t->probe_max)
+		t->probe_max = run;
 }
 
 static int hash_grow(struct pkv_tier *t)
@@ -186,7 +211,7 @@ static int hash_grow(struct pkv_tier *t)
 /* Backward-shift deletion, so lookups never stop early at a hole. */
 static void hash_del(struct pkv_tier *t, int32_t b)
 {
-	uint32_t m = t->hash_mask, i = hmix(t->blk[b].key) & m, j, home;
+	uint32_t m = t->hash_mask, i = hmix(t, t->blk[b].key) & m, j, home;
 
 	while (t->hash[i].b != b)
 		i = (i + 1) & m;
@@ -312,7 +337,7 @@ static int idx_add(struct pkv_tier *t, int cls, uint64_t loc, const struct tier_
 				   .uidx = (uint16_t)u };
 	if (e->stamp > t->clock)
 		t->clock = e->stamp;
-	hash_put(t, b, hmix(e->key));
+	hash_put(t, b, hmix(t, e->key));
 	if (!t->scanning)     /* a scan links nothing: sort_lru orders them all at once */
 		lru_insert(t, b);
 	t->n_live++;
@@ -607,6 +632,15 @@ static int make_room(struct pkv_tier *t, struct spill *s)
 	return 0;
 }
 
+static void wb_unlink(struct pkv_tier *t, struct spill *s)
+{
+	for (struct spill **pp = &t->wb_flight; *pp; pp = &(*pp)->wnext)
+		if (*pp == s) {
+			*pp = s->wnext;
+			return;
+		}
+}
+
 static void put_done(struct pkv_tier *t, struct spill *s)
 {
 	struct tier_io *io = &s->io;
@@ -622,9 +656,14 @@ static void put_done(struct pkv_tier *t, struct spill *s)
 		t->be->del(t->impl, s->cls, io->loc);
 	} else {
 		t->spilled++;
+		t->spilled_behind += s->copy && s->copied_here;
 		t->write_bytes += rs;
 	}
 	stage_free(t, io->buf, s->pages);
+	if (s->copy) {
+		t->n_later--;
+		wb_unlink(t, s);
+	}
 	free(s);
 }
 
@@ -639,11 +678,78 @@ static void fetch_free(struct pkv_tier *t, struct pkv_tier_fetch *f)
 	free(f);
 }
 
+/* Takes f off the waited-for list; 1 when it was on it. */
+static int pend_unlink(struct pkv_tier *t, struct pkv_tier_fetch *f)
+{
+	for (struct pkv_tier_fetch **pp = &t->pend; *pp; pp = &(*pp)->pnext)
+		if (*pp == f) {
+			*pp = f->pnext;
+			f->pnext = NULL;
+			return 1;
+		}
+	return 0;
+}
+
+static void notify(struct pkv_tier *t)
+{
+	if (t->cfg.notify)
+		t->cfg.notify(t->cfg.notify_ud);
+}
+
+/*
+ * Expires the fetches whose deadline passed (their caller goes on with what
+ * RAM has; the reads finish and are freed here later); returns the earliest
+ * deadline still ahead, or UINT64_MAX.
+ */
+static uint64_t expire(struct pkv_tier *t, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+	int told = 0;
+
+	for (struct pkv_tier_fetch **pp = &t->pend; *pp;) {
+		struct pkv_tier_fetch *f = *pp;
+
+		if (f->deadline <= now) {
+			f->expired = 1;
+			*pp = f->pnext;
+			f->pnext = NULL;
+			told = 1;
+			continue;
+		}
+		if (f->deadline < next)
+			next = f->deadline;
+		pp = &f->pnext;
+	}
+	if (told) {
+		pthread_cond_broadcast(&t->cv_done);
+		notify(t);
+	}
+	return next;
+}
+
+/* Test hook (config read_gate): reads stay queued while the gate file is absent. */
+static int gate_closed(const struct pkv_tier *t)
+{
+	return t->cfg.read_gate && !t->stop && access(t->cfg.read_gate, F_OK) != 0;
+}
+
+/* Frees the fetches at the head of the read queue whose caller gave them up before a read went out. */
+static void drop_abandoned(struct pkv_tier *t)
+{
+	while (t->fq_head && t->fq_head->abandoned && !t->fq_head->next_io) {
+		struct pkv_tier_fetch *f = t->fq_head;
+
+		t->fq_head = f->next;
+		if (!t->fq_head)
+			t->fq_tail = NULL;
+		fetch_free(t, f);
+	}
+}
+
 static void fetch_finish(struct pkv_tier *t, struct pkv_tier_fetch *f)
 {
 	const struct tcls *c = &t->cls[f->cls];
-	uint32_t i, bs = c->fp.block_size;
-	struct pkv_key parent = f->parent;
+	uint32_t i;
 
 	/* Verify outside the lock: checksumming megabytes must not hold up the loop's probes. */
 	pthread_mutex_unlock(&t->mu);
@@ -651,12 +757,7 @@ static void fetch_finish(struct pkv_tier *t, struct pkv_tier_fetch *f)
 		if (!f->res[i])
 			f->res[i] = pkv_tier_rec_check_self(f->buf + (size_t)i * c->l.rec_size, &c->l, &c->fp,
 							    f->keys[i]);
-	for (i = 0; i < f->n && !f->self; i++) {
-		if (!f->res[i])
-			f->res[i] = pkv_tier_rec_check(f->buf + (size_t)i * c->l.rec_size, &c->l, &c->fp,
-						       f->keys[i], parent, f->ns, f->tokens + (size_t)i * bs);
-		parent = f->keys[i];
-	}
+	/* A chain's records were verified one by one as their reads completed (io_done). */
 	pthread_mutex_lock(&t->mu);
 	for (i = 0; i < f->n && !f->res[i]; i++)
 		;
@@ -681,10 +782,13 @@ static void fetch_finish(struct pkv_tier *t, struct pkv_tier_fetch *f)
 	if (!f->self)
 		t->hits += f->ok;
 	f->complete = 1;
-	if (f->abandoned)
+	if (f->abandoned) {
 		fetch_free(t, f);
-	else
-		pthread_cond_broadcast(&t->cv_done);
+		return;
+	}
+	pthread_cond_broadcast(&t->cv_done);
+	if (pend_unlink(t, f))
+		notify(t);
 }
 
 /* Called by the backend from reap, on the tier thread, without mu. */
@@ -692,6 +796,21 @@ static void io_done(void *ud, struct tier_io *io)
 {
 	struct pkv_tier *t = ud;
 
+	/*
+	 * A chain's record is verified as soon as it is read, outside the lock,
+	 * overlapping the reads still in flight: the open waits for the last
+	 * read, not for a checksum pass over the whole prefix after it.
+	 */
+	if (io->op == TIO_GET && !io->res && !((struct pkv_tier_fetch *)io->owner)->self) {
+		const struct pkv_tier_fetch *f = io->owner;
+		const struct tcls *c = &t->cls[f->cls];
+		uint32_t i = io->idx;
+
+		io->res = pkv_tier_rec_check(io->buf, &c->l, &c->fp, f->keys[i], i ? f->keys[i - 1] : f->parent,
+					     f->ns, f->tokens + (size_t)i * c->fp.block_size);
+		if (io->res)
+			io->res = -EBADMSG;
+	}
 	pthread_mutex_lock(&t->mu);
 	t->inflight--;
 	t->completions++;
@@ -710,7 +829,7 @@ static void io_done(void *ud, struct tier_io *io)
 		struct pkv_tier_fetch *f = io->owner;
 
 		f->res[io->idx] = io->res;
-		if (!io->res)
+		if (!io->res || io->res == -EBADMSG)
 			t->read_bytes += io->len;
 		if (++f->done_ios == f->n)
 			fetch_finish(t, f);
@@ -759,10 +878,14 @@ static void *tier_thread(void *arg)
 
 	pthread_mutex_lock(&t->mu);
 	for (;;) {
-		int took = 0;
+		uint64_t now = now_ns(), wake = expire(t, now);
+		int took = 0, gated = gate_closed(t);
 
+		drop_abandoned(t);
+		if (gated && t->fq_head && wake > now + 10000000ull)
+			wake = now + 10000000ull;   /* the test hook's gate is polled */
 		/* Reads first: a client may be waiting on them; spills only fill the disk. */
-		while (t->fq_head && t->inflight < qd) {
+		while (t->fq_head && t->inflight < qd && !gated) {
 			struct pkv_tier_fetch *f = t->fq_head;
 			uint32_t i = f->next_io++;
 
@@ -786,8 +909,24 @@ static void *tier_thread(void *arg)
 			if (r) {
 				t->skipped++;
 				stage_free(t, s->io.buf, s->pages);
+				if (s->copy)
+					t->n_later--;
 				free(s);
 				continue;
+			}
+			/* Write-behind: the bytes are copied here, off the loop; spill_forget waits for it. */
+			if (s->copy && !s->copied) {
+				t->copying = s;
+				pthread_mutex_unlock(&t->mu);
+				s->copy(s->ud, s->tag, (uint8_t *)s->io.buf + t->cls[s->cls].l.kv_off);
+				pthread_mutex_lock(&t->mu);
+				s->copied = s->copied_here = 1;
+				t->copying = NULL;
+				pthread_cond_broadcast(&t->cv_done);
+			}
+			if (s->copy) {
+				s->wnext = t->wb_flight;
+				t->wb_flight = s;
 			}
 			/* Sealed here, not on the loop that handed the block over: one XXH3 pass over it. */
 			pthread_mutex_unlock(&t->mu);
@@ -798,19 +937,29 @@ static void *tier_thread(void *arg)
 			submit_one(t, &s->io);
 			took++;
 		}
-		if (!t->inflight && !t->sq_head && !t->fq_head) {
+		if (!t->inflight && !t->sq_head && (!t->fq_head || gated)) {
+			struct timespec ts;
+
 			if (t->flush_req != t->flush_done) {
 				do_flush(t);
 				continue;
 			}
 			pthread_cond_broadcast(&t->cv_done);
-			if (t->stop)
+			if (t->stop && !t->fq_head)
 				break;
-			pthread_cond_wait(&t->cv_work, &t->mu);
+			if (wake == UINT64_MAX) {
+				pthread_cond_wait(&t->cv_work, &t->mu);
+				continue;
+			}
+			ts.tv_sec = (time_t)(wake / 1000000000ull);
+			ts.tv_nsec = (long)(wake % 1000000000ull);
+			pthread_cond_timedwait(&t->cv_work, &t->mu, &ts);
 			continue;
 		}
 		pthread_mutex_unlock(&t->mu);
-		t->be->reap(t->impl, !took, io_done, t);
+		/* Waits for a completion, but never past a waiting caller's deadline. */
+		t->be->reap(t->impl, took ? 0 : wake == UINT64_MAX ? -1 : wake > now ? (int64_t)(wake - now) : 0,
+			    io_done, t);
 		pthread_mutex_lock(&t->mu);
 	}
 	pthread_mutex_unlock(&t->mu);
@@ -819,14 +968,28 @@ static void *tier_thread(void *arg)
 
 /* ------------------------------------------------------------ public calls (loop thread) */
 
-int pkv_tier_spill_begin(struct pkv_tier *t, int cls, const struct pkv_tier_block *b, void **kv)
+/* A spill of key k queued (write-behind or not), or write-behind being copied or written; under mu. */
+static int sq_has_key(const struct pkv_tier *t, struct pkv_key k)
+{
+	for (const struct spill *s = t->sq_head; s; s = s->next)
+		if (key_same(s->b.key, k))
+			return 1;
+	for (const struct spill *s = t->wb_flight; s; s = s->wnext)
+		if (key_same(s->b.key, k))
+			return 1;
+	return t->copying && key_same(t->copying->b.key, k);
+}
+
+/* Takes a staging record for b and fills what the caller need not: returns s (under mu) or -errno. */
+static int spill_new(struct pkv_tier *t, int cls, const struct pkv_tier_block *b, int later, struct spill **out)
 {
 	struct spill *s;
 	struct tcls *c;
 	int32_t have;
 	int p, r = 0;
 
-	if (cls < 0 || (uint32_t)cls >= t->n_cls || !b || !kv)
+	*out = NULL;
+	if (cls < 0 || (uint32_t)cls >= t->n_cls || !b)
 		return -EINVAL;
 	c = &t->cls[cls];
 	s = calloc(1, sizeof(*s));
@@ -834,14 +997,17 @@ int pkv_tier_spill_begin(struct pkv_tier *t, int cls, const struct pkv_tier_bloc
 		return -ENOMEM;
 	pthread_mutex_lock(&t->mu);
 	have = idx_find(t, b->key);
-	if (t->begun)
+	if (t->begun && !later)
 		r = -EBUSY;
-	else if (have >= 0)
+	else if (have >= 0 || (later && sq_has_key(t, b->key)))
 		r = -EEXIST;
 	else if (t->stopped)
 		r = -ENOSPC;
-	if (have >= 0)
-		touch(t, have);
+	if (have >= 0 && !later)
+		touch(t, have);   /* evicted from RAM: recently used; a write-behind probe is not a use */
+	/* Write-behind never takes the staging an eviction may need. */
+	if (!r && later && (uint64_t)(t->n_later + 1) * (c->l.rec_size / TIER_ALIGN) > t->n_pages / 2)
+		r = -EAGAIN;
 	if (r)
 		goto err_unlock;
 	p = stage_alloc(t, c->l.rec_size / TIER_ALIGN);
@@ -859,19 +1025,108 @@ int pkv_tier_spill_begin(struct pkv_tier *t, int cls, const struct pkv_tier_bloc
 	s->io.owner = s;
 	s->io.ent = (struct tier_entry){ .key = b->key, .parent = b->parent, .uid = b->uid,
 					 .stamp = ++t->clock };
-	t->begun = s;
-	pthread_mutex_unlock(&t->mu);
 	memcpy((uint8_t *)s->io.buf + TIER_REC_HDR, b->tokens, (size_t)c->fp.block_size * sizeof(int32_t));
 	s->b.tokens = (const int32_t *)((uint8_t *)s->io.buf + TIER_REC_HDR);
-	*kv = (uint8_t *)s->io.buf + c->l.kv_off;
+	*out = s;
 	return 0;
 
 err_unlock:
-	if (r != -EBUSY)
+	if (r != -EBUSY && !later)
 		t->skipped++;
 	pthread_mutex_unlock(&t->mu);
 	free(s);
 	return r;
+}
+
+static void sq_push(struct pkv_tier *t, struct spill *s)
+{
+	s->next = NULL;
+	if (t->sq_tail)
+		t->sq_tail->next = s;
+	else
+		t->sq_head = s;
+	t->sq_tail = s;
+	pthread_cond_signal(&t->cv_work);
+}
+
+int pkv_tier_spill_begin(struct pkv_tier *t, int cls, const struct pkv_tier_block *b, void **kv)
+{
+	struct spill *s;
+	int r;
+
+	if (!kv)
+		return -EINVAL;
+	r = spill_new(t, cls, b, 0, &s);
+	if (r)
+		return r;
+	t->begun = s;
+	pthread_mutex_unlock(&t->mu);
+	*kv = (uint8_t *)s->io.buf + t->cls[cls].l.kv_off;
+	return 0;
+}
+
+int pkv_tier_spill_later(struct pkv_tier *t, int cls, const struct pkv_tier_block *b, pkv_tier_copy_fn copy,
+			 void *ud, int32_t tag)
+{
+	struct spill *s;
+	int r;
+
+	if (!copy)
+		return -EINVAL;
+	r = spill_new(t, cls, b, 1, &s);
+	if (r)
+		return r;
+	s->copy = copy;
+	s->ud = ud;
+	s->tag = tag;
+	t->n_later++;
+	sq_push(t, s);
+	pthread_mutex_unlock(&t->mu);
+	return 0;
+}
+
+int pkv_tier_spill_forget(struct pkv_tier *t, void *ud, int32_t tag, struct pkv_key key)
+{
+	int found = 0;
+
+	pthread_mutex_lock(&t->mu);
+	for (struct spill **pp = &t->sq_head, *prev = NULL; *pp;) {
+		struct spill *s = *pp;
+
+		if (!s->copy || s->ud != ud || (tag >= 0 && (s->tag != tag || !key_same(s->b.key, key)))) {
+			prev = s;
+			pp = &s->next;
+			continue;
+		}
+		found = 1;
+		if (tag >= 0 && !s->copied) {
+			/* Not copied yet: copied now, before the caller changes its source (the old cost, once). */
+			s->copy(ud, tag, (uint8_t *)s->io.buf + t->cls[s->cls].l.kv_off);
+			s->copied = 1;
+		} else if (!s->copied) {
+			/* Every block of ud: what is not copied yet is dropped. */
+			*pp = s->next;
+			if (t->sq_tail == s)
+				t->sq_tail = prev;
+			t->n_later--;
+			stage_free(t, s->io.buf, s->pages);
+			free(s);
+			continue;
+		}
+		prev = s;
+		pp = &s->next;
+	}
+	/* The tier thread is copying it now: wait for the copy, never for the write. */
+	while (t->copying && t->copying->ud == ud &&
+	       (tag < 0 || (t->copying->tag == tag && key_same(t->copying->b.key, key)))) {
+		found = 1;
+		pthread_cond_wait(&t->cv_done, &t->mu);
+	}
+	/* Copied and being written: nothing left to do either. */
+	for (struct spill *s = t->wb_flight; s && !found && tag >= 0; s = s->wnext)
+		found = s->ud == ud && s->tag == tag && key_same(s->b.key, key);
+	pthread_mutex_unlock(&t->mu);
+	return found;
 }
 
 void pkv_tier_spill_commit(struct pkv_tier *t, void *kv)
@@ -882,13 +1137,7 @@ void pkv_tier_spill_commit(struct pkv_tier *t, void *kv)
 		return;
 	pthread_mutex_lock(&t->mu);
 	t->begun = NULL;
-	s->next = NULL;
-	if (t->sq_tail)
-		t->sq_tail->next = s;
-	else
-		t->sq_head = s;
-	t->sq_tail = s;
-	pthread_cond_signal(&t->cv_work);
+	sq_push(t, s);
 	pthread_mutex_unlock(&t->mu);
 }
 
@@ -940,12 +1189,12 @@ static int fetch_alloc(struct pkv_tier *t, const struct tcls *c, uint32_t n, str
 	return 0;
 }
 
-int pkv_tier_fetch(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_key parent,
-		   const struct pkv_key *keys, const int32_t *tokens, uint32_t n, unsigned timeout_ms,
-		   struct pkv_tier_fetch **out)
+/* Queues the reads of the chain; returns how many blocks are being read (0: none, f is complete) or -errno. */
+static int fetch_queue(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_key parent,
+		       const struct pkv_key *keys, const int32_t *tokens, uint32_t n, unsigned timeout_ms,
+		       int wait, struct pkv_tier_fetch **out)
 {
 	struct pkv_tier_fetch *f;
-	struct timespec dl;
 	const struct tcls *c;
 	uint32_t i, bs;
 	int r, p;
@@ -1003,20 +1252,44 @@ int pkv_tier_fetch(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_ke
 	else
 		t->fq_head = f;
 	t->fq_tail = f;
+	/* The tier thread keeps the deadline (and tells the caller) whether or not anyone blocks on it. */
+	f->deadline = now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	f->pnext = t->pend;
+	t->pend = f;
 	pthread_cond_signal(&t->cv_work);
-	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += timeout_ms / 1000;
-	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-	if (dl.tv_nsec >= 1000000000) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000;
-	}
-	while (!f->complete)
-		if (pthread_cond_timedwait(&t->cv_done, &t->mu, &dl) == ETIMEDOUT)
-			break;
-	r = f->complete ? (int)f->ok : -ETIMEDOUT;
+	if (wait)
+		while (!f->complete && !f->expired)
+			pthread_cond_wait(&t->cv_done, &t->mu);
+	pthread_mutex_unlock(&t->mu);
+	return (int)n;
+}
+
+int pkv_tier_fetch_start(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_key parent,
+			 const struct pkv_key *keys, const int32_t *tokens, uint32_t n, unsigned timeout_ms,
+			 struct pkv_tier_fetch **f)
+{
+	return fetch_queue(t, cls, ns, parent, keys, tokens, n, timeout_ms, 0, f);
+}
+
+int pkv_tier_fetch_poll(struct pkv_tier *t, struct pkv_tier_fetch *f)
+{
+	int r;
+
+	if (!f)
+		return 0;
+	pthread_mutex_lock(&t->mu);
+	r = f->complete ? (int)f->ok : f->expired ? -ETIMEDOUT : -EINPROGRESS;
 	pthread_mutex_unlock(&t->mu);
 	return r;
+}
+
+int pkv_tier_fetch(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_key parent,
+		   const struct pkv_key *keys, const int32_t *tokens, uint32_t n, unsigned timeout_ms,
+		   struct pkv_tier_fetch **out)
+{
+	int r = fetch_queue(t, cls, ns, parent, keys, tokens, n, timeout_ms, 1, out);
+
+	return r <= 0 ? r : pkv_tier_fetch_poll(t, *out);
 }
 
 const void *pkv_tier_fetch_kv(const struct pkv_tier_fetch *f, uint32_t i)
@@ -1029,6 +1302,7 @@ void pkv_tier_fetch_done(struct pkv_tier *t, struct pkv_tier_fetch *f)
 	if (!f)
 		return;
 	pthread_mutex_lock(&t->mu);
+	pend_unlink(t, f);
 	if (f->complete)
 		fetch_free(t, f);
 	else
@@ -1145,6 +1419,8 @@ void pkv_tier_stats(struct pkv_tier *t, struct pkv_tier_stats *st)
 	st->hits = t->hits;
 	st->spilled = t->spilled;
 	st->spill_skipped = t->skipped;
+	st->spilled_behind = t->spilled_behind;
+	st->index_probe_max = t->probe_max;
 	st->evicted = t->evicted;
 	st->corrupt = t->corrupt;
 	st->read_bytes = t->read_bytes;
@@ -1154,6 +1430,8 @@ void pkv_tier_stats(struct pkv_tier *t, struct pkv_tier_stats *st)
 	st->classes = t->n_cls;
 	st->uids = t->n_uids;
 	st->stopped = t->stopped;
+	for (const struct pkv_tier_fetch *f = t->pend; f; f = f->pnext)
+		st->fetching++;
 	snprintf(st->stop_reason, sizeof(st->stop_reason), "%s", t->stop_reason);
 	pthread_mutex_unlock(&t->mu);
 	st->direct = t->be->direct(t->impl);
@@ -1190,6 +1468,7 @@ int pkv_tier_open(const struct pkv_tier_config *cfg, struct pkv_tier **out, char
 		t->cfg.queue_depth = DEFAULT_QD;
 	t->free_head = -1;
 	t->be = &pkv_tier_disk;
+	pkv_hash_secret_init(&t->slot_secret);
 	pthread_mutex_init(&t->mu, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

@@ -12,7 +12,8 @@
  * and copies fetched, verified bytes into blocks it allocated (fetch).
  *
  * Threads: every call below is made from one thread (the daemon's loop);
- * the tier runs its own thread for the I/O. A block is findable (probe,
+ * the tier runs its own thread for the I/O, and a fetch need not block the
+ * caller (pkv_tier_fetch_start, poll, the config's notify). A block is findable (probe,
  * fetch) only once its write completed and its index entry was written.
  *
  * Trust: a fetched record is served only when its checksum (XXH3-64 over
@@ -47,6 +48,15 @@ struct pkv_tier_config {
 	uint64_t staging;             /* bytes of staging buffers (0 = 64 MiB) */
 	unsigned queue_depth;         /* I/O requests in flight (0 = 64) */
 	int buffered;                 /* 1 = never O_DIRECT (tests, benchmarks) */
+	/*
+	 * Called on the tier thread when a fetch begun with pkv_tier_fetch_start
+	 * completes or reaches its deadline (the daemon writes its loop's
+	 * eventfd). Must not call into the tier.
+	 */
+	void (*notify)(void *ud);
+	void *notify_ud;
+	/* Test hook: while this path does not exist, fetch reads stay queued (a slow disk on demand). */
+	const char *read_gate;
 };
 
 /*
@@ -82,6 +92,25 @@ void pkv_tier_spill_commit(struct pkv_tier *t, void *kv);
 void pkv_tier_spill_cancel(struct pkv_tier *t, void *kv);
 
 /*
+ * Write-behind: queues block b to be spilled with its KV copied later, on
+ * the tier thread, by copy(ud, tag, kv) (kv_bytes into kv). The caller
+ * keeps the source unchanged until it has called pkv_tier_spill_forget for
+ * (ud, tag). Never uses more than half the staging (-EAGAIN); -EEXIST when
+ * the key is in the tier or queued; -ENOSPC while spilling is stopped.
+ */
+typedef void (*pkv_tier_copy_fn)(void *ud, int32_t tag, void *kv);
+int pkv_tier_spill_later(struct pkv_tier *t, int cls, const struct pkv_tier_block *b, pkv_tier_copy_fn copy,
+			 void *ud, int32_t tag);
+/*
+ * The source of (ud, tag), holding key, is about to change: a queued copy of it is made
+ * now, on the caller's thread; one running on the tier thread is waited
+ * for. Returns 1 when a write-behind spill of it exists (its bytes are on
+ * their way to disk), 0 when none. tag < 0: every block of ud, and the
+ * ones not copied yet are dropped instead (ud's memory is going away).
+ */
+int pkv_tier_spill_forget(struct pkv_tier *t, void *ud, int32_t tag, struct pkv_key key);
+
+/*
  * How many of keys[0..n) are in the tier, consecutively from the first,
  * for class cls (a lookup in the index only; nothing is read).
  */
@@ -98,6 +127,18 @@ uint32_t pkv_tier_probe(struct pkv_tier *t, int cls, const struct pkv_key *keys,
 int pkv_tier_fetch(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_key parent,
 		   const struct pkv_key *keys, const int32_t *tokens, uint32_t n, unsigned timeout_ms,
 		   struct pkv_tier_fetch **f);
+/*
+ * The same without blocking: start queues the reads and returns how many
+ * blocks are being read (0: none) or -errno; poll returns -EINPROGRESS
+ * while they are, then the verified leading blocks (as pkv_tier_fetch), or
+ * -ETIMEDOUT once timeout_ms passed first. The config's notify is called
+ * when poll's answer stops being -EINPROGRESS. *f goes back through
+ * pkv_tier_fetch_done in every case, in flight or not.
+ */
+int pkv_tier_fetch_start(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_key parent,
+			 const struct pkv_key *keys, const int32_t *tokens, uint32_t n, unsigned timeout_ms,
+			 struct pkv_tier_fetch **f);
+int pkv_tier_fetch_poll(struct pkv_tier *t, struct pkv_tier_fetch *f);
 const void *pkv_tier_fetch_kv(const struct pkv_tier_fetch *f, uint32_t i);
 void pkv_tier_fetch_done(struct pkv_tier *t, struct pkv_tier_fetch *f);
 
@@ -120,9 +161,12 @@ struct pkv_tier_stats {
 	uint64_t blocks, bytes, budget;
 	uint64_t lookups, hits;                /* blocks asked for by fetch, blocks served */
 	uint64_t spilled, spill_skipped;       /* written; not spilled (staging full, duplicate) */
+	uint64_t spilled_behind;               /* of spilled, copied on the tier thread (write-behind) */
 	uint64_t evicted, corrupt;             /* budget evictions; records failing verification */
 	uint64_t read_bytes, read_ns, write_bytes, write_ns;  /* ns: time with reads / writes in flight */
 	uint32_t classes, uids;
+	uint32_t fetching;                     /* started fetches a caller still waits for */
+	uint32_t index_probe_max;              /* longest probe run an index insert met */
 	int stopped;                           /* spilling stopped: -errno of the failure, else 0 */
 	int direct;                            /* O_DIRECT in use */
 	char stop_reason[128];

@@ -103,8 +103,11 @@ struct tier_backend {
 	/* Makes storage for a class the scan did not find. */
 	int (*class_open)(void *impl, int cls, const struct pkv_tier_fp *fp, uint32_t rec_size);
 	int (*submit)(void *impl, struct tier_io *io);
-	/* Submits what was queued and reaps; wait = block until at least one is done. Returns how many. */
-	int (*reap)(void *impl, int wait, void (*done)(void *ud, struct tier_io *io), void *ud);
+	/*
+	 * Submits what was queued and reaps; wait_ns: < 0 blocks until at least
+	 * one is done, > 0 blocks at most that long, 0 not at all. Returns how many.
+	 */
+	int (*reap)(void *impl, int64_t wait_ns, void (*done)(void *ud, struct tier_io *io), void *ud);
 	void (*del)(void *impl, int cls, uint64_t loc);
 	int (*wipe)(void *impl);
 	int (*direct)(void *impl);

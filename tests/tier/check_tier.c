@@ -121,6 +121,130 @@ static char *file_of(const char *ext, char *buf, size_t len)
 	return buf;
 }
 
+/* ---- write-behind: the source is copied before it changes, whoever gets there first */
+
+struct wb_src {
+	uint8_t *kv[NCHAIN];          /* one "pool block" per chain position */
+	uint32_t copies;
+};
+
+static void wb_copy(void *ud, int32_t tag, void *kv)
+{
+	struct wb_src *w = ud;
+
+	memcpy(kv, w->kv[tag], pkv_tier_kv_bytes(&FP));
+	__atomic_fetch_add(&w->copies, 1, __ATOMIC_RELAXED);
+}
+
+START_TEST(test_write_behind_copies_before_reuse)
+{
+	struct pkv_tier *t = open_tier(64 << 20, 100);
+	int cls = pkv_tier_class(t, &FP);
+	size_t kvb = pkv_tier_kv_bytes(&FP);
+	struct wb_src w = { { NULL }, 0 };
+	uint32_t queued = 0;
+
+	ck_assert_int_ge(cls, 0);
+	for (uint32_t i = 0; i < NCHAIN; i++) {
+		w.kv[i] = malloc(kvb);
+		ck_assert_ptr_nonnull(w.kv[i]);
+		for (size_t o = 0; o < kvb; o++)
+			w.kv[i][o] = kv_byte(2, i, o);
+	}
+	/* Queue every block, then "evict" each one: forget, then overwrite its source at once. */
+	for (uint32_t i = 0; i < NCHAIN; i++) {
+		int32_t tok[BS];
+		struct pkv_tier_block b = { key_of(2, i), i ? key_of(2, i - 1) : NS, NS, 1000, tok };
+
+		tokens_of(2, i, tok);
+		if (!pkv_tier_spill_later(t, cls, &b, wb_copy, &w, (int32_t)i))
+			queued++;
+		/* Queued twice: the second is refused. */
+		ck_assert_int_eq(pkv_tier_spill_later(t, cls, &b, wb_copy, &w, (int32_t)i), -EEXIST);
+	}
+	ck_assert_uint_eq(queued, NCHAIN);
+	for (uint32_t i = 0; i < NCHAIN; i++) {
+		/* Found unless its write already completed (then it was copied long before). */
+		pkv_tier_spill_forget(t, &w, (int32_t)i, key_of(2, i));
+		memset(w.kv[i], 0xee, kvb);   /* the slot is reused at once */
+	}
+	pkv_tier_drain(t);
+	/* Exactly one copy per queued block, made before the overwrite: the disk has the old bytes. */
+	ck_assert_uint_eq(w.copies, queued);
+	ck_assert_int_eq(fetch_chain(t, cls, 2, queued), (int)queued);
+	pkv_tier_close(t);
+	for (uint32_t i = 0; i < NCHAIN; i++)
+		free(w.kv[i]);
+}
+END_TEST
+
+START_TEST(test_write_behind_forget_all_drops)
+{
+	struct pkv_tier *t = open_tier(64 << 20, 100);
+	int cls = pkv_tier_class(t, &FP);
+	size_t kvb = pkv_tier_kv_bytes(&FP);
+	struct wb_src w = { { NULL }, 0 };
+	struct pkv_tier_stats st;
+
+	ck_assert_int_ge(cls, 0);
+	for (uint32_t i = 0; i < NCHAIN; i++) {
+		int32_t tok[BS];
+		struct pkv_tier_block b = { key_of(3, i), i ? key_of(3, i - 1) : NS, NS, 1000, tok };
+
+		w.kv[i] = calloc(1, kvb);
+		ck_assert_ptr_nonnull(w.kv[i]);
+		tokens_of(3, i, tok);
+		pkv_tier_spill_later(t, cls, &b, wb_copy, &w, (int32_t)i);
+	}
+	/* The source goes away: nothing is read from it after this returns. */
+	pkv_tier_spill_forget(t, &w, -1, NS);
+	for (uint32_t i = 0; i < NCHAIN; i++) {
+		free(w.kv[i]);
+		w.kv[i] = NULL;   /* a late copy would crash here */
+	}
+	pkv_tier_drain(t);
+	pkv_tier_stats(t, &st);
+	ck_assert_uint_eq(st.blocks, w.copies);   /* what was copied in time was written, nothing else */
+	pkv_tier_close(t);
+}
+END_TEST
+
+/*
+ * Keys a client could aim: under an unkeyed slot function (the key's own
+ * bits, or a mix of lo ^ hi as before) these 4,096 keys share one slot and
+ * every insert walks the whole run. Under the keyed slot they spread.
+ */
+START_TEST(test_aimed_keys_do_not_cluster)
+{
+	struct pkv_tier *t = open_tier(1ull << 30, 100);
+	int cls = pkv_tier_class(t, &FP);
+	size_t kvb = pkv_tier_kv_bytes(&FP);
+	struct pkv_tier_stats st;
+	int32_t tok[BS] = { 0 };
+
+	ck_assert_int_ge(cls, 0);
+	for (uint32_t i = 0; i < 4096; i++) {
+		/* Same lo ^ hi and same low 32 bits of lo: one slot for any slot taken from those bits. */
+		struct pkv_key k = { (uint64_t)(i + 1) << 32, (uint64_t)(i + 1) << 32 };
+		struct pkv_tier_block b = { k, NS, NS, 1000, tok };
+		void *kv;
+		int r;
+
+		while ((r = pkv_tier_spill_begin(t, cls, &b, &kv)) == -EAGAIN)
+			pkv_tier_wait_io(t);
+		ck_assert_int_eq(r, 0);
+		memset(kv, (int)i, kvb);
+		pkv_tier_spill_commit(t, kv);
+	}
+	pkv_tier_drain(t);
+	pkv_tier_stats(t, &st);
+	ck_assert_uint_eq(st.blocks, 4096);
+	/* A random slot function at load <= 1/2: the longest run is a few dozen at most, not 4,095. */
+	ck_assert_msg(st.index_probe_max < 64, "probe run %u", st.index_probe_max);
+	pkv_tier_close(t);
+}
+END_TEST
+
 START_TEST(test_round_trip)
 {
 	struct pkv_tier *t = open_tier(64 << 20, 100);
@@ -432,6 +556,9 @@ int main(void)
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_round_trip);
+	tcase_add_test(tc, test_aimed_keys_do_not_cluster);
+	tcase_add_test(tc, test_write_behind_copies_before_reuse);
+	tcase_add_test(tc, test_write_behind_forget_all_drops);
 	tcase_add_test(tc, test_restart_keeps_blocks);
 	tcase_add_test(tc, test_bit_flip_dropped);
 	tcase_add_test(tc, test_truncated_dropped);

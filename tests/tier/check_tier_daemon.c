@@ -27,6 +27,7 @@
 static struct dmn D;
 static char tdir[64];
 static int have_dir;
+static const char *wait_ms = "200";   /* --disk-wait-ms of the next start() */
 
 static void prompt(uint32_t which, int32_t *t)
 {
@@ -42,7 +43,7 @@ static void prompt(uint32_t which, int32_t *t)
  */
 static int start(void)
 {
-	const char *extra[] = { "--disk-cache", tdir, "--socket-mode", "0666", NULL };
+	const char *extra[] = { "--disk-cache", tdir, "--socket-mode", "0666", "--disk-wait-ms", wait_ms, NULL };
 	char out[2048];
 	int r;
 
@@ -67,6 +68,7 @@ static void setup(void)
 	snprintf(tdir + strlen(tdir), sizeof(tdir) - strlen(tdir), "/tier");
 	memset(&D, 0, sizeof(D));
 	have_dir = 0;
+	wait_ms = "200";
 	ck_assert_int_eq(start(), 0);
 	ck_assert_int_eq(chmod(D.dir, 0755), 0);
 }
@@ -362,6 +364,172 @@ START_TEST(test_sigkill_during_spill)
 }
 END_TEST
 
+START_TEST(test_write_behind_under_pressure)
+{
+	static float ram[OUT_FLOATS], disk[OUT_FLOATS];
+	unsigned long long behind = 0;
+	char out[4096];
+	const char *p;
+
+	ck_assert_int_eq(open_prompt(0, 200, NULL), 0);
+	ck_assert_int_eq(open_prompt(0, 200, ram), NCACHED);
+	/* 60 more prompts of 2 cached blocks each through a 64-block pool: LRU eviction throughout. */
+	for (uint32_t w = 201; w < 261; w++)
+		ck_assert_int_eq(open_prompt(0, w, NULL), 0);
+	ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, out, sizeof(out)), 0);
+	p = strstr(out, "\"spilled_behind\":");
+	ck_assert_ptr_nonnull(p);
+	ck_assert_int_eq(sscanf(p, "\"spilled_behind\":%llu", &behind), 1);
+	/* The tier thread copied blocks ahead of their eviction... */
+	ck_assert_msg(behind > 0, "%s", out);
+	p = strstr(out, "\"spilled\":");
+	fprintf(stderr, "write-behind: %llu of %.40s\n", behind, p ? p : "?");
+	/* ... and what comes back from disk is exactly what RAM had. */
+	ck_assert_int_eq(open_prompt(0, 200, disk), NCACHED);
+	ck_assert_int_eq(memcmp(ram, disk, sizeof(ram)), 0);
+	for (uint32_t w = 201; w < 261; w += 7)
+		ck_assert_int_eq(open_prompt(0, w, NULL), NCACHED);
+	ctl_ok(PKV_CTL_STATUS, out, sizeof(out));
+	ck_assert_msg(strstr(out, " 0 corrupt dropped"), "%s", out);
+	ck_assert_int_eq(audit_until_clean(D.sock, 2000, out, sizeof(out)), 0);
+}
+END_TEST
+
+/* ---- an open waiting for the disk parks itself, not the daemon */
+
+static char gate[96];
+
+/* Restarts the daemon with its tier's reads held back until gate exists (the test hook), deadline dl ms. */
+static void restart_gated(const char *dl)
+{
+	snprintf(gate, sizeof(gate), "%.80s.gate", tdir);
+	unlink(gate);
+	ck_assert_int_eq(dmn_stop(&D), 0);
+	wait_ms = dl;
+	ck_assert_int_eq(setenv("PAGEDKV_TIER_TEST_READ_GATE", gate, 1), 0);
+	ck_assert_int_eq(start(), 0);
+	unsetenv("PAGEDKV_TIER_TEST_READ_GATE");
+}
+
+static void gate_open(void)
+{
+	int fd = open(gate, O_CREAT | O_WRONLY, 0600);
+
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+}
+
+/* Waits (bounded) until the daemon's status says n opens wait for the disk. */
+static void until_waiting(unsigned n)
+{
+	char out[4096], want[64];
+	int i;
+
+	snprintf(want, sizeof(want), "\"opens_waiting\":%u,", n);
+	for (i = 0; i < 3000; i++) {
+		ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, out, sizeof(out)), 0);
+		if (strstr(out, want))
+			return;
+		usleep(10000);
+	}
+	ck_abort_msg("never %u opens waiting: %s", n, out);
+}
+
+/* A child that opens prompt `which` and computes the rest; writes n_cached (or -1) to fd once done. */
+static pid_t open_async(uint32_t which, int fd)
+{
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct pkv_client *c = test_client(D.sock, "tier", 4 << 20, 120000);
+		int32_t toks[NTOK];
+		uint32_t s, n_cached;
+		int res = -1;
+
+		prompt(which, toks);
+		if (c && !pkv_seq_open(c, toks, NTOK, &s, &n_cached) &&
+		    !run_step(c, s, toks, n_cached, NTOK - n_cached, NULL))
+			res = (int)n_cached;
+		if (write(fd, &res, sizeof(res)) != sizeof(res))
+			_exit(3);
+		_exit(0);
+	}
+	return pid;
+}
+
+static int pipe_ready(int fd)
+{
+	struct pollfd p = { fd, POLLIN, 0 };
+
+	return poll(&p, 1, 0);
+}
+
+START_TEST(test_open_waiting_for_disk_stalls_no_one)
+{
+	int p[2], nc, st;
+	pid_t a;
+
+	ck_assert_int_eq(open_prompt(0, 7, NULL), 0);
+	spill_all();
+	/* A deadline far beyond anything B needs: A can only complete once the gate opens. */
+	restart_gated("60000");
+	ck_assert_int_eq(pipe(p), 0);
+	a = open_async(7, p[1]);
+	until_waiting(1);
+	/* Meanwhile uid B (another uid when root) opens and computes prompt after prompt. */
+	for (uint32_t w = 50; w < 58; w++)
+		ck_assert_int_eq(open_prompt(geteuid() == 0 ? UID_B : 0, w, NULL), 0);
+	ck_assert_int_eq(open_prompt(geteuid() == 0 ? UID_B : 0, 50, NULL), NCACHED);
+	/* ... and A's open is still parked: nothing stalled behind it, and it did not jump the gate. */
+	ck_assert_int_eq(pipe_ready(p[0]), 0);
+	until_waiting(1);
+	gate_open();
+	ck_assert_int_eq(read(p[0], &nc, sizeof(nc)), (ssize_t)sizeof(nc));
+	ck_assert_int_eq(nc, NCACHED);   /* every block came from disk */
+	ck_assert_int_eq(waitpid(a, &st, 0), a);
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	until_waiting(0);
+	close(p[0]);
+	close(p[1]);
+	unlink(gate);
+}
+END_TEST
+
+START_TEST(test_open_past_deadline_goes_on_with_ram)
+{
+	char out[4096];
+	int p[2], nc, st;
+	pid_t a, gone;
+
+	ck_assert_int_eq(open_prompt(0, 8, NULL), 0);
+	spill_all();
+	restart_gated("300");
+	/* Past the deadline the open completes with what RAM has: nothing. */
+	ck_assert_int_eq(open_prompt(0, 8, NULL), 0);
+	spill_all();   /* RAM forgets the recomputed blocks again (the disk has them already) */
+	/* A client that hangs up while its open waits: its reads are given back. */
+	ck_assert_int_eq(pipe(p), 0);
+	gone = open_async(8, p[1]);
+	until_waiting(1);
+	kill(gone, SIGKILL);
+	ck_assert_int_eq(waitpid(gone, &st, 0), gone);
+	until_waiting(0);
+	gate_open();
+	/* The abandoned reads finish unseen; the blocks are still on disk and found now. */
+	a = open_async(8, p[1]);
+	ck_assert_int_eq(read(p[0], &nc, sizeof(nc)), (ssize_t)sizeof(nc));
+	ck_assert_int_eq(nc, NCACHED);
+	ck_assert_int_eq(waitpid(a, &st, 0), a);
+	ctl_ok(PKV_CTL_STATUS, out, sizeof(out));
+	ck_assert_msg(strstr(out, " 0 corrupt dropped"), "%s", out);
+	ck_assert_int_eq(audit_until_clean(D.sock, 2000, out, sizeof(out)), 0);
+	close(p[0]);
+	close(p[1]);
+	unlink(gate);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("tier-daemon");
@@ -382,6 +550,9 @@ int main(void)
 		fprintf(stderr, "check_tier_daemon: not root, the two-uid test is not run\n");
 	tcase_add_test(tc, test_full_disk_ram_goes_on);
 	tcase_add_test(tc, test_sigkill_during_spill);
+	tcase_add_test(tc, test_write_behind_under_pressure);
+	tcase_add_test(tc, test_open_waiting_for_disk_stalls_no_one);
+	tcase_add_test(tc, test_open_past_deadline_goes_on_with_ram);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
