@@ -16,6 +16,10 @@
 #define HUGE_PAGE (2u << 20)
 /* Split a sequence's keys (flash-decoding) only into chunks at least this long. */
 #define MIN_SPLIT_KEYS 256u
+/* Decode-only batches: items per thread the split aims at (see cpu_attend). */
+#ifndef SPLIT_PER_THREAD
+#define SPLIT_PER_THREAD 1u
+#endif
 
 struct cpu_ctx {
 	const struct pkv_host_api *host;
@@ -480,6 +484,30 @@ static int grow(struct cpu_ctx *c, void **buf, size_t *cap, size_t need, size_t 
 	return 0;
 }
 
+/* How a call splits sequences' keys: items of at most cap keys, at most max items per sequence. */
+struct split_rule {
+	uint32_t cap, max;      /* cap 0: no split */
+};
+
+/* Items one sequence of sk keys splits into, and the keys each covers (whole tiles; the last may be short). */
+static uint32_t seq_splits(const struct split_rule *r, uint32_t sk, uint32_t *chunk)
+{
+	uint32_t n;
+
+	*chunk = sk;
+	if (!r->cap || sk < 2 * MIN_SPLIT_KEYS)
+		return 1;
+	n = sk / r->cap + (sk % r->cap != 0);
+	if (n > r->max)
+		n = r->max;
+	if (n > sk / MIN_SPLIT_KEYS)
+		n = sk / MIN_SPLIT_KEYS;
+	if (n <= 1)
+		return 1;
+	*chunk = ((sk + n - 1) / n + CPU_TK - 1) / CPU_TK * CPU_TK;
+	return (sk + *chunk - 1) / *chunk;
+}
+
 static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct pkv_attn_batch *b)
 {
 	struct cpu_ctx *c = ctx;
@@ -487,9 +515,11 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 	struct write_job wj = { mem, b };
 	struct attend_job aj = { .ctx = c };
 	struct cpu_call *call = &aj.call;
-	uint32_t s, h, n_items = 0, n_groups = 0, rmax, nsplit_max = 1, i;
-	size_t need;
-	int ret;
+	struct split_rule split = { 0, 1 };
+	uint32_t s, h, n_items = 0, n_groups = 0, rmax, i;
+	uint64_t dec_keys = 0;
+	size_t need = 0;
+	int ret, prefill = 0, any_split = 0;
 
 	if (!c || !mem || !b)
 		return -EINVAL;
@@ -528,30 +558,50 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 	if (ret)
 		return ret;
 
-	/* Count items (sequence x KV head x row block) to decide on a KV split. */
+	/* Count groups (decode sequence, or prefill sequence x KV head x row block) and decode keys. */
 	for (s = 0; s < b->num_seqs; s++) {
 		uint32_t sq = (uint32_t)(b->cu_seq_lens_q[s + 1] - b->cu_seq_lens_q[s]);
 
 		n_groups += sq == 1 ? 1 : (sq + call->qb - 1) / call->qb * g->num_kv_heads;
+		if (sq == 1)
+			dec_keys += (uint64_t)(b->cu_seq_lens_k[s + 1] - b->cu_seq_lens_k[s]);
+		else
+			prefill = 1;
 	}
 	if (n_groups == 0)
 		return 0;
 	/*
-	 * Flash-decoding: with fewer groups than ~4 per thread (a small decode
-	 * batch), split each group's keys so every thread stays busy; chunks
-	 * are whole tiles and at least MIN_SPLIT_KEYS long.
+	 * Flash-decoding: split sequences' keys into chunks (whole tiles, at
+	 * least MIN_SPLIT_KEYS long) that threads take in parallel; the partials
+	 * are merged after. A decode item reads whole token rows, so its bytes
+	 * go with its keys: in a decode-only batch no item gets more than
+	 * 1 / (SPLIT_PER_THREAD x threads) of all the keys, which balances the
+	 * threads by bytes whatever the batch's lengths (batch 1: each thread
+	 * SPLIT_PER_THREAD equal ranges of blocks). Batches with prefill split
+	 * only when there are fewer than ~4 groups per thread.
 	 */
-	if (n_groups < 4 * c->nthreads && c->nthreads > 1 && b->max_length_k >= 2 * MIN_SPLIT_KEYS) {
-		nsplit_max = (4 * c->nthreads + n_groups - 1) / n_groups;
-		if (nsplit_max > b->max_length_k / MIN_SPLIT_KEYS)
-			nsplit_max = b->max_length_k / MIN_SPLIT_KEYS;
+	if (c->nthreads > 1 && !prefill) {
+		uint64_t cap = (dec_keys + SPLIT_PER_THREAD * c->nthreads - 1) / (SPLIT_PER_THREAD * c->nthreads);
+
+		split.cap = cap < UINT32_MAX ? (uint32_t)cap : UINT32_MAX;
+		split.max = UINT32_MAX;
+	} else if (c->nthreads > 1 && n_groups < 4 * c->nthreads) {
+		split.cap = 1;
+		split.max = (4 * c->nthreads + n_groups - 1) / n_groups;
 	}
-	need = (size_t)n_groups * nsplit_max;
+	for (s = 0; s < b->num_seqs; s++) {
+		uint32_t sq = (uint32_t)(b->cu_seq_lens_q[s + 1] - b->cu_seq_lens_q[s]);
+		uint32_t sk = (uint32_t)(b->cu_seq_lens_k[s + 1] - b->cu_seq_lens_k[s]), chunk;
+		uint32_t n = seq_splits(&split, sk, &chunk);
+
+		need += (size_t)(sq == 1 ? 1 : (sq + call->qb - 1) / call->qb * g->num_kv_heads) * n;
+		any_split |= n > 1;
+	}
 	ret = grow(c, (void **)&c->items, &c->items_cap, need, sizeof(*c->items));
 	if (ret)
 		return ret;
 	call->part_stride = (size_t)rmax * (call->hdp + 2);
-	if (nsplit_max > 1) {
+	if (any_split) {
 		ret = grow(c, (void **)&c->part, &c->part_cap, need * call->part_stride, sizeof(float));
 		if (ret)
 			return ret;
@@ -561,13 +611,7 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 	for (s = 0; s < b->num_seqs; s++) {
 		uint32_t sq = (uint32_t)(b->cu_seq_lens_q[s + 1] - b->cu_seq_lens_q[s]);
 		uint32_t sk = (uint32_t)(b->cu_seq_lens_k[s + 1] - b->cu_seq_lens_k[s]);
-		uint32_t q0, nsplit = 1, chunk = sk;
-
-		if (nsplit_max > 1 && sk >= 2 * MIN_SPLIT_KEYS) {
-			nsplit = sk / MIN_SPLIT_KEYS < nsplit_max ? sk / MIN_SPLIT_KEYS : nsplit_max;
-			chunk = ((sk + nsplit - 1) / nsplit + CPU_TK - 1) / CPU_TK * CPU_TK;
-			nsplit = (sk + chunk - 1) / chunk;
-		}
+		uint32_t q0, chunk, nsplit = seq_splits(&split, sk, &chunk);
 		uint32_t nkvh = sq == 1 ? g->num_kv_heads : 1;
 
 		for (h = 0; h < g->num_kv_heads; h += nkvh) {
@@ -594,7 +638,7 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 	ret = c->host->parallel_for(c->host->host, n_items, attend_task, &aj);
 	if (ret)
 		return ret;
-	if (nsplit_max > 1) {
+	if (any_split) {
 		for (i = 0; i < n_items;) {
 			uint32_t n = 1;
 

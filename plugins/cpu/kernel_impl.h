@@ -1207,11 +1207,18 @@ static void pv_dec(const struct cpu_call *c, struct cpu_scratch *sc, const char 
 	}
 }
 
+/* At most this many keys' blocks are prefetched during one tile (the item's first tile catches up). */
+#define DEC_PF_MAX_KEYS (8 * CPU_TK)
+
 /*
- * The decode tile loop. Prefetch follows the block table, not addresses: a
- * tile DEC_PF_BYTES on, its blocks are prefetched whole and in address order
- * (so a shuffled table costs no more than a sequential one), spread over
- * the tile's heads so the requests never queue up in one burst.
+ * The decode tile loop. Prefetch follows the block table, not addresses:
+ * while a tile is computed, the keys up to DEC_PF_BYTES of K past its end
+ * are prefetched, block by block whole and in address order (so a shuffled
+ * table costs no more than a sequential one), a few lines per compute step
+ * so the requests never queue up in one burst. In steady state that is one
+ * tile's blocks per tile; the item's first tile also covers the whole
+ * distance, so an item (a split range or a short sequence) does not read
+ * its first DEC_PF_BYTES without prefetch.
  */
 static void tiles_decode(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc,
 			 const struct item_plan *pl, const int32_t *bt)
@@ -1219,21 +1226,29 @@ static void tiles_decode(const struct cpu_call *c, const struct cpu_item *it, st
 	static const uint16_t zero_row[CPU_MAX_HD] __attribute__((aligned(64)));
 	size_t tok[CPU_TK], tile_bytes = (size_t)CPU_TK * c->token_stride, total;
 	const char *kraw[CPU_TK], *vraw[CPU_TK];
-	struct kv_span sp[CPU_TK + 1];
+	struct kv_span sp[DEC_PF_MAX_KEYS + 1];
 	struct pf_cursor pc;
 	uint32_t ahead = (uint32_t)((DEC_PF_BYTES + tile_bytes - 1) / tile_bytes) * CPU_TK, t0, t, hh, nt, ns;
+	int64_t pf_next = pl->kstart; /* keys below this are prefetched (or demanded) already */
 
 	for (t = 0; t < CPU_TK; t++)
 		kraw[t] = vraw[t] = (const char *)zero_row;
 	for (t0 = (uint32_t)pl->kstart; (int32_t)t0 < pl->kend; t0 += CPU_TK) {
+		int64_t lo = (int64_t)t0 + CPU_TK, hi = (int64_t)t0 + CPU_TK + ahead;
+
 		nt = (uint32_t)pl->kend - t0 < CPU_TK ? (uint32_t)pl->kend - t0 : CPU_TK;
 		tile_tokens(c, bt, t0, nt, tok);
+		if (lo < pf_next)
+			lo = pf_next;
+		if (hi > pl->kend)
+			hi = pl->kend;
+		if (hi > lo + DEC_PF_MAX_KEYS)
+			hi = lo + DEC_PF_MAX_KEYS;
 		ns = 0;
 		total = 0;
-		if ((int64_t)t0 + ahead < pl->kend) {
-			uint32_t p0 = t0 + ahead, n2 = (uint32_t)pl->kend - p0 < CPU_TK ? (uint32_t)pl->kend - p0 : CPU_TK;
-
-			ns = tile_spans(c, bt, p0, n2, sp, &total);
+		if (lo < hi) {
+			ns = tile_spans(c, bt, (uint32_t)lo, (uint32_t)(hi - lo), sp, &total);
+			pf_next = hi;
 		}
 		for (hh = 0; hh < it->nkvh; hh++) {
 			struct cpu_scratch v = rows_from(c, sc, hh * pl->Rh);
