@@ -1207,7 +1207,7 @@ static void pv_dec(const struct cpu_call *c, struct cpu_scratch *sc, const char 
 	}
 }
 
-/* At most this many keys' blocks are prefetched during one tile (the item's first tile catches up). */
+/* At most this many keys' blocks are prefetched during one tile (an item's first tile catches up). */
 #define DEC_PF_MAX_KEYS (8 * CPU_TK)
 
 /*
@@ -1215,22 +1215,31 @@ static void pv_dec(const struct cpu_call *c, struct cpu_scratch *sc, const char 
  * while a tile is computed, the keys up to DEC_PF_BYTES of K past its end
  * are prefetched, block by block whole and in address order (so a shuffled
  * table costs no more than a sequential one), a few lines per compute step
- * so the requests never queue up in one burst. In steady state that is one
- * tile's blocks per tile; the item's first tile also covers the whole
- * distance, so an item (a split range or a short sequence) does not read
- * its first DEC_PF_BYTES without prefetch.
+ * so the requests never queue up in one burst. Keys are counted on past
+ * the item's end into the next item of the thread's run (next), so a
+ * thread's stream of blocks runs on across items; what the previous item
+ * prefetched of this one is sc->pf_carry, and an item that starts a run
+ * catches up over its first tile.
  */
-static void tiles_decode(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc,
-			 const struct item_plan *pl, const int32_t *bt)
+static void tiles_decode(const struct cpu_call *c, const struct cpu_item *it, const struct cpu_item *next,
+			 struct cpu_scratch *sc, const struct item_plan *pl, const int32_t *bt)
 {
 	static const uint16_t zero_row[CPU_MAX_HD] __attribute__((aligned(64)));
-	size_t tok[CPU_TK], tile_bytes = (size_t)CPU_TK * c->token_stride, total;
+	size_t tok[CPU_TK], tile_bytes = (size_t)CPU_TK * c->token_stride, total, t2;
 	const char *kraw[CPU_TK], *vraw[CPU_TK];
-	struct kv_span sp[DEC_PF_MAX_KEYS + 1];
+	const int32_t *bt_next = NULL;
+	struct kv_span sp[DEC_PF_MAX_KEYS + 2];
 	struct pf_cursor pc;
 	uint32_t ahead = (uint32_t)((DEC_PF_BYTES + tile_bytes - 1) / tile_bytes) * CPU_TK, t0, t, hh, nt, ns;
-	int64_t pf_next = pl->kstart; /* keys below this are prefetched (or demanded) already */
+	/* Keys below pf_next are prefetched already; from kend on, keys count into next from next->k0. */
+	int64_t pf_next = (int64_t)it->k0 + sc->pf_carry, vend = pl->kend;
 
+	if (pf_next < pl->kstart)
+		pf_next = pl->kstart;
+	if (next && next->nkvh == it->nkvh && next->nq == 1 && next->k1 > next->k0) {
+		bt_next = c->b->block_tables + (size_t)next->seq * c->b->max_blocks_per_seq;
+		vend += next->k1 - next->k0;
+	}
 	for (t = 0; t < CPU_TK; t++)
 		kraw[t] = vraw[t] = (const char *)zero_row;
 	for (t0 = (uint32_t)pl->kstart; (int32_t)t0 < pl->kend; t0 += CPU_TK) {
@@ -1240,14 +1249,22 @@ static void tiles_decode(const struct cpu_call *c, const struct cpu_item *it, st
 		tile_tokens(c, bt, t0, nt, tok);
 		if (lo < pf_next)
 			lo = pf_next;
-		if (hi > pl->kend)
-			hi = pl->kend;
+		if (hi > vend)
+			hi = vend;
 		if (hi > lo + DEC_PF_MAX_KEYS)
 			hi = lo + DEC_PF_MAX_KEYS;
 		ns = 0;
 		total = 0;
 		if (lo < hi) {
-			ns = tile_spans(c, bt, (uint32_t)lo, (uint32_t)(hi - lo), sp, &total);
+			if (lo < pl->kend)
+				ns = tile_spans(c, bt, (uint32_t)lo, (uint32_t)((hi < pl->kend ? hi : pl->kend) - lo), sp, &total);
+			if (hi > pl->kend) {
+				int64_t from = lo > pl->kend ? lo : pl->kend;
+
+				ns += tile_spans(c, bt_next, next->k0 + (uint32_t)(from - pl->kend), (uint32_t)(hi - from),
+						 sp + ns, &t2);
+				total += t2;
+			}
 			pf_next = hi;
 		}
 		for (hh = 0; hh < it->nkvh; hh++) {
@@ -1269,10 +1286,12 @@ static void tiles_decode(const struct cpu_call *c, const struct cpu_item *it, st
 			pv_dec(c, &v, vraw, nt, pl->Rh, &pc);
 		}
 	}
+	sc->pf_carry = pf_next > pl->kend ? (uint32_t)(pf_next - pl->kend) : 0;
 }
 #endif
 
-static void attend_item(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc)
+static void attend_item(const struct cpu_call *c, const struct cpu_item *it, const struct cpu_item *next,
+			struct cpu_scratch *sc)
 {
 	const int32_t *bt = c->b->block_tables + (size_t)it->seq * c->b->max_blocks_per_seq;
 	struct item_plan pl = { 0 };
@@ -1294,7 +1313,7 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 #endif
 #if defined(KERNEL_DPBF16)
 		if (pl.dec)
-			tiles_decode(c, it, sc, &pl, bt);
+			tiles_decode(c, it, next, sc, &pl, bt);
 		else
 #endif
 			tiles_general(c, it, sc, &pl, bt);
@@ -1303,6 +1322,9 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 			_tile_release();
 #endif
 	}
+	/* Only tiles_decode prefetches into the next item (and says how far). */
+	if (!pl.dec || pl.kend <= 0)
+		sc->pf_carry = 0;
 	store_rows(c, it, sc, &pl);
 }
 
