@@ -1108,9 +1108,11 @@ static inline __m512 hsum16(const __m512 *a)
 	int i;
 
 	/* b[i], per 128-bit lane: [x0+x2, y0+y2, x1+x3, y1+y3] of x = a[2i], y = a[2i+1]. */
+#pragma GCC unroll 8
 	for (i = 0; i < 8; i++)
 		b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
 	/* c4[j], lane L, element m: the part of a[4j + m] that lane L of a[4j + m] held. */
+#pragma GCC unroll 4
 	for (i = 0; i < 4; i++) {
 		__m512d x = _mm512_castps_pd(b[2 * i]), y = _mm512_castps_pd(b[2 * i + 1]);
 
@@ -1136,6 +1138,7 @@ static void scores_dec(const struct cpu_call *c, struct cpu_scratch *sc, const c
 			const char *const *kr = kraw + 16 * g;
 			__m512 a[16];
 
+#pragma GCC unroll 16
 			for (i = 0; i < 16; i++)
 				a[i] = _mm512_setzero_ps();
 			for (k = 0; k < nc; k++) {
@@ -1162,6 +1165,7 @@ static inline __attribute__((always_inline)) void pv_dec_rows(const struct cpu_c
 	for (k = 0; k < nc; k++) {
 		__m512 lo[4], hi[4];
 
+#pragma GCC unroll 4
 		for (j = 0; j < nr; j++) {
 			lo[j] = _mm512_loadu_ps(sc->acc + (size_t)(r0 + j) * c->hdp + 32 * k);
 			hi[j] = _mm512_loadu_ps(sc->acc + (size_t)(r0 + j) * c->hdp + 32 * k + 16);
@@ -1173,6 +1177,7 @@ static inline __attribute__((always_inline)) void pv_dec_rows(const struct cpu_c
 			if (!(t & 3))
 				pf_step(pc);
 
+#pragma GCC unroll 4
 			for (j = 0; j < nr; j++) {
 				__m512bh p = (__m512bh)_mm512_set1_epi32((int)ph[(r0 + j) * (CPU_TK / 2) + t]);
 
@@ -1180,6 +1185,7 @@ static inline __attribute__((always_inline)) void pv_dec_rows(const struct cpu_c
 				hi[j] = _mm512_dpbf16_ps(hi[j], uh, p);
 			}
 		}
+#pragma GCC unroll 4
 		for (j = 0; j < nr; j++) {
 			_mm512_storeu_ps(sc->acc + (size_t)(r0 + j) * c->hdp + 32 * k, lo[j]);
 			_mm512_storeu_ps(sc->acc + (size_t)(r0 + j) * c->hdp + 32 * k + 16, hi[j]);
