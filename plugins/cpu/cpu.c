@@ -600,7 +600,8 @@ static int plan_decode(struct cpu_ctx *c, const struct pkv_attn_batch *b, uint32
 				take = (uint32_t)(room / CPU_TK * CPU_TK);
 				if (take < MIN_SPLIT_KEYS / 2)
 					take = 0;
-				else if (sk - k - take < MIN_SPLIT_KEYS / 2)
+				/* No tiny tail; and never more items than allocated (each later sequence needs one). */
+				else if (sk - k - take < MIN_SPLIT_KEYS / 2 || ni + 1 + (b->num_seqs - s) > cap)
 					take = sk - k;
 			}
 			if (take || sk == 0) {
