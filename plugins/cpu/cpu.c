@@ -17,6 +17,15 @@
 #define HUGE_PAGE (2u << 20)
 /* Split a sequence's keys (flash-decoding) only into chunks at least this long. */
 #define MIN_SPLIT_KEYS 256u
+/* Decode-only batches: runs of equal bytes per thread (plan_decode). */
+#ifndef RUNS_PER_THREAD
+#define RUNS_PER_THREAD 1u
+#endif
+
+/* Items [first, first + n), computed in order by one thread: a decode item prefetches into the next. */
+struct cpu_run {
+	uint32_t first, n;
+};
 
 struct cpu_ctx {
 	const struct pkv_host_api *host;
@@ -25,6 +34,8 @@ struct cpu_ctx {
 	struct cpu_scratch *scratch;   /* [nthreads] */
 	struct cpu_item *items;
 	size_t items_cap;
+	struct cpu_run *runs;
+	size_t runs_cap;
 	float *part;
 	size_t part_cap;               /* floats */
 };
@@ -232,6 +243,7 @@ static void cpu_fini(void *ctx)
 	free_scratch(c);
 	free(c->scratch);
 	c->host->free_aligned(c->host->host, c->items);
+	c->host->free_aligned(c->host->host, c->runs);
 	c->host->free_aligned(c->host->host, c->part);
 	free(c);
 }
@@ -467,13 +479,19 @@ struct attend_job {
 	struct cpu_ctx *ctx;
 	struct cpu_call call;
 	const struct cpu_item *items;
+	const struct cpu_run *runs;
 };
 
 static void attend_task(void *arg, uint32_t task, uint32_t thread)
 {
 	struct attend_job *j = arg;
+	const struct cpu_run *r = &j->runs[task];
+	struct cpu_scratch *sc = &j->ctx->scratch[thread];
+	uint32_t i;
 
-	j->ctx->isa->attend(&j->call, &j->items[task], &j->ctx->scratch[thread]);
+	sc->pf_carry = 0;
+	for (i = r->first; i < r->first + r->n; i++)
+		j->ctx->isa->attend(&j->call, &j->items[i], i + 1 < r->first + r->n ? &j->items[i + 1] : NULL, sc);
 }
 
 /* Merges the partials of a split item group (flash-decoding's log-sum-exp combine) and writes O. */
@@ -535,6 +553,145 @@ static int grow(struct cpu_ctx *c, void **buf, size_t *cap, size_t need, size_t 
 	return 0;
 }
 
+/*
+ * Batches with prefill: one item per group (prefill sequence x KV head x
+ * row block, or decode sequence), each its own run; with fewer than ~4
+ * groups per thread, each group's keys are split (flash-decoding) into up
+ * to 4 x threads / groups chunks of whole tiles, at least MIN_SPLIT_KEYS.
+ */
+static int plan_general(struct cpu_ctx *c, const struct cpu_call *call, uint32_t nkv, uint32_t n_groups,
+			uint32_t *n_items, int *any_split)
+{
+	const struct pkv_attn_batch *b = call->b;
+	uint32_t s, h, i, nsplit_max = 1, ni = 0;
+	size_t need;
+	int ret;
+
+	if (n_groups < 4 * c->nthreads && c->nthreads > 1 && b->max_length_k >= 2 * MIN_SPLIT_KEYS) {
+		nsplit_max = (4 * c->nthreads + n_groups - 1) / n_groups;
+		if (nsplit_max > b->max_length_k / MIN_SPLIT_KEYS)
+			nsplit_max = b->max_length_k / MIN_SPLIT_KEYS;
+	}
+	need = (size_t)n_groups * nsplit_max;
+	ret = grow(c, (void **)&c->items, &c->items_cap, need, sizeof(*c->items));
+	if (!ret)
+		ret = grow(c, (void **)&c->runs, &c->runs_cap, need, sizeof(*c->runs));
+	if (ret)
+		return ret;
+	for (s = 0; s < b->num_seqs; s++) {
+		uint32_t sq = (uint32_t)(b->cu_seq_lens_q[s + 1] - b->cu_seq_lens_q[s]);
+		uint32_t sk = (uint32_t)(b->cu_seq_lens_k[s + 1] - b->cu_seq_lens_k[s]);
+		uint32_t q0, nsplit = 1, chunk = sk, nkvh = sq == 1 ? nkv : 1;
+
+		if (nsplit_max > 1 && sk >= 2 * MIN_SPLIT_KEYS) {
+			nsplit = sk / MIN_SPLIT_KEYS < nsplit_max ? sk / MIN_SPLIT_KEYS : nsplit_max;
+			chunk = ((sk + nsplit - 1) / nsplit + CPU_TK - 1) / CPU_TK * CPU_TK;
+			nsplit = (sk + chunk - 1) / chunk;
+		}
+		for (h = 0; h < nkv; h += nkvh) {
+			for (q0 = 0; q0 < sq; q0 += call->qb) {
+				uint32_t nq = sq - q0 < call->qb ? sq - q0 : call->qb;
+
+				for (i = 0; i < nsplit; i++) {
+					struct cpu_item *it = &c->items[ni];
+
+					it->seq = s;
+					it->kvh = h;
+					it->nkvh = nkvh;
+					it->q0 = q0;
+					it->nq = nq;
+					it->k0 = i * chunk;
+					it->k1 = (i + 1) * chunk < sk ? (i + 1) * chunk : sk;
+					it->part = nsplit > 1 ? (int32_t)ni : -1;
+					c->runs[ni].first = ni;
+					c->runs[ni].n = 1;
+					ni++;
+				}
+			}
+		}
+		*any_split |= nsplit > 1;
+	}
+	*n_items = ni;
+	return 0;
+}
+
+/*
+ * A decode-only batch: the sequences' keys, laid end to end, are cut into
+ * runs of equal keys, RUNS_PER_THREAD per thread. A decode item reads whole
+ * token rows, so equal keys are equal bytes, whatever the batch's lengths
+ * (batch 1: each thread one range of blocks). A sequence a cut falls in is
+ * split there (flash-decoding: the pieces' (m, l, acc) are merged after);
+ * cuts fall on whole tiles and leave no piece under MIN_SPLIT_KEYS / 2 (the
+ * cut moves to the piece's end). A run's items go to one thread in order,
+ * and the decode loop prefetches each next item while finishing the one
+ * before: one thread streams its whole range, item boundaries included.
+ */
+static int plan_decode(struct cpu_ctx *c, const struct pkv_attn_batch *b, uint32_t nkv, uint64_t dec_keys,
+		       uint32_t *n_items, uint32_t *n_runs, int *any_split)
+{
+	uint64_t nr = (uint64_t)c->nthreads * RUNS_PER_THREAD, target = UINT64_MAX, fill = 0;
+	uint32_t s, i, ni = 0, nrun = 0, run0 = 0;
+	size_t cap = (size_t)b->num_seqs + 2 * nr + 2;
+	int ret;
+
+	if (c->nthreads > 1) {
+		target = ((dec_keys + nr - 1) / nr + CPU_TK - 1) / CPU_TK * CPU_TK;
+		if (target < MIN_SPLIT_KEYS)
+			target = MIN_SPLIT_KEYS;
+	}
+	ret = grow(c, (void **)&c->items, &c->items_cap, cap, sizeof(*c->items));
+	if (!ret)
+		ret = grow(c, (void **)&c->runs, &c->runs_cap, cap, sizeof(*c->runs));
+	if (ret)
+		return ret;
+	for (s = 0; s < b->num_seqs; s++) {
+		uint32_t sk = (uint32_t)(b->cu_seq_lens_k[s + 1] - b->cu_seq_lens_k[s]), k = 0, first = ni;
+
+		do {
+			uint64_t room = target - fill;
+			uint32_t take = sk - k;
+
+			if (take > room) {
+				take = (uint32_t)(room / CPU_TK * CPU_TK);
+				if (take < MIN_SPLIT_KEYS / 2)
+					take = 0;
+				/* No tiny tail; and never more items than allocated (each later sequence needs one). */
+				else if (sk - k - take < MIN_SPLIT_KEYS / 2 || ni + 1 + (b->num_seqs - s) > cap)
+					take = sk - k;
+			}
+			if (take || sk == 0) {
+				struct cpu_item *it = &c->items[ni++];
+
+				it->seq = s;
+				it->kvh = 0;
+				it->nkvh = nkv;
+				it->q0 = 0;
+				it->nq = 1;
+				it->k0 = k;
+				it->k1 = k + take;
+				k += take;
+				fill += take;
+			}
+			if (fill >= target || (!take && sk)) {
+				c->runs[nrun].first = run0;
+				c->runs[nrun++].n = ni - run0;
+				run0 = ni;
+				fill = 0;
+			}
+		} while (k < sk);
+		for (i = first; i < ni; i++)
+			c->items[i].part = ni - first > 1 ? (int32_t)i : -1;
+		*any_split |= ni - first > 1;
+	}
+	if (ni > run0) {
+		c->runs[nrun].first = run0;
+		c->runs[nrun++].n = ni - run0;
+	}
+	*n_items = ni;
+	*n_runs = nrun;
+	return 0;
+}
+
 static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct pkv_attn_batch *b)
 {
 	struct cpu_ctx *c = ctx;
@@ -542,9 +699,9 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 	struct write_job wj = { mem, b };
 	struct attend_job aj = { .ctx = c };
 	struct cpu_call *call = &aj.call;
-	uint32_t s, h, n_items = 0, n_groups = 0, rmax, nsplit_max = 1, i;
-	size_t need;
-	int ret;
+	uint32_t s, n_items = 0, n_runs = 0, n_groups = 0, rmax, i;
+	uint64_t dec_keys = 0;
+	int ret, prefill = 0, any_split = 0;
 
 	if (!c || !mem || !b)
 		return -EINVAL;
@@ -583,73 +740,37 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 	if (ret)
 		return ret;
 
-	/* Count items (sequence x KV head x row block) to decide on a KV split. */
+	/* Count groups (decode sequence, or prefill sequence x KV head x row block) and decode keys. */
 	for (s = 0; s < b->num_seqs; s++) {
 		uint32_t sq = (uint32_t)(b->cu_seq_lens_q[s + 1] - b->cu_seq_lens_q[s]);
 
 		n_groups += sq == 1 ? 1 : (sq + call->qb - 1) / call->qb * g->num_kv_heads;
+		if (sq == 1)
+			dec_keys += (uint64_t)(b->cu_seq_lens_k[s + 1] - b->cu_seq_lens_k[s]);
+		else
+			prefill = 1;
 	}
 	if (n_groups == 0)
 		return 0;
-	/*
-	 * Flash-decoding: with fewer groups than ~4 per thread (a small decode
-	 * batch), split each group's keys so every thread stays busy; chunks
-	 * are whole tiles and at least MIN_SPLIT_KEYS long.
-	 */
-	if (n_groups < 4 * c->nthreads && c->nthreads > 1 && b->max_length_k >= 2 * MIN_SPLIT_KEYS) {
-		nsplit_max = (4 * c->nthreads + n_groups - 1) / n_groups;
-		if (nsplit_max > b->max_length_k / MIN_SPLIT_KEYS)
-			nsplit_max = b->max_length_k / MIN_SPLIT_KEYS;
-	}
-	need = (size_t)n_groups * nsplit_max;
-	ret = grow(c, (void **)&c->items, &c->items_cap, need, sizeof(*c->items));
+	ret = prefill ? plan_general(c, call, g->num_kv_heads, n_groups, &n_items, &any_split) :
+			plan_decode(c, b, g->num_kv_heads, dec_keys, &n_items, &n_runs, &any_split);
 	if (ret)
 		return ret;
+	if (prefill)
+		n_runs = n_items;
 	call->part_stride = (size_t)rmax * (call->hdp + 2);
-	if (nsplit_max > 1) {
-		ret = grow(c, (void **)&c->part, &c->part_cap, need * call->part_stride, sizeof(float));
+	if (any_split) {
+		ret = grow(c, (void **)&c->part, &c->part_cap, (size_t)n_items * call->part_stride, sizeof(float));
 		if (ret)
 			return ret;
 	}
 	call->part = c->part;
-
-	for (s = 0; s < b->num_seqs; s++) {
-		uint32_t sq = (uint32_t)(b->cu_seq_lens_q[s + 1] - b->cu_seq_lens_q[s]);
-		uint32_t sk = (uint32_t)(b->cu_seq_lens_k[s + 1] - b->cu_seq_lens_k[s]);
-		uint32_t q0, nsplit = 1, chunk = sk;
-
-		if (nsplit_max > 1 && sk >= 2 * MIN_SPLIT_KEYS) {
-			nsplit = sk / MIN_SPLIT_KEYS < nsplit_max ? sk / MIN_SPLIT_KEYS : nsplit_max;
-			chunk = ((sk + nsplit - 1) / nsplit + CPU_TK - 1) / CPU_TK * CPU_TK;
-			nsplit = (sk + chunk - 1) / chunk;
-		}
-		uint32_t nkvh = sq == 1 ? g->num_kv_heads : 1;
-
-		for (h = 0; h < g->num_kv_heads; h += nkvh) {
-			for (q0 = 0; q0 < sq; q0 += call->qb) {
-				uint32_t nq = sq - q0 < call->qb ? sq - q0 : call->qb;
-
-				for (i = 0; i < nsplit; i++) {
-					struct cpu_item *it = &c->items[n_items];
-
-					it->seq = s;
-					it->kvh = h;
-					it->nkvh = nkvh;
-					it->q0 = q0;
-					it->nq = nq;
-					it->k0 = i * chunk;
-					it->k1 = (i + 1) * chunk < sk ? (i + 1) * chunk : sk;
-					it->part = nsplit > 1 ? (int32_t)n_items : -1;
-					n_items++;
-				}
-			}
-		}
-	}
 	aj.items = c->items;
-	ret = c->host->parallel_for(c->host->host, n_items, attend_task, &aj);
+	aj.runs = c->runs;
+	ret = c->host->parallel_for(c->host->host, n_runs, attend_task, &aj);
 	if (ret)
 		return ret;
-	if (nsplit_max > 1) {
+	if (any_split) {
 		for (i = 0; i < n_items;) {
 			uint32_t n = 1;
 

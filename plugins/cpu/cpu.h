@@ -65,9 +65,17 @@ struct cpu_scratch {
 	float *acc;      /* [rmax][hdp] output accumulators */
 	float *m, *l;    /* [rmax] running max and sum */
 	int32_t *lo, *hi;/* [rmax] visible key range of each row (inclusive) */
+	uint32_t pf_carry; /* keys from the start of the item being started that the previous one prefetched */
 };
 
-typedef void (*cpu_attend_fn)(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc);
+/*
+ * Computes one item. next: the item the same thread computes right after it
+ * (the next of its run), or NULL; the decode loop prefetches into it while
+ * finishing this one, and says how far in sc->pf_carry. A run starts with
+ * sc->pf_carry = 0.
+ */
+typedef void (*cpu_attend_fn)(const struct cpu_call *c, const struct cpu_item *it, const struct cpu_item *next,
+			      struct cpu_scratch *sc);
 
 struct cpu_isa {
 	const char *name;

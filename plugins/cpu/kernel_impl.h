@@ -754,9 +754,16 @@ struct item_plan {
 	int dec;                /* tiles_decode */
 };
 
-/* The decode loop (tiles_decode) on the bf16 kernels; not on AMX until measured there. */
+/*
+ * The decode loop (tiles_decode) on every bf16 kernel, AMX included: it is
+ * AVX-512+BF16 code, which every AMX CPU runs, and it reads whole token rows
+ * in address order with the block-table prefetch, where the AMX decode path
+ * reads one KV head at a time, token_stride apart (the order the issue
+ * measured at 74-76% of STREAM before any compute). -DDEC_PATH=0 builds the
+ * AMX decode path back, for comparison on an AMX host.
+ */
 #ifndef DEC_PATH
-#if defined(KERNEL_DPBF16) && !defined(KERNEL_AMX)
+#if defined(KERNEL_DPBF16)
 #define DEC_PATH 1
 #else
 #define DEC_PATH 0
@@ -1021,9 +1028,15 @@ static void tiles_general(const struct cpu_call *c, const struct cpu_item *it, s
  * but in registers, every row's accumulators updated from one load of V.
  */
 
-/* How far ahead of its reads the decode loop prefetches, in bytes of K (and as many of V). */
+/*
+ * How far ahead of its reads the decode loop prefetches, in bytes of K (and
+ * as many of V). 32 KiB since the accumulators stay in registers: same-run
+ * A/B against 48 / 64 / 96 KiB, 1 and 2 threads, 32 read 0-5 points more of
+ * STREAM on every row but one (a shorter lead also leaves less to compute
+ * after the last prefetch of a run).
+ */
 #ifndef DEC_PF_BYTES
-#define DEC_PF_BYTES 65536
+#define DEC_PF_BYTES 32768
 #endif
 
 /* A run of whole token rows of one block: [off, off + len) bytes in a layer. */
@@ -1101,9 +1114,11 @@ static inline __m512 hsum16(const __m512 *a)
 	int i;
 
 	/* b[i], per 128-bit lane: [x0+x2, y0+y2, x1+x3, y1+y3] of x = a[2i], y = a[2i+1]. */
+#pragma GCC unroll 8
 	for (i = 0; i < 8; i++)
 		b[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
 	/* c4[j], lane L, element m: the part of a[4j + m] that lane L of a[4j + m] held. */
+#pragma GCC unroll 4
 	for (i = 0; i < 4; i++) {
 		__m512d x = _mm512_castps_pd(b[2 * i]), y = _mm512_castps_pd(b[2 * i + 1]);
 
@@ -1129,6 +1144,7 @@ static void scores_dec(const struct cpu_call *c, struct cpu_scratch *sc, const c
 			const char *const *kr = kraw + 16 * g;
 			__m512 a[16];
 
+#pragma GCC unroll 16
 			for (i = 0; i < 16; i++)
 				a[i] = _mm512_setzero_ps();
 			for (k = 0; k < nc; k++) {
@@ -1155,6 +1171,7 @@ static inline __attribute__((always_inline)) void pv_dec_rows(const struct cpu_c
 	for (k = 0; k < nc; k++) {
 		__m512 lo[4], hi[4];
 
+#pragma GCC unroll 4
 		for (j = 0; j < nr; j++) {
 			lo[j] = _mm512_loadu_ps(sc->acc + (size_t)(r0 + j) * c->hdp + 32 * k);
 			hi[j] = _mm512_loadu_ps(sc->acc + (size_t)(r0 + j) * c->hdp + 32 * k + 16);
@@ -1166,6 +1183,7 @@ static inline __attribute__((always_inline)) void pv_dec_rows(const struct cpu_c
 			if (!(t & 3))
 				pf_step(pc);
 
+#pragma GCC unroll 4
 			for (j = 0; j < nr; j++) {
 				__m512bh p = (__m512bh)_mm512_set1_epi32((int)ph[(r0 + j) * (CPU_TK / 2) + t]);
 
@@ -1173,6 +1191,7 @@ static inline __attribute__((always_inline)) void pv_dec_rows(const struct cpu_c
 				hi[j] = _mm512_dpbf16_ps(hi[j], uh, p);
 			}
 		}
+#pragma GCC unroll 4
 		for (j = 0; j < nr; j++) {
 			_mm512_storeu_ps(sc->acc + (size_t)(r0 + j) * c->hdp + 32 * k, lo[j]);
 			_mm512_storeu_ps(sc->acc + (size_t)(r0 + j) * c->hdp + 32 * k + 16, hi[j]);
@@ -1200,33 +1219,65 @@ static void pv_dec(const struct cpu_call *c, struct cpu_scratch *sc, const char 
 	}
 }
 
+/* At most this many keys' blocks are prefetched during one tile (an item's first tile catches up). */
+#define DEC_PF_MAX_KEYS (8 * CPU_TK)
+
 /*
- * The decode tile loop. Prefetch follows the block table, not addresses: a
- * tile DEC_PF_BYTES on, its blocks are prefetched whole and in address order
- * (so a shuffled table costs no more than a sequential one), spread over
- * the tile's heads so the requests never queue up in one burst.
+ * The decode tile loop. Prefetch follows the block table, not addresses:
+ * while a tile is computed, the keys up to DEC_PF_BYTES of K past its end
+ * are prefetched, block by block whole and in address order (so a shuffled
+ * table costs no more than a sequential one), a few lines per compute step
+ * so the requests never queue up in one burst. Keys are counted on past
+ * the item's end into the next item of the thread's run (next), so a
+ * thread's stream of blocks runs on across items; what the previous item
+ * prefetched of this one is sc->pf_carry, and an item that starts a run
+ * catches up over its first tile.
  */
-static void tiles_decode(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc,
-			 const struct item_plan *pl, const int32_t *bt)
+static void tiles_decode(const struct cpu_call *c, const struct cpu_item *it, const struct cpu_item *next,
+			 struct cpu_scratch *sc, const struct item_plan *pl, const int32_t *bt)
 {
 	static const uint16_t zero_row[CPU_MAX_HD] __attribute__((aligned(64)));
-	size_t tok[CPU_TK], tile_bytes = (size_t)CPU_TK * c->token_stride, total;
+	size_t tok[CPU_TK], tile_bytes = (size_t)CPU_TK * c->token_stride, total, t2;
 	const char *kraw[CPU_TK], *vraw[CPU_TK];
-	struct kv_span sp[CPU_TK + 1];
+	const int32_t *bt_next = NULL;
+	struct kv_span sp[DEC_PF_MAX_KEYS + 2];
 	struct pf_cursor pc;
 	uint32_t ahead = (uint32_t)((DEC_PF_BYTES + tile_bytes - 1) / tile_bytes) * CPU_TK, t0, t, hh, nt, ns;
+	/* Keys below pf_next are prefetched already; from kend on, keys count into next from next->k0. */
+	int64_t pf_next = (int64_t)it->k0 + sc->pf_carry, vend = pl->kend;
 
+	if (pf_next < pl->kstart)
+		pf_next = pl->kstart;
+	if (next && next->nkvh == it->nkvh && next->nq == 1 && next->k1 > next->k0) {
+		bt_next = c->b->block_tables + (size_t)next->seq * c->b->max_blocks_per_seq;
+		vend += next->k1 - next->k0;
+	}
 	for (t = 0; t < CPU_TK; t++)
 		kraw[t] = vraw[t] = (const char *)zero_row;
 	for (t0 = (uint32_t)pl->kstart; (int32_t)t0 < pl->kend; t0 += CPU_TK) {
+		int64_t lo = (int64_t)t0 + CPU_TK, hi = (int64_t)t0 + CPU_TK + ahead;
+
 		nt = (uint32_t)pl->kend - t0 < CPU_TK ? (uint32_t)pl->kend - t0 : CPU_TK;
 		tile_tokens(c, bt, t0, nt, tok);
+		if (lo < pf_next)
+			lo = pf_next;
+		if (hi > vend)
+			hi = vend;
+		if (hi > lo + DEC_PF_MAX_KEYS)
+			hi = lo + DEC_PF_MAX_KEYS;
 		ns = 0;
 		total = 0;
-		if ((int64_t)t0 + ahead < pl->kend) {
-			uint32_t p0 = t0 + ahead, n2 = (uint32_t)pl->kend - p0 < CPU_TK ? (uint32_t)pl->kend - p0 : CPU_TK;
+		if (lo < hi) {
+			if (lo < pl->kend)
+				ns = tile_spans(c, bt, (uint32_t)lo, (uint32_t)((hi < pl->kend ? hi : pl->kend) - lo), sp, &total);
+			if (hi > pl->kend) {
+				int64_t from = lo > pl->kend ? lo : pl->kend;
 
-			ns = tile_spans(c, bt, p0, n2, sp, &total);
+				ns += tile_spans(c, bt_next, next->k0 + (uint32_t)(from - pl->kend), (uint32_t)(hi - from),
+						 sp + ns, &t2);
+				total += t2;
+			}
+			pf_next = hi;
 		}
 		for (hh = 0; hh < it->nkvh; hh++) {
 			struct cpu_scratch v = rows_from(c, sc, hh * pl->Rh);
@@ -1247,10 +1298,12 @@ static void tiles_decode(const struct cpu_call *c, const struct cpu_item *it, st
 			pv_dec(c, &v, vraw, nt, pl->Rh, &pc);
 		}
 	}
+	sc->pf_carry = pf_next > pl->kend ? (uint32_t)(pf_next - pl->kend) : 0;
 }
 #endif
 
-static void attend_item(const struct cpu_call *c, const struct cpu_item *it, struct cpu_scratch *sc)
+static void attend_item(const struct cpu_call *c, const struct cpu_item *it, const struct cpu_item *next,
+			struct cpu_scratch *sc)
 {
 	const int32_t *bt = c->b->block_tables + (size_t)it->seq * c->b->max_blocks_per_seq;
 	struct item_plan pl = { 0 };
@@ -1272,7 +1325,7 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 #endif
 #if defined(KERNEL_DPBF16)
 		if (pl.dec)
-			tiles_decode(c, it, sc, &pl, bt);
+			tiles_decode(c, it, next, sc, &pl, bt);
 		else
 #endif
 			tiles_general(c, it, sc, &pl, bt);
@@ -1281,6 +1334,9 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, str
 			_tile_release();
 #endif
 	}
+	/* Only tiles_decode prefetches into the next item (and says how far). */
+	if (!pl.dec || pl.kend <= 0)
+		sc->pf_carry = 0;
 	store_rows(c, it, sc, &pl);
 }
 

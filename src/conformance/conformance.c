@@ -1001,6 +1001,18 @@ static void build_cases(int full)
 	/* Long single-sequence decode: exercises a KV-split (flash-decoding) merge. */
 	decode(32, 8, 128, 16, PKV_DTYPE_BF16, PKV_DTYPE_BF16, 3000, 1);
 	decode(9, 3, 64, 16, PKV_DTYPE_F16, PKV_DTYPE_F32, 2100, 1);
+	/*
+	 * Decode batches the threads' equal-bytes runs cut mid-sequence, the
+	 * decode loop prefetching on from one item into the next (block size 1:
+	 * a span per key), and uneven lengths.
+	 */
+	decode(8, 2, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_BF16, 1500, 3);
+	decode(8, 2, 64, 1, PKV_DTYPE_BF16, PKV_DTYPE_BF16, 1500, 2);
+	c = add_case(9, 3, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_BF16, "decode, uneven lengths");
+	seq(c, 2600, 1, 0);
+	seq(c, 4, 1, 0);
+	seq(c, 700, 1, 0);
+	seq(c, 1300, 1, 0);
 
 	c = add_case(8, 2, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_F32, "q longer than k, fully masked rows give 0");
 	seq(c, 5, 9, 5);

@@ -1,18 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /* pkv-bench attn: decode KV read rate and prefill GFLOP/s of a backend, against STREAM read measured in the same run. */
 /*
- * Usage: pkv-bench attn [--json] [--threads N] [--plugin PATH] [--quick] [--block-size N]
+ * Usage: pkv-bench attn [--json] [--threads N] [--plugin PATH] [--quick] [--block-size N] [--rounds N]
  *
  * For each thread count (1 and all CPUs by default, or just N):
  * - STREAM reference: every thread sums, as bf16 numbers (AVX-512, else
  *   AVX2, chosen at run time), its share of a 1 GiB pool the plugin's own
  *   cache_alloc mapped (the decode pools' kind of memory), timed in 16 MiB
- *   pieces (median piece rate, as robust to preemption as the decode
- *   rows' median call time), before the
- *   attention runs and again after them (stream_read_end_gbs: if the two
- *   differ, the host's load changed mid-run), and 3 sweeps right before
- *   each decode row, the reference of that row's of_stream (the load of
- *   this shared host drifts within a run);
+ *   pieces (median undisturbed piece rate), before the attention runs and
+ *   again after them (stream_read_end_gbs: if the two differ, the host's
+ *   load changed mid-run); and for each decode row, interleaved with its
+ *   calls in rounds (decode_row): a row's of_stream is the median of its
+ *   rounds' ratios;
  * - decode: one query per sequence, batch 1 and 16, ctx 512/2048/8192,
  *   bf16 cache and activations, shapes hd64 (9 q / 3 kv heads) and hd128
  *   (32 / 8), each with a sequential block table and a shuffled one (a
@@ -32,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,13 +49,13 @@ static const struct shape shapes[] = {
 	{ "hd128", 32, 8, 128 },
 };
 
+struct row_stats;
+
 struct result {
 	double stream_gbs;
 	double stream_end_gbs;       /* STREAM again after the attention runs: shows drift on a shared host */
 	/* Decode rows: shape, batch (1, 16), ctx (512, 2048, 8192), block table (sequential, shuffled). */
-	double decode_gbs[2][2][3][2];
-	double decode_cpu[2][2][3][2];    /* CPU time the process got / (wall time x threads) while timing */
-	double decode_stream[2][2][3][2]; /* STREAM read (3 sweeps) just before that decode row: its ratio's reference */
+	struct row_stats *decode[2][2][3][2]; /* NULL: filtered out */
 	double prefill_gflops[2][2]; /* shape, k (512, 4096) */
 };
 
@@ -160,36 +160,86 @@ struct bench_pool {
 /* One timed piece of a sweep: 8 MiB of K and 8 MiB of V, split over the threads. */
 #define STREAM_PIECE (8u << 20)
 
+/* Involuntary context switches of the process so far: a sample during which one happened lost a CPU to another job. */
+static long preemptions(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_nivcsw;
+}
+
+/*
+ * Timings of one kind, the ones another job preempted kept apart: on the
+ * shared 2-vCPU host a preempted call or piece is another job's time, not
+ * the kernel's or the memory's.
+ */
+#define MAX_SAMPLES 1024
+struct samples {
+	double kept[MAX_SAMPLES], all[MAX_SAMPLES];
+	int nk, na;
+};
+
+static void sample_add(struct samples *s, double t, int preempted)
+{
+	if (s->na < MAX_SAMPLES)
+		s->all[s->na++] = t;
+	if (!preempted && s->nk < MAX_SAMPLES)
+		s->kept[s->nk++] = t;
+}
+
+/* Median of the undisturbed samples; of all of them when fewer than 3 were undisturbed. */
+static double sample_median(struct samples *s)
+{
+	if (s->nk >= 3)
+		return median(s->kept, s->nk);
+	return s->na ? median(s->all, s->na) : 0;
+}
+
+/* Bytes one piece reads (each thread's share rounded to 4 KiB pages). */
+static size_t piece_bytes(uint32_t threads)
+{
+	return (size_t)STREAM_PIECE / threads / 4096 * 4096 * threads * 2;
+}
+
+/* Times STREAM pieces [first, first + n) of the pool (cyclically) into s. */
+static void stream_pieces(const struct pkv_host_api *api, const struct bench_pool *sp, uint32_t threads,
+			  size_t first, size_t n, struct samples *s)
+{
+	size_t npiece = sp->mem.layer_stride * sp->nlayers / STREAM_PIECE, i;
+
+	for (i = first; i < first + n; i++) {
+		struct stream_job j = { .k = (const char *)sp->mem.k_base + (i % npiece) * STREAM_PIECE,
+					.v = (const char *)sp->mem.v_base + (i % npiece) * STREAM_PIECE,
+					.bytes = STREAM_PIECE, .n = threads };
+		long p0 = preemptions();
+		double t0 = now(), t1;
+
+		api->parallel_for(api->host, threads, stream_task, &j);
+		t1 = now();
+		sample_add(s, t1 - t0, preemptions() != p0);
+	}
+}
+
 /*
  * STREAM over a pool's K and V (a pool from the plugin's own cache_alloc),
  * reps sweeps timed piece by piece: the rate is a piece's bytes over the
- * median piece time. A decode figure is a median over calls of 0.1-10 ms,
- * which drops the calls another job preempted; a whole-sweep time cannot
- * drop anything, so on a loaded host it read 2-3x below the decode rows
- * (measured at load 11: "200% of STREAM"). Pieces of about a call's length
- * filter the same way.
+ * median undisturbed piece time. A decode figure is a median over calls of
+ * 0.1-10 ms, which drops the calls another job preempted; a whole-sweep
+ * time cannot drop anything, so on a loaded host it read 2-3x below the
+ * decode rows (measured at load 11: "200% of STREAM"). Pieces of about a
+ * call's length filter the same way.
  */
 static double stream_read(const struct pkv_host_api *api, const struct bench_pool *sp, uint32_t threads, int reps)
 {
-	size_t bytes = sp->mem.layer_stride * sp->nlayers, npiece = bytes / STREAM_PIECE, piece_b;
-	static double t[9 * 1024];
-	size_t n = 0, i;
-	int r;
+	static struct samples s;
+	size_t npiece = sp->mem.layer_stride * sp->nlayers / STREAM_PIECE;
+	double t;
 
-	if (npiece > 1024)
-		npiece = 1024;
-	for (r = 0; r < reps && r < 9; r++)
-		for (i = 0; i < npiece; i++) {
-			struct stream_job j = { .k = (const char *)sp->mem.k_base + i * STREAM_PIECE,
-						.v = (const char *)sp->mem.v_base + i * STREAM_PIECE,
-						.bytes = STREAM_PIECE, .n = threads };
-			double t0 = now();
-
-			api->parallel_for(api->host, threads, stream_task, &j);
-			t[n++] = now() - t0;
-		}
-	piece_b = STREAM_PIECE / threads / 4096 * 4096 * threads;
-	return n ? (double)piece_b * 2 / median(t, (int)n) / 1e9 : 0;
+	s.nk = s.na = 0;
+	stream_pieces(api, sp, threads, 0, npiece * (size_t)reps, &s);
+	t = sample_median(&s);
+	return t > 0 ? (double)piece_bytes(threads) / t / 1e9 : 0;
 }
 
 /* ---- attention batches ---- */
@@ -374,6 +424,112 @@ static double time_calls(struct bench_pool *bp, struct batch_data *d, int decode
 	return median(t, n);
 }
 
+/* What one decode row reports. */
+struct row_stats {
+	double gbs, stream_gbs;      /* medians over the rounds */
+	double of_stream;            /* median over the rounds of each round's gbs / stream_gbs */
+	double of_stream_lo, of_stream_hi; /* quartiles of the same: the row's own spread */
+	double cpu_share;            /* CPU time the process got / (wall time x threads), whole row */
+	double preempted;            /* fraction of calls and pieces another job preempted (dropped) */
+	int rounds, clean;           /* rounds taken, of which undisturbed (others: after 2 R attempts) */
+};
+
+/* Decode rounds per row (--rounds); see decode_row and docs/performance.md for why these counts. */
+#define ROUNDS_FULL 15
+#define ROUNDS_QUICK 7
+static int decode_rounds;
+/* Each round: STREAM pieces (16 MiB each) and decode calls, alternated for at least ROUND_S. */
+#define ROUND_S 0.025
+#define ROUND_MIN_CALLS 3
+#define ROUND_MIN_PIECES 4
+
+/*
+ * One decode row as rounds; in each round, STREAM pieces of the reference
+ * pool sp (continuing through it) alternate with decode calls (the next
+ * layers of bp), and the round's ratio is median call rate / median piece
+ * rate. The host's load, and other jobs' memory traffic, change within a
+ * second: a reference taken once per row judged the row by another moment's
+ * memory (same build, same row: 34% to 80% of STREAM between two --quick
+ * runs), and one taken in a block before the row's calls still left round
+ * ratios 15-25 points apart. Calls and pieces another job preempted are
+ * dropped (sample_median), a round that lost most of them is redone. The
+ * row's figure is the median round.
+ */
+static int decode_row(const struct pkv_host_api *api, const struct bench_pool *sp, struct bench_pool *bp,
+		      struct batch_data *d, uint32_t threads, double bytes, struct row_stats *rs)
+{
+	static struct samples calls, pieces;
+	const struct pkv_backend *be = bp->plug->be;
+	double gbs[64], st[64], ratio[64], c0, w0;
+	static size_t cursor;
+	uint32_t layer = 0;
+	int r, w, ret, n_all = 0, n_kept = 0, attempts = 0, R = decode_rounds < 64 ? decode_rounds : 64;
+
+	for (w = 0; w < 2; w++) {
+		d->b.layer = layer++ % bp->nlayers;
+		ret = be->attend_decode(bp->plug->ctx, &bp->mem, &d->b);
+		if (ret)
+			return ret;
+	}
+	c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+	w0 = clock_s(CLOCK_MONOTONIC);
+	for (r = 0; r < R; attempts++) {
+		double start, tc, tp;
+		int clean;
+
+		pieces.nk = pieces.na = calls.nk = calls.na = 0;
+		start = now();
+		/* Piece, call, piece, call...: the two samples see the same moments of the host. */
+		while (calls.na < ROUND_MIN_CALLS || pieces.na < ROUND_MIN_PIECES ||
+		       (now() - start < ROUND_S && calls.na < MAX_SAMPLES)) {
+			long p0;
+			double t0;
+
+			if (pieces.na <= calls.na) {
+				stream_pieces(api, sp, threads, cursor++, 1, &pieces);
+				/* --sweep-mb 0 measures KV from the caches: warm them again after the piece. */
+				if (bp->nlayers == 1) {
+					ret = be->attend_decode(bp->plug->ctx, &bp->mem, &d->b);
+					if (ret)
+						return ret;
+				}
+			}
+			p0 = preemptions();
+			d->b.layer = layer++ % bp->nlayers;
+			t0 = now();
+			ret = be->attend_decode(bp->plug->ctx, &bp->mem, &d->b);
+			sample_add(&calls, now() - t0, preemptions() != p0);
+			if (ret)
+				return ret;
+		}
+		n_all += calls.na + pieces.na;
+		n_kept += calls.nk + pieces.nk;
+		/*
+		 * A round whose calls or pieces were mostly preempted is redone, for
+		 * the first 2 R attempts; after those every round counts (3 R at most).
+		 */
+		clean = calls.nk >= ROUND_MIN_CALLS && 2 * calls.nk >= calls.na && 2 * pieces.nk >= pieces.na;
+		if (!clean && attempts < 2 * R)
+			continue;
+		rs->clean += clean;
+		tc = sample_median(&calls);
+		tp = sample_median(&pieces);
+		gbs[r] = tc > 0 ? bytes / tc / 1e9 : 0;
+		st[r] = tp > 0 ? (double)piece_bytes(threads) / tp / 1e9 : 0;
+		ratio[r] = st[r] > 0 ? gbs[r] / st[r] : 0;
+		r++;
+	}
+	rs->cpu_share = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / ((clock_s(CLOCK_MONOTONIC) - w0) * threads);
+	rs->preempted = n_all ? 1.0 - (double)n_kept / n_all : 0;
+	rs->rounds = R;
+	rs->gbs = median(gbs, R);
+	rs->stream_gbs = median(st, R);
+	rs->of_stream = median(ratio, R); /* sorts ratio */
+	rs->of_stream_lo = ratio[R / 4];
+	rs->of_stream_hi = ratio[(3 * R) / 4 < R ? (3 * R) / 4 : R - 1];
+	return 0;
+}
+
 /*
  * PKV_BENCH_FILTER: comma-separated key prefixes of the decode rows to run,
  * keys being shape:batch:ctx:table (hd64:1:2048 runs both tables of one
@@ -432,7 +588,7 @@ static int run_threads(const char *plugin, uint32_t threads, struct result *res,
 				struct bench_pool bp;
 				struct batch_data d;
 				uint32_t B = batches[bi], ctx = ctxs[ci];
-				double sec, bytes = (double)B * ctx * sh->nkv * sh->hd * 2 * 2;
+				double bytes = (double)B * ctx * sh->nkv * sh->hd * 2 * 2;
 				char key[64];
 
 				snprintf(key, sizeof(key), "%s:%u:%u:%s", sh->name, B, ctx, orders[oi]);
@@ -444,16 +600,16 @@ static int run_threads(const char *plugin, uint32_t threads, struct result *res,
 					goto out;
 				ret = batch_make(&d, &bp, B, 1, ctx, oi);
 				if (!ret) {
-					/* The host's load drifts within a run: each row's ratio uses a STREAM taken right before it. */
-					res->decode_stream[si][bi][ci][oi] = stream_read(pkv_host_api(host), &sp, threads, 3);
-					sec = time_calls(&bp, &d, 1, quick ? 0.1 : 0.5, quick ? 3 : 10, threads,
-							 &res->decode_cpu[si][bi][ci][oi]);
-					res->decode_gbs[si][bi][ci][oi] = sec > 0 ? bytes / sec / 1e9 : 0;
-					if (!json)
-						printf("  decode  %-5s batch %2u ctx %4u %-4s: %6.1f GB/s (%.0f%% of STREAM %.1f) cpu %.2f\n",
-						       sh->name, B, ctx, orders[oi], res->decode_gbs[si][bi][ci][oi],
-						       100 * res->decode_gbs[si][bi][ci][oi] / res->decode_stream[si][bi][ci][oi],
-						       res->decode_stream[si][bi][ci][oi], res->decode_cpu[si][bi][ci][oi]);
+					struct row_stats *rs = calloc(1, sizeof(*rs));
+
+					res->decode[si][bi][ci][oi] = rs;
+					ret = rs ? decode_row(pkv_host_api(host), &sp, &bp, &d, threads, bytes, rs) : -ENOMEM;
+					if (!ret && !json)
+						printf("  decode  %-5s batch %2u ctx %4u %-4s: %6.1f GB/s, %3.0f%% of STREAM %.1f "
+						       "(rounds %d clean %d, quartiles %.0f-%.0f%%) cpu %.2f preempted %.2f\n",
+						       sh->name, B, ctx, orders[oi], rs->gbs, 100 * rs->of_stream, rs->stream_gbs,
+						       rs->rounds, rs->clean, 100 * rs->of_stream_lo, 100 * rs->of_stream_hi, rs->cpu_share,
+						       rs->preempted);
 				}
 				batch_free(&d);
 				pool_close(&bp);
@@ -507,14 +663,17 @@ static void print_json_body(const struct result *r, uint32_t threads)
 		for (bi = 0; bi < 2; bi++)
 			for (ci = 0; ci < 3; ci++)
 				for (oi = 0; oi < 2; oi++) {
-					const double g = r->decode_gbs[si][bi][ci][oi], st = r->decode_stream[si][bi][ci][oi];
+					const struct row_stats *rs = r->decode[si][bi][ci][oi];
 
-					if (st <= 0)
+					if (!rs)
 						continue; /* filtered out */
 					printf("%s{\"shape\": \"%s\", \"batch\": %u, \"ctx\": %u, \"table\": \"%s\", "
-					       "\"gbs\": %.2f, \"stream_gbs\": %.2f, \"of_stream\": %.3f, \"cpu_share\": %.2f}",
-					       first ? "" : ", ", shapes[si].name, batches[bi], ctxs[ci], orders[oi], g, st, g / st,
-					       r->decode_cpu[si][bi][ci][oi]);
+					       "\"gbs\": %.2f, \"stream_gbs\": %.2f, \"of_stream\": %.3f, "
+					       "\"of_stream_q1\": %.3f, \"of_stream_q3\": %.3f, \"rounds\": %d, \"clean_rounds\": %d, "
+					       "\"cpu_share\": %.2f, \"preempted\": %.2f}",
+					       first ? "" : ", ", shapes[si].name, batches[bi], ctxs[ci], orders[oi], rs->gbs,
+					       rs->stream_gbs, rs->of_stream, rs->of_stream_lo, rs->of_stream_hi, rs->rounds, rs->clean,
+					       rs->cpu_share, rs->preempted);
 					first = 0;
 				}
 	printf("], \"prefill_gflops\": [");
@@ -555,6 +714,7 @@ int main(int argc, char **argv)
 		{ "sweep-mb", required_argument, NULL, 's' },
 		{ "only", required_argument, NULL, 'o' },
 		{ "block-size", required_argument, NULL, 'b' },
+		{ "rounds", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -564,7 +724,7 @@ int main(int argc, char **argv)
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	int json = 0, threads = 0, c, ret = 0;
 
-	while ((c = getopt_long(argc, argv, "jt:p:qs:o:b:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "jt:p:qs:o:b:r:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'j': json = 1; break;
 		case 't': threads = atoi(optarg); break;
@@ -572,15 +732,24 @@ int main(int argc, char **argv)
 		case 'q': quick = 1; break;
 		case 'o': only = optarg; break;
 		case 'b': block_size = (uint32_t)atoi(optarg); break;
+		case 'r': decode_rounds = atoi(optarg); break;
 		case 's': sweep_bytes = strtoull(optarg, NULL, 10) << 20; break;
 		case 'h':
-			printf("usage: pkv-bench attn [--json] [--threads N] [--plugin PATH|NAME] [--quick] [--sweep-mb MB] [--only decode|prefill] [--block-size N]\n"
+			printf("usage: pkv-bench attn [--json] [--threads N] [--plugin PATH|NAME] [--quick] [--sweep-mb MB] [--only decode|prefill] [--block-size N] [--rounds N]\n"
+			       "  --rounds: STREAM/decode rounds per decode row (default %d, --quick %d)\n"
 			       "  default: 1 thread and all %ld CPUs; --threads N measures only N\n"
-			       "  --sweep-mb: decode pool size swept (default 1024; 0 = one layer, cache-resident)\n", ncpu);
+			       "  --sweep-mb: decode pool size swept (default 1024; 0 = one layer, cache-resident)\n",
+			       ROUNDS_FULL, ROUNDS_QUICK, ncpu);
 			return 0;
 		default:
 			return 2;
 		}
+	}
+	if (!decode_rounds)
+		decode_rounds = quick ? ROUNDS_QUICK : ROUNDS_FULL;
+	if (decode_rounds < 1 || decode_rounds > 64) {
+		fprintf(stderr, "pkv-bench attn: --rounds must be 1..64\n");
+		return 2;
 	}
 	if (block_size < 1 || block_size > 4096) {
 		fprintf(stderr, "pkv-bench attn: --block-size must be 1..4096\n");
@@ -620,5 +789,8 @@ int main(int argc, char **argv)
 		}
 		printf("}\n");
 	}
+	for (i = 0; i < nt; i++)
+		for (c = 0; c < 24; c++)
+			free((&res[i].decode[0][0][0][0])[c]);
 	return 0;
 }
