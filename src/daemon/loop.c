@@ -289,8 +289,12 @@ static void on_signal(struct pkv_daemon *d)
 	while (read(d->signal_fd, &si, sizeof(si)) == sizeof(si)) {
 		if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT)
 			begin_stop(d);
-		else if (si.ssi_signo == SIGHUP && !d->stopping)
+		else if (si.ssi_signo == SIGHUP && !d->stopping) {
+			/* The worker reads limits (uid_block_share) at step boundaries, under a pool's lock. */
+			pool_lock_all(d);
 			daemon_reload(d);
+			pool_unlock_all(d);
+		}
 	}
 }
 
@@ -411,11 +415,9 @@ static int process_done(struct pkv_daemon *d)
 				session_hangup(d, s);
 			}
 		} else if (s->inflight) {
-			/* A failed copy-on-write poisons the step: its commit must not publish. */
-			if (j->res < 0 && s->step) {
+			/* The worker poisoned the step (its commit must not publish); we only say so. */
+			if (j->res < 0)
 				pkv_warn("client %u: copy-on-write failed: %s", s->id, strerror(-j->res));
-				s->step_poisoned = 1;
-			}
 			s->inflight--;
 		}
 		job_free(j);

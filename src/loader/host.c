@@ -11,10 +11,16 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/spin.h"
 #include "loader/loader.h"
 
 #define MAX_THREADS 256u
-/* Workers spin this long after a job before sleeping: per-layer calls come back-to-back. */
+/*
+ * Workers spin this long after a job before sleeping (per-layer calls come
+ * back-to-back), and the caller as long for tasks others claimed, but only
+ * while a core would otherwise idle (pkv_spin_worthwhile): on a machine
+ * where threads wait for a core, every spin is taken from one with work.
+ */
 #define SPIN_NS 50000LL
 
 struct pkv_host {
@@ -159,7 +165,7 @@ static void *worker_main(void *p)
 		uint32_t g = atomic_load_explicit(&h->gen, memory_order_acquire);
 
 		if (g == seen && !atomic_load(&h->stop)) {
-			uint64_t until = pkv_now_ns() + SPIN_NS;
+			uint64_t until = pkv_now_ns() + (pkv_spin_worthwhile() ? SPIN_NS : 0);
 			unsigned spins = 0;
 
 			/* Spin briefly: the next layer's call usually follows within microseconds. */
@@ -201,7 +207,12 @@ static int host_parallel_for(void *host, uint32_t n_tasks, pkv_task_fn fn, void 
 		return -EINVAL;
 	if (n_tasks == 0)
 		return 0;
-	if (h->nworkers == 0 || n_tasks == 1 || n_tasks > CLAIM_MASK || in_pool ||
+	/*
+	 * No core idles: a woken pool thread would take one from a thread with
+	 * work (a client, the daemon's loop) and add two context switches to a
+	 * call that may last microseconds (a decode attend), so run it here.
+	 */
+	if (h->nworkers == 0 || n_tasks == 1 || n_tasks > CLAIM_MASK || in_pool || !pkv_spin_worthwhile() ||
 	    pthread_mutex_trylock(&h->call_lock)) {
 		for (t = 0; t < n_tasks; t++)
 			fn(arg, t, 0);
@@ -223,7 +234,7 @@ static int host_parallel_for(void *host, uint32_t n_tasks, pkv_task_fn fn, void 
 	run_tasks(h, 0);
 
 	/* Wait for tasks other threads claimed; a worker that claimed none is not waited for. */
-	until = pkv_now_ns() + SPIN_NS;
+	until = pkv_now_ns() + (pkv_spin_worthwhile() ? SPIN_NS : 0);
 	t = 0;
 	while (atomic_load_explicit(&h->done, memory_order_acquire) < n_tasks) {
 		cpu_relax();
