@@ -218,6 +218,7 @@ static int do_audit(struct pkv_daemon *d, FILE *f, uint32_t fmt)
 {
 	int total = 0, first = 1;
 
+	loop_settle_releases(d);
 	if (fmt == PKV_FMT_JSON)
 		fprintf(f, "{\"pools\":[");
 	for (struct pool *p = d->pools; p; p = p->next) {
@@ -284,6 +285,7 @@ static void do_flush(struct pkv_daemon *d, FILE *f, uint32_t fmt)
 {
 	int first = 1;
 
+	loop_settle_releases(d);
 	if (fmt == PKV_FMT_JSON)
 		fprintf(f, "{\"pools\":[");
 	for (struct pool *p = d->pools; p; p = p->next) {

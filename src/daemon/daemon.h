@@ -324,6 +324,8 @@ int ctl_peer_is_admin(const struct pkv_daemon *d, int sock, uid_t uid);
 /* Daemon-wide audit: returns problems found, text appended to buf. */
 
 int loop_run(struct pkv_daemon *d);
+/* Waits (bounded) for the worker to hand back the rings of hung-up connections, and releases them (ctl). */
+void loop_settle_releases(struct pkv_daemon *d);
 /* main.c: SIGHUP's re-read of the config file and flags (called on the loop thread). */
 int daemon_reload(struct pkv_daemon *d);
 /* Raises the descriptor limit and takes the reserve descriptor (before listening). */

@@ -719,7 +719,7 @@ static int open_continue(struct pkv_daemon *d, struct session *s)
 	uint32_t nc = 0;
 	int r;
 
-	/* One turn of the walk under the pool's lock: the worker's step boundaries wait at most that. */
+	/* One turn of the walk under the pool's lock (the worker, finding it held, hands step boundaries back). */
 	pool_lock(s->pool);
 	r = pkv_cache_seq_open_more(c, s->id, s->open_seq, s->open_tokens, s->open_n, turn_blocks(c), &nc);
 	if (r < 0)
@@ -1154,7 +1154,7 @@ int session_process(struct pkv_daemon *d, struct session *s)
 		pkv_ring_consume(&s->sq);
 		done++;
 		s->ops++;
-		/* One SQE under the pool's lock: the worker's step boundaries wait at most that. */
+		/* One SQE under the pool's lock (the worker, finding it held, hands step boundaries back). */
 		if (s->pool)
 			pool_lock(s->pool);
 		r = session_exec(d, s, &e, 0, &p0, &p1);
