@@ -146,7 +146,7 @@ static void do_status(struct pkv_daemon *d, const struct session *who, FILE *f, 
 		for (struct pool *p = d->pools; p; p = p->next) {
 			if (!pool_visible(d, who, p))
 				continue;
-			pkv_cache_stats(p->cache, &cs);
+			pool_cache_stats(p, &cs);
 			fprintf(f, "%s{\"name\":", first ? "" : ",");
 			json_str(f, p->name);
 			fprintf(f, ",\"num_layers\":%u,\"num_heads\":%u,\"num_kv_heads\":%u,\"head_dim\":%u,"
@@ -191,7 +191,7 @@ static void do_status(struct pkv_daemon *d, const struct session *who, FILE *f, 
 	for (struct pool *p = d->pools; p; p = p->next) {
 		if (!pool_visible(d, who, p))
 			continue;
-		pkv_cache_stats(p->cache, &cs);
+		pool_cache_stats(p, &cs);
 		fprintf(f, "pool %s: %u layers, %u/%u heads x %u, cache %s, act %s, %u blocks of %u tokens%s\n",
 			p->name, p->geo.num_layers, p->geo.num_heads, p->geo.num_kv_heads, p->geo.head_dim,
 			dtype_name(p->geo.cache_dtype), dtype_name(p->act_dtype), p->geo.num_blocks,
@@ -218,6 +218,7 @@ static int do_audit(struct pkv_daemon *d, FILE *f, uint32_t fmt)
 {
 	int total = 0, first = 1;
 
+	loop_settle_releases(d);
 	if (fmt == PKV_FMT_JSON)
 		fprintf(f, "{\"pools\":[");
 	for (struct pool *p = d->pools; p; p = p->next) {
@@ -226,6 +227,8 @@ static int do_audit(struct pkv_daemon *d, FILE *f, uint32_t fmt)
 		uint32_t seqs = 0, steps = 0;
 		int n;
 
+		/* One snapshot: the worker begins and ends steps of this pool under the same lock. */
+		pool_lock(p);
 		n = pkv_cache_audit(p->cache, report, sizeof(report));
 		if (n < 0) {
 			snprintf(report, sizeof(report), "audit failed: %s", strerror(-n));
@@ -237,6 +240,7 @@ static int do_audit(struct pkv_daemon *d, FILE *f, uint32_t fmt)
 				seqs += s->n_seqs;
 				steps += s->step != NULL;
 			}
+		pool_unlock(p);
 		if (cs.open_seqs != seqs || cs.open_steps != steps) {
 			size_t l = strlen(report);
 
@@ -281,10 +285,15 @@ static void do_flush(struct pkv_daemon *d, FILE *f, uint32_t fmt)
 {
 	int first = 1;
 
+	loop_settle_releases(d);
 	if (fmt == PKV_FMT_JSON)
 		fprintf(f, "{\"pools\":[");
 	for (struct pool *p = d->pools; p; p = p->next) {
-		int n = tier_glue_cache_flush(d, p);
+		int n;
+
+		pool_lock(p);
+		n = tier_glue_cache_flush(d, p);
+		pool_unlock(p);
 
 		if (fmt == PKV_FMT_JSON) {
 			fprintf(f, "%s{\"name\":", first ? "" : ",");
@@ -338,7 +347,7 @@ static void do_metrics(struct pkv_daemon *d, const struct session *who, FILE *f)
 
 			if (!pool_visible(d, who, p))
 				continue;
-			pkv_cache_stats(p->cache, &cs);
+			pool_cache_stats(p, &cs);
 			switch (i) {
 			case 0:
 				metric(f, m[i].name, p->name, ",state=\"free\"", cs.free_blocks);

@@ -30,7 +30,16 @@ struct pool {
 	float scale, softcap;
 	int32_t window_left;
 	uint64_t bytes;               /* KV memory, counted against the budget */
-	struct pkv_cache *cache;      /* touched by the loop thread only */
+	/*
+	 * The cache manager is not thread-safe: cache_mu guards it, the step
+	 * state of this pool's sessions (step, meta, step_* fields), their
+	 * per-uid block charges (tenant.c: tp->blocks, charged_*) and the
+	 * steps/step_errors counters. The loop holds it for one SQE (or one
+	 * turn of an open's walk) at a time; the worker only ever tries it
+	 * (a step boundary, worker.c) and hands the ring back when it is busy.
+	 */
+	pthread_mutex_t cache_mu;
+	struct pkv_cache *cache;
 	struct tier_pool *tier;       /* tier_glue.c: its disk tier hook, NULL without one */
 	struct pkv_dispatch disp;     /* touched by the worker thread only (after creation) */
 	uint32_t n_clients;
@@ -50,7 +59,7 @@ struct pool {
 	uint32_t arm_epochs;
 	uint64_t arm_t0, arm_items;
 	double arm_rate[2];
-	/* counters for status/metrics: steps and step_errors by the loop; attends, batches and
+	/* counters for status/metrics: steps and step_errors under cache_mu; attends, batches and
 	 * batch_seqs by the worker (atomic adds, read by the loop for status) */
 	uint64_t attends, batches, batch_seqs, steps, step_errors;
 };
@@ -65,6 +74,13 @@ void pool_reap(struct pkv_daemon *d, uint64_t now_ns);
 void pool_destroy(struct pkv_daemon *d, struct pool *p);
 /* Bytes of KV cache a geometry needs, or 0 on overflow. */
 uint64_t pool_bytes(const struct pkv_geometry *g);
+/* The cache lock (cache_mu); pool_lock_all takes every pool's, in list order (config reload). */
+void pool_lock(struct pool *p);
+void pool_unlock(struct pool *p);
+void pool_lock_all(struct pkv_daemon *d);
+void pool_unlock_all(struct pkv_daemon *d);
+/* The pool's cache counters, under its lock (ctl). */
+void pool_cache_stats(struct pool *p, struct pkv_cache_stats *cs);
 
 /* ---------------------------------------------------------------- sessions */
 
@@ -108,10 +124,11 @@ struct session {
 	struct pkv_key ns;
 	struct pkv_step *step;
 	int step_poisoned;            /* its copy-on-write failed: commit must not publish */
-	struct pkv_step_meta meta;
+	struct pkv_step_meta meta;    /* the step's layout; read by attends on the ring's owner */
 	struct pkv_step_req *step_reqs; /* private copies for length updates at commit */
 	uint32_t n_step_reqs;
 	int32_t *step_tokens;
+	uint32_t exec_max_step;       /* session_exec's max_step while it runs (op_step_begin reads it) */
 	uint32_t inflight;            /* jobs on the worker (copies, ring ownership); release waits for 0 */
 	/*
 	 * Loop's view: the worker consumes this session's SQ ring (handed over
@@ -278,6 +295,22 @@ void session_ctl_message(struct pkv_daemon *d, struct session *s);
 int session_faulted(struct pkv_daemon *d, struct session *s);
 /* Consumes SQEs; returns how many were handled. */
 int session_process(struct pkv_daemon *d, struct session *s);
+/*
+ * Checks, limits and executes one SQE of s, as its ring's owner, with
+ * s->pool->cache_mu held when s is attached: the loop's path for every
+ * opcode and the worker's for the step opcodes. max_step (0: any) is the
+ * most new tokens a step may carry on the caller's thread: a larger
+ * STEP_BEGIN/END/ABORT returns SESSION_NOT_HERE having changed nothing.
+ * Otherwise the completion's result (0, a count, or -errno with the
+ * session's error text set) and its payload, or 1 when it completes later.
+ * A STEP_BEGIN that succeeded may leave copies (s->meta.num_copies) for
+ * the caller to run before any attend of the step.
+ */
+#define SESSION_NOT_HERE 2
+int session_exec(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e, uint32_t max_step,
+		 uint64_t *p0, uint64_t *p1);
+/* Whether e is a step boundary (STEP_BEGIN, STEP_END, STEP_ABORT) the worker may run for s. */
+int session_step_on_worker(const struct session *s, const struct pkv_sqe *e);
 /* Bytes of shared regions the uid's connections have mapped (for per-uid quotas). */
 uint64_t session_uid_region_bytes(const struct pkv_daemon *d, uid_t uid);
 int session_post(struct session *s, uint64_t ud, int32_t res, uint64_t p0, uint64_t p1);
@@ -294,6 +327,8 @@ int ctl_peer_is_admin(const struct pkv_daemon *d, int sock, uid_t uid);
 /* Daemon-wide audit: returns problems found, text appended to buf. */
 
 int loop_run(struct pkv_daemon *d);
+/* Waits (bounded) for the worker to hand back the rings of hung-up connections, and releases them (ctl). */
+void loop_settle_releases(struct pkv_daemon *d);
 /* main.c: SIGHUP's re-read of the config file and flags (called on the loop thread). */
 int daemon_reload(struct pkv_daemon *d);
 /* Raises the descriptor limit and takes the reserve descriptor (before listening). */

@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include "common/barrier.h"
 #include "common/log.h"
@@ -289,8 +290,12 @@ static void on_signal(struct pkv_daemon *d)
 	while (read(d->signal_fd, &si, sizeof(si)) == sizeof(si)) {
 		if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT)
 			begin_stop(d);
-		else if (si.ssi_signo == SIGHUP && !d->stopping)
+		else if (si.ssi_signo == SIGHUP && !d->stopping) {
+			/* The worker reads limits (uid_block_share) at step boundaries, under a pool's lock. */
+			pool_lock_all(d);
 			daemon_reload(d);
+			pool_unlock_all(d);
+		}
 	}
 }
 
@@ -411,17 +416,48 @@ static int process_done(struct pkv_daemon *d)
 				session_hangup(d, s);
 			}
 		} else if (s->inflight) {
-			/* A failed copy-on-write poisons the step: its commit must not publish. */
-			if (j->res < 0 && s->step) {
+			/* The worker poisoned the step (its commit must not publish); we only say so. */
+			if (j->res < 0)
 				pkv_warn("client %u: copy-on-write failed: %s", s->id, strerror(-j->res));
-				s->step_poisoned = 1;
-			}
 			s->inflight--;
 		}
 		job_free(j);
 		n++;
 	}
 	return n;
+}
+
+/*
+ * Admin commands that act on what the pools cache (flush, audit) first let
+ * the worker hand back the rings of connections that hung up, and release
+ * them: their blocks are then cached (or free) as they would be had the
+ * ring been the loop's at the hang-up (the worker keeps a ring after a step
+ * it ended). Bounded by SETTLE_NS, the loop waiting meanwhile: an
+ * administrator's command, never a client's.
+ */
+#define SETTLE_NS 100000000ull
+
+void loop_settle_releases(struct pkv_daemon *d)
+{
+	uint64_t end = pkv_now_ns() + SETTLE_NS;
+	struct timespec nap = { 0, 50000 };
+
+	for (;;) {
+		int pending = 0;
+
+		process_done(d);
+		for (struct session *s = d->sessions; s; s = s->next) {
+			if (!s->closing || s->released)
+				continue;
+			if (s->inflight)
+				pending = 1;
+			else
+				session_release(d, s);
+		}
+		if (!pending || pkv_now_ns() >= end)
+			return;
+		nanosleep(&nap, NULL);
+	}
 }
 
 /* Runs every session's ready SQEs (attends hand the ring to the worker). */

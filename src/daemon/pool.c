@@ -166,6 +166,7 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid,
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
+	pthread_mutex_init(&p->cache_mu, NULL);
 	snprintf(p->name, sizeof(p->name), "%s", m->name);
 	p->geo = m->geo;
 	p->act_dtype = m->act_dtype;
@@ -210,6 +211,7 @@ err_disp:
 	pkv_dispatch_close(&p->disp);
 	pthread_mutex_unlock(&d->backend_mu);
 err_free:
+	pthread_mutex_destroy(&p->cache_mu);
 	free(p);
 	return r;
 }
@@ -258,7 +260,38 @@ void pool_destroy(struct pkv_daemon *d, struct pool *p)
 	pkv_dispatch_close(&p->disp);
 	pthread_mutex_unlock(&d->backend_mu);
 	pkv_cache_destroy(p->cache);
+	pthread_mutex_destroy(&p->cache_mu);
 	d->budget_used -= p->bytes;
 	tenant_pool_destroyed(d, p->owner_uid, p->bytes);
 	free(p);
+}
+
+void pool_lock(struct pool *p)
+{
+	pthread_mutex_lock(&p->cache_mu);
+}
+
+void pool_unlock(struct pool *p)
+{
+	pthread_mutex_unlock(&p->cache_mu);
+}
+
+/* The worker holds at most one pool's lock, and only ever tries it: any order is deadlock-free. */
+void pool_lock_all(struct pkv_daemon *d)
+{
+	for (struct pool *p = d->pools; p; p = p->next)
+		pool_lock(p);
+}
+
+void pool_unlock_all(struct pkv_daemon *d)
+{
+	for (struct pool *p = d->pools; p; p = p->next)
+		pool_unlock(p);
+}
+
+void pool_cache_stats(struct pool *p, struct pkv_cache_stats *cs)
+{
+	pool_lock(p);
+	pkv_cache_stats(p->cache, cs);
+	pool_unlock(p);
 }

@@ -334,8 +334,10 @@ static void handle_attach(struct pkv_daemon *d, struct session *s, const struct 
 		return;
 	}
 	/* The limits that hold are set before every call that may grow (tenant_limit). */
+	pool_lock(p);
 	r = pkv_cache_set_owner_limits(p->cache, s->id, d->cfg.client_max_seqs, 0);
 	if (r) {
+		pool_unlock(p);
 		reply(d, s, r, 0, "cannot set this client's quotas");
 		pool_left(d, p);
 		return;
@@ -345,12 +347,14 @@ static void handle_attach(struct pkv_daemon *d, struct session *s, const struct 
 	r = tenant_attach(d, s);
 	if (r) {
 		pkv_cache_release_owner(p->cache, s->id);
+		pool_unlock(p);
 		s->pool = NULL;
 		p->n_clients--;
 		pool_left(d, p);
 		reply(d, s, r, 0, "cannot account this client's uid");
 		return;
 	}
+	pool_unlock(p);
 	/* Sharing scope comes from the kernel's view of the peer, never from the message. */
 	s->ns = pkv_namespace(m->model_id, &m->geo,
 			      (p->flags & PKV_WIRE_POOL_SHARED) ? PKV_NS_SHARED : (uint32_t)s->uid,
@@ -509,7 +513,9 @@ static void explain(struct pkv_daemon *d, struct session *s, const char *what, i
 
 	if (r == -ENOSPC) {
 		pkv_cache_owner_usage(s->pool->cache, s->id, &u);
-		if (u.max_seqs && u.seqs >= u.max_seqs) {
+		/* A step opens no sequence: its refusal is about blocks (and the uid's
+		 * sequence count is the loop's, not to be read on the worker). */
+		if (u.max_seqs && u.seqs >= u.max_seqs && strcmp(what, "step")) {
 			session_set_err(s, "%s: this connection is at its quota of %u sequences "
 					"(client_max_seqs %u; uid_max_seqs %u, %u held by the uid)", what, u.seqs,
 					d->cfg.client_max_seqs, d->cfg.uid_max_seqs, s->tenant ? s->tenant->seqs : 0);
@@ -589,6 +595,11 @@ static int op_step_begin(struct pkv_daemon *d, struct session *s, const struct p
 				PKV_MAX_STEP_TOKENS);
 		goto out;
 	}
+	/* Too long for the thread asking (session_exec's max_step): nothing has changed yet. */
+	if (s->exec_max_step && total > s->exec_max_step) {
+		r = SESSION_NOT_HERE;
+		goto out;
+	}
 	if (!pkv_range_ok(s->arena_size, e->off[2], total * 4)) {
 		session_set_err(s, "tokens: %llu ids at offset %llu are outside the arena",
 				(unsigned long long)total, (unsigned long long)e->off[2]);
@@ -634,23 +645,6 @@ static int op_step_begin(struct pkv_daemon *d, struct session *s, const struct p
 	reqs = NULL;
 	tokens = NULL;
 	s->pool->steps++;
-	if (s->meta.num_copies) {
-		struct job *j = calloc(1, sizeof(*j));
-
-		if (!j) {
-			pkv_cache_step_abort(s->pool->cache, s->step);
-			step_clear(s);
-			r = -ENOMEM;
-			goto out;
-		}
-		j->kind = JOB_COPY;
-		j->pool = s->pool;
-		j->s = s;
-		j->copies = s->meta.copies;
-		j->n_copies = s->meta.num_copies;
-		s->inflight++; /* copies must finish before a commit or abort */
-		worker_push(d, j);
-	}
 	r = 0;
 out:
 	free(seqs);
@@ -658,6 +652,31 @@ out:
 	free(reqs);
 	free(tokens);
 	return r;
+}
+
+/*
+ * A step the loop began: its copy-on-write goes to the worker's queue, which
+ * runs it before it takes any attend of the session (the ring is handed over
+ * after it). Called with the pool's lock held.
+ */
+static int queue_copies(struct pkv_daemon *d, struct session *s)
+{
+	struct job *j = calloc(1, sizeof(*j));
+
+	if (!j) {
+		pkv_cache_step_abort(s->pool->cache, s->step);
+		step_clear(s);
+		session_set_err(s, "step: out of memory");
+		return -ENOMEM;
+	}
+	j->kind = JOB_COPY;
+	j->pool = s->pool;
+	j->s = s;
+	j->copies = s->meta.copies;
+	j->n_copies = s->meta.num_copies;
+	s->inflight++; /* copies must finish before a commit or abort */
+	worker_push(d, j);
+	return 0;
 }
 
 /* Hands the session's ring to the worker, which takes this attend and the ones after it. */
@@ -748,8 +767,10 @@ static int open_continue(struct pkv_daemon *d, struct session *s)
 
 		tier_glue_fetch_release(d, s);
 		s->open_tokens = NULL;
+		pool_lock(s->pool);
 		r = open_begin(d, s, tok, s->open_n, s->open_flags, s->open_lookup, s->open_ud, &p0, &p1);
 		tenant_sync(d, s);
+		pool_unlock(s->pool);
 		if (r == 1)
 			return 0;
 		if (r < 0)
@@ -761,14 +782,18 @@ static int open_continue(struct pkv_daemon *d, struct session *s)
 		}
 		return 1;
 	}
-	r = pkv_cache_seq_open_more(c, s->id, s->open_seq, s->open_tokens, s->open_n, turn_blocks(c), &nc);
 
-	tenant_sync(d, s);   /* the walk took more blocks for this uid */
+	/* One turn of the walk under the pool's lock (the worker, finding it held, hands step boundaries back). */
+	pool_lock(s->pool);
+	r = pkv_cache_seq_open_more(c, s->id, s->open_seq, s->open_tokens, s->open_n, turn_blocks(c), &nc);
+	if (r < 0)
+		pkv_cache_seq_close(c, s->id, s->open_seq);
+	tenant_sync(d, s);   /* the walk took (or gave back) blocks of this uid */
+	pool_unlock(s->pool);
 	if (r == 1)
 		return 0;
 	if (r < 0) {
 		session_set_err(s, "open: %s", strerror(-r));
-		pkv_cache_seq_close(c, s->id, s->open_seq);
 		seq_del(s, s->open_seq);
 		s->errors++;
 	} else if ((se = seq_find(s, s->open_seq))) {
@@ -1058,6 +1083,54 @@ static int exec_sqe(struct pkv_daemon *d, struct session *s, const struct pkv_sq
 	return op->exec(d, s, e, p0, p1);
 }
 
+int session_exec(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e, uint32_t max_step,
+		 uint64_t *p0, uint64_t *p1)
+{
+	struct sqe_limits lim;
+	char why[PKV_ERR_LEN];
+	int r;
+
+	/* A step's commit or abort costs in proportion to its tokens, as its begin does. */
+	if (max_step && (e->opcode == PKV_OP_STEP_END || e->opcode == PKV_OP_STEP_ABORT) && s->step &&
+	    s->meta.total_q > max_step)
+		return SESSION_NOT_HERE;
+	if (max_step && e->opcode == PKV_OP_STEP_BEGIN && e->n > max_step)
+		return SESSION_NOT_HERE;  /* one token per sequence at least */
+	memset(&lim, 0, sizeof(lim));
+	lim.arena_size = s->arena_size;
+	lim.geo = s->pool ? &s->pool->geo : NULL;
+	lim.act_size = s->pool ? pkv_dtype_size(s->pool->act_dtype) : 1;
+	lim.step_total_q = s->step ? s->meta.total_q : 0;
+	why[0] = 0;
+	r = pkv_sqe_check(e, &lim, why, sizeof(why));
+	if (r) {
+		session_set_err(s, "%s", why);
+		return r;
+	}
+	r = tenant_limit(d, s, e->opcode);
+	if (r)
+		return r;
+	s->exec_max_step = max_step;
+	r = exec_sqe(d, s, e, p0, p1);
+	s->exec_max_step = 0;
+	tenant_sync(d, s);
+	return r;
+}
+
+int session_step_on_worker(const struct session *s, const struct pkv_sqe *e)
+{
+	switch (e->opcode) {
+	case PKV_OP_STEP_END:
+	case PKV_OP_STEP_ABORT:
+		return 1;
+	case PKV_OP_STEP_BEGIN:
+		/* A begin may evict, and a pool's eviction hook (its disk tier) is the loop's to call. */
+		return !s->pool->tier;
+	default:
+		return 0;
+	}
+}
+
 int session_faulted(struct pkv_daemon *d, struct session *s)
 {
 	if (s->closing || !pkv_sigbus_faulted(s->bus_slot))
@@ -1078,7 +1151,6 @@ int session_faulted(struct pkv_daemon *d, struct session *s)
 
 int session_process(struct pkv_daemon *d, struct session *s)
 {
-	char why[PKV_ERR_LEN];
 	uint64_t work = 0;
 	int done = 0;
 
@@ -1089,8 +1161,15 @@ int session_process(struct pkv_daemon *d, struct session *s)
 	/* A pending open takes this turn first; the SQEs after it wait for its completion. */
 	if (s->open_tokens) {
 		/* Parked on the disk tier: no work here until the tier thread wakes the loop. */
-		if (s->open_fetch && !tier_glue_fetch_ready(d, s, s->open_tokens))
-			return 0;
+		if (s->open_fetch) {
+			int ready;
+
+			pool_lock(s->pool);   /* the fetched blocks are adopted into the cache */
+			ready = tier_glue_fetch_ready(d, s, s->open_tokens);
+			pool_unlock(s->pool);
+			if (!ready)
+				return 0;
+		}
 		if (!open_continue(d, s))
 			return 1;
 	}
@@ -1099,7 +1178,6 @@ int session_process(struct pkv_daemon *d, struct session *s)
 	/* A turn ends after PKV_SWEEP_WORK_TOKENS of work too: other clients wait while we run. */
 	while (done < SQES_PER_SWEEP && work < PKV_SWEEP_WORK_TOKENS) {
 		const struct op_def *op;
-		struct sqe_limits lim;
 		struct pkv_sqe e;
 		uint64_t p0 = 0, p1 = 0;
 		int64_t avail = pkv_ring_avail(&s->sq), space;
@@ -1134,19 +1212,14 @@ int session_process(struct pkv_daemon *d, struct session *s)
 		pkv_ring_consume(&s->sq);
 		done++;
 		s->ops++;
-		memset(&lim, 0, sizeof(lim));
-		lim.arena_size = s->arena_size;
-		lim.geo = s->pool ? &s->pool->geo : NULL;
-		lim.act_size = s->pool ? pkv_dtype_size(s->pool->act_dtype) : 1;
-		lim.step_total_q = s->step ? s->meta.total_q : 0;
-		why[0] = 0;
-		r = pkv_sqe_check(&e, &lim, why, sizeof(why));
-		if (r)
-			session_set_err(s, "%s", why);
-		else if (!(r = tenant_limit(d, s, e.opcode))) {
-			r = exec_sqe(d, s, &e, &p0, &p1);
-			tenant_sync(d, s);
-		}
+		/* One SQE under the pool's lock (the worker, finding it held, hands step boundaries back). */
+		if (s->pool)
+			pool_lock(s->pool);
+		r = session_exec(d, s, &e, 0, &p0, &p1);
+		if (!r && e.opcode == PKV_OP_STEP_BEGIN && s->meta.num_copies)
+			r = queue_copies(d, s);
+		if (s->pool)
+			pool_unlock(s->pool);
 		/* A fault while executing it (arena reads): the rings are zeros now, nothing to post. */
 		if (session_faulted(d, s))
 			break;
@@ -1189,12 +1262,14 @@ void session_release(struct pkv_daemon *d, struct session *s)
 	s->released = 1;
 	flush_sqes(d);
 	if (s->pool) {
+		pool_lock(s->pool);
 		if (s->step)
 			pkv_cache_step_abort(s->pool->cache, s->step);
 		step_clear(s);
 		pkv_cache_release_owner(s->pool->cache, s->id);
 		tenant_sync(d, s);
 		tenant_leave(d, s);
+		pool_unlock(s->pool);
 		s->pool->n_clients--;
 		pool_left(d, s->pool);
 		s->pool = NULL;

@@ -143,10 +143,18 @@ int tenant_limit(struct pkv_daemon *d, struct session *s, uint32_t opcode)
 	if (!grows_seqs && opcode != PKV_OP_STEP_BEGIN && opcode != PKV_OP_PIN)
 		return 0;
 	pkv_cache_owner_usage(s->pool->cache, s->id, &u);
-	/* This connection may grow by what its uid has left, and by no more than its own cap. */
-	seqs = (uint64_t)u.seqs + headroom(d->cfg.uid_max_seqs, t->seqs);
-	if (seqs > d->cfg.client_max_seqs)
-		seqs = d->cfg.client_max_seqs;
+	/*
+	 * This connection may grow by what its uid has left, and by no more than
+	 * its own cap. Only an open or a fork reads the uid's sequence count (a
+	 * loop-thread counter over all pools): every other call keeps the limit
+	 * the last of those set, since only they add sequences.
+	 */
+	seqs = u.max_seqs;
+	if (grows_seqs) {
+		seqs = (uint64_t)u.seqs + headroom(d->cfg.uid_max_seqs, t->seqs);
+		if (seqs > d->cfg.client_max_seqs)
+			seqs = d->cfg.client_max_seqs;
+	}
 	if (grows_seqs && seqs <= u.seqs) {
 		if (u.seqs >= d->cfg.client_max_seqs)
 			session_set_err(s, "this connection is at its quota of %u sequences (client_max_seqs)", u.seqs);
@@ -180,9 +188,12 @@ void tenant_sync(struct pkv_daemon *d, struct session *s)
 	if (!s->tenant || !s->tp || !s->pool)
 		return;
 	pkv_cache_owner_usage(s->pool->cache, s->id, &u);
-	s->tenant->seqs += u.seqs - s->charged_seqs;
+	/* Sequences change only on the loop (open, fork, close): the worker never writes the uid-wide count. */
+	if (u.seqs != s->charged_seqs) {
+		s->tenant->seqs += u.seqs - s->charged_seqs;
+		s->charged_seqs = u.seqs;
+	}
 	s->tp->blocks += (uint64_t)u.blocks - s->charged_blocks;
-	s->charged_seqs = u.seqs;
 	s->charged_blocks = u.blocks;
 }
 

@@ -16,12 +16,12 @@ struct tenant_pool {
 	struct tenant_pool *next;
 	struct pool *pool;
 	uint32_t conns;               /* this uid's connections attached to the pool */
-	uint64_t blocks;              /* sum of those connections' block references */
+	uint64_t blocks;              /* sum of those connections' block references (pool's cache_mu) */
 };
 
 /*
  * One record per uid that has a connection past its hello or owns a pool;
- * loop thread only. Every counter is the sum over the uid's connections, so
+ * loop thread only, but for each tenant_pool's blocks (its pool's cache_mu). Every counter is the sum over the uid's connections, so
  * a limit holds however many connections the uid opens.
  */
 struct tenant {
@@ -49,6 +49,9 @@ int tenant_hello(struct pkv_daemon *d, struct session *s, uint64_t region_bytes,
 /* Attach: links the session to its uid's per-pool record; -ENOMEM. */
 int tenant_attach(struct pkv_daemon *d, struct session *s);
 /*
+ * tenant_limit and tenant_sync run with s->pool->cache_mu held, on the
+ * thread executing s's SQE (the loop, or the worker for a step boundary).
+ *
  * Before a cache call of s that may grow what it holds: sets s's owner limits
  * in the cache to what its uid has left. Returns -ENOSPC with the reason in
  * s's error text when nothing is left (the cache reads a limit of 0 as none).

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/spin.h"
 #include "daemon/daemon.h"
+#include "daemon/sigbus.h"
 #include "daemon/validate.h"
 
 void job_free(struct job *j)
@@ -285,6 +286,14 @@ static void absorb(struct pkv_daemon *d)
 			pthread_mutex_lock(&d->backend_mu);
 			j->res = pkv_dispatch_copy_blocks(&j->pool->disp, j->copies, j->n_copies);
 			pthread_mutex_unlock(&d->backend_mu);
+			/*
+			 * A failed copy-on-write poisons the step: its commit must not
+			 * publish. Set here, before the loop learns of the copy: the
+			 * step's end may run on this thread once the ring is handed over
+			 * (the loop waits for the copy before it runs one itself).
+			 */
+			if (j->res < 0)
+				j->s->step_poisoned = 1;
 			finish(d, j);
 		} else if (own(w, j)) {
 			j->res = -ENOMEM;
@@ -294,7 +303,7 @@ static void absorb(struct pkv_daemon *d)
 	}
 }
 
-enum head { HEAD_EMPTY, HEAD_ATTEND, HEAD_OTHER, HEAD_BAD };
+enum head { HEAD_EMPTY, HEAD_ATTEND, HEAD_STEP, HEAD_OTHER, HEAD_BAD };
 
 /* Looks at the next SQE of an owned ring (copied out of shared memory into e). */
 static enum head head_of(struct session *s, struct pkv_sqe *e)
@@ -314,8 +323,10 @@ static enum head head_of(struct session *s, struct pkv_sqe *e)
 	if (space == 0)
 		return HEAD_EMPTY; /* no room for the completion: the client reaps first */
 	pkv_ring_peek_copy(&s->sq, e);
-	/* Anything but an attend goes back to the loop, which owns the cache manager. */
-	return e->opcode == PKV_OP_ATTEND ? HEAD_ATTEND : HEAD_OTHER;
+	if (e->opcode == PKV_OP_ATTEND)
+		return HEAD_ATTEND;
+	/* A step boundary runs here (run_step); anything else goes back to the loop. */
+	return session_step_on_worker(s, e) ? HEAD_STEP : HEAD_OTHER;
 }
 
 static int batch_add(struct worker *w, struct job *b, const struct attend_item *it)
@@ -334,15 +345,78 @@ static int batch_add(struct worker *w, struct job *b, const struct attend_item *
 	return 0;
 }
 
-/* Completes one attend of an owned ring; a ring we cannot post to goes back for a disconnect. */
-static void post(struct job *o, uint64_t ud, int32_t res)
+/* Completes one SQE of an owned ring; a ring we cannot post to goes back for a disconnect. */
+static void post_p(struct job *o, uint64_t ud, int32_t res, uint64_t p0, uint64_t p1)
 {
 	if (res < 0)
 		o->errors++;
-	if (session_post(o->s, ud, res, 0, 0) || o->s->cq_broken) {
+	if (session_post(o->s, ud, res, p0, p1) || o->s->cq_broken) {
 		o->res = -EPROTO;
 		o->give_back = 1;
 	}
+}
+
+static void post(struct job *o, uint64_t ud, int32_t res)
+{
+	post_p(o, ud, res, 0, 0);
+}
+
+/*
+ * The most new tokens a step boundary may carry to run on this thread: a
+ * decode step or a short chunk. Its cost grows with them (the token copy,
+ * the slot mapping, the commit's block keys), and every client's attends
+ * wait while it runs; a longer one goes to the loop, whose turn budget
+ * bounds it there.
+ */
+#define WORKER_STEP_TOKENS 256
+
+/*
+ * Runs the step boundary at the head of o's ring (copied in e) here, so a
+ * decode step costs no hand-off to the loop and back: one lock of the
+ * pool's cache, taken only if free. When the loop holds it (an open's walk,
+ * another client's step), or the step is too long for this thread, the ring
+ * goes back to the loop, which runs it as before: no client can make this
+ * thread wait. A fault in the client's memory while we read it (the step's
+ * arrays) gives the ring back for the loop to disconnect the client.
+ */
+static void run_step(struct pkv_daemon *d, struct job *o, const struct pkv_sqe *e)
+{
+	struct session *s = o->s;
+	struct pool *p = s->pool;
+	uint64_t p0 = 0, p1 = 0;
+	int r;
+
+	if (pthread_mutex_trylock(&p->cache_mu)) {
+		o->give_back = 1;
+		return;
+	}
+	r = session_exec(d, s, e, WORKER_STEP_TOKENS, &p0, &p1);
+	pthread_mutex_unlock(&p->cache_mu);
+	if (r == SESSION_NOT_HERE) {
+		o->give_back = 1;
+		return;
+	}
+	pkv_ring_consume(&s->sq);
+	o->ops++;
+	o->last_ns = pkv_now_ns();
+	if (pkv_sigbus_faulted(s->bus_slot)) {
+		o->res = -EFAULT;
+		o->give_back = 1;
+		return;
+	}
+	/* Its copy-on-write before any attend of the step; a failure poisons the step (its end aborts it). */
+	if (!r && e->opcode == PKV_OP_STEP_BEGIN && s->meta.num_copies) {
+		int c;
+
+		pthread_mutex_lock(&d->backend_mu);
+		c = pkv_dispatch_copy_blocks(&p->disp, s->meta.copies, s->meta.num_copies);
+		pthread_mutex_unlock(&d->backend_mu);
+		if (c < 0) {
+			pkv_warn("client %u: copy-on-write failed: %s", s->id, strerror(-c));
+			s->step_poisoned = 1;
+		}
+	}
+	post_p(o, e->user_data, r, p0, p1);
 }
 
 /* Consumes the attend at the head of o's ring (copied in e); 0 with the item, or completed with its error. */
@@ -443,6 +517,11 @@ static int collect(struct pkv_daemon *d, struct job *b)
 		if (h == HEAD_EMPTY) {
 			if (now - o->last_ns > idle)
 				o->give_back = 1; /* idle: the loop sleeps on its doorbell */
+			continue;
+		}
+		if (h == HEAD_STEP) {
+			run_step(d, o, &e);
+			n++;
 			continue;
 		}
 		if (h != HEAD_ATTEND) {
@@ -938,6 +1017,8 @@ int worker_start(struct pkv_daemon *d)
 	w->coalesce = d->cfg.coalesce;
 	w->gather_us = d->cfg.gather_us;
 	w->slice_ns = (uint64_t)d->cfg.attend_slice_us * 1000;
+	/* The backend's threads serve every client's attends: they must not spin or fan out on a busy machine. */
+	pkv_host_set_shared_cpus(d->host, 1);
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_cond_init(&w->cv, NULL);
 	r = pthread_create(&w->thread, NULL, worker_main, d);

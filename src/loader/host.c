@@ -11,10 +11,17 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/spin.h"
 #include "loader/loader.h"
 
 #define MAX_THREADS 256u
-/* Workers spin this long after a job before sleeping: per-layer calls come back-to-back. */
+/*
+ * Workers spin this long after a job before sleeping (per-layer calls come
+ * back-to-back), and the caller as long for tasks others claimed; in
+ * shared-machine mode only while a core would otherwise idle
+ * (pkv_spin_worthwhile): where threads wait for a core, every spin is taken
+ * from one with work.
+ */
 #define SPIN_NS 50000LL
 
 struct pkv_host {
@@ -43,6 +50,7 @@ struct pkv_host {
 	atomic_uint gen;             /* bumped per job: wakes sleeping workers */
 	atomic_int caller_waiting;
 	atomic_int stop;
+	atomic_int shared_cpus;      /* pkv_host_set_shared_cpus */
 	uint32_t tag;                /* caller-only: last job tag */
 };
 
@@ -57,6 +65,12 @@ struct worker_arg {
 /* Set on pool threads and inside parallel_for, so a nested call runs inline instead of deadlocking. */
 static _Thread_local int in_pool;
 
+
+/* How long to spin now: SPIN_NS, or 0 in shared-machine mode when no core idles. */
+static uint64_t spin_ns(struct pkv_host *h)
+{
+	return !atomic_load_explicit(&h->shared_cpus, memory_order_relaxed) || pkv_spin_worthwhile() ? SPIN_NS : 0;
+}
 
 static inline void cpu_relax(void)
 {
@@ -159,7 +173,7 @@ static void *worker_main(void *p)
 		uint32_t g = atomic_load_explicit(&h->gen, memory_order_acquire);
 
 		if (g == seen && !atomic_load(&h->stop)) {
-			uint64_t until = pkv_now_ns() + SPIN_NS;
+			uint64_t until = pkv_now_ns() + spin_ns(h);
 			unsigned spins = 0;
 
 			/* Spin briefly: the next layer's call usually follows within microseconds. */
@@ -201,7 +215,13 @@ static int host_parallel_for(void *host, uint32_t n_tasks, pkv_task_fn fn, void 
 		return -EINVAL;
 	if (n_tasks == 0)
 		return 0;
-	if (h->nworkers == 0 || n_tasks == 1 || n_tasks > CLAIM_MASK || in_pool ||
+	/*
+	 * Shared-machine mode with no core idle: a woken pool thread would take
+	 * one from a thread with work (a client, the daemon's loop) and add two
+	 * context switches to a call that may last microseconds (a decode
+	 * attend), so run it here.
+	 */
+	if (h->nworkers == 0 || n_tasks == 1 || n_tasks > CLAIM_MASK || in_pool || !spin_ns(h) ||
 	    pthread_mutex_trylock(&h->call_lock)) {
 		for (t = 0; t < n_tasks; t++)
 			fn(arg, t, 0);
@@ -223,7 +243,7 @@ static int host_parallel_for(void *host, uint32_t n_tasks, pkv_task_fn fn, void 
 	run_tasks(h, 0);
 
 	/* Wait for tasks other threads claimed; a worker that claimed none is not waited for. */
-	until = pkv_now_ns() + SPIN_NS;
+	until = pkv_now_ns() + spin_ns(h);
 	t = 0;
 	while (atomic_load_explicit(&h->done, memory_order_acquire) < n_tasks) {
 		cpu_relax();
@@ -339,6 +359,12 @@ void pkv_host_set_log_sink(struct pkv_host *h, pkv_log_sink fn, void *ud)
 		return;
 	h->sink = fn;
 	h->sink_ud = ud;
+}
+
+void pkv_host_set_shared_cpus(struct pkv_host *h, int on)
+{
+	if (h)
+		atomic_store(&h->shared_cpus, !!on);
 }
 
 void pkv_host_set_log_level(struct pkv_host *h, int level)

@@ -26,6 +26,16 @@ const struct pkv_host_api *pkv_host_api(struct pkv_host *h);
 typedef void (*pkv_log_sink)(void *ud, int level, const char *msg);
 void pkv_host_set_log_sink(struct pkv_host *h, pkv_log_sink fn, void *ud);
 void pkv_host_set_log_level(struct pkv_host *h, int level);
+/*
+ * Shared-machine mode (off by default): the pool's threads spin after a job,
+ * and a call fans out to them, only while a core would otherwise idle
+ * (pkv_spin_worthwhile); otherwise a call runs on the caller's thread and
+ * the threads sleep at once. For a service whose calls are short (a decode
+ * attend of ~15 us) on a machine its clients keep busy: a woken pool thread
+ * would take a core from a thread with work. Benchmarks of the kernels
+ * themselves leave it off.
+ */
+void pkv_host_set_shared_cpus(struct pkv_host *h, int on);
 
 /* One loaded and initialised backend. */
 struct pkv_plugin {

@@ -6,5 +6,6 @@ src_loader_libpkvloader_la_SOURCES = \
 	src/loader/plugin.c \
 	src/loader/options.c \
 	src/loader/dispatch.c
-src_loader_libpkvloader_la_LIBADD = $(LIBS) $(PTHREAD_LIBS)
+# libpkvcommon: the spin gate (common/spin.c), one copy for the daemon, the client and the host pool.
+src_loader_libpkvloader_la_LIBADD = src/common/libpkvcommon.la $(LIBS) $(PTHREAD_LIBS)
 noinst_HEADERS += src/loader/loader.h

@@ -113,6 +113,7 @@ struct pkv_tier {
 	struct pkv_tier_fetch *pend;  /* started and neither complete, expired nor given back */
 	struct spill *begun;          /* the loop's spill between begin and commit */
 	struct spill *copying;        /* the write-behind spill whose copy runs on the tier thread now */
+	uint32_t n_taken;             /* spills off the queue, not yet submitted (mu dropped to copy, seal) */
 	uint32_t n_later;             /* write-behind spills not yet freed: at most half the staging */
 	struct spill *wb_flight;
 	uint32_t inflight;
@@ -906,6 +907,8 @@ static void *tier_thread(void *arg)
 			if (!t->sq_head)
 				t->sq_tail = NULL;
 			r = t->stopped ? t->stopped : make_room(t, s);
+			if (!r)
+				t->n_taken++;   /* drain must not return while we copy and seal it unlocked */
 			if (r) {
 				t->skipped++;
 				stage_free(t, s->io.buf, s->pages);
@@ -935,6 +938,7 @@ static void *tier_thread(void *arg)
 			s->io.ent.sum = ((struct tier_rec_hdr *)s->io.buf)->sum;
 			pthread_mutex_lock(&t->mu);
 			submit_one(t, &s->io);
+			t->n_taken--;
 			took++;
 		}
 		if (!t->inflight && !t->sq_head && (!t->fq_head || gated)) {
@@ -1388,7 +1392,7 @@ void pkv_tier_wait_io(struct pkv_tier *t)
 void pkv_tier_drain(struct pkv_tier *t)
 {
 	pthread_mutex_lock(&t->mu);
-	while (t->sq_head || t->inflight)
+	while (t->sq_head || t->inflight || t->n_taken)
 		pthread_cond_wait(&t->cv_done, &t->mu);
 	pthread_mutex_unlock(&t->mu);
 }

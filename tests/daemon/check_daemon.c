@@ -40,28 +40,6 @@ static void make_prompt(int32_t *t, uint32_t n, int32_t seed)
 		t[i] = (int32_t)((seed * 131 + i * 17) % 500);
 }
 
-/* Prefills toks[n_cached..n) and checks every layer's output against the reference. */
-static float prefill_and_check(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t n,
-			       uint32_t n_cached, float *got_out)
-{
-	uint32_t k = n - n_cached;
-	float *got = malloc(T_LAYERS * QN(k) * 4), *ref = malloc(QN(k) * 4), worst = 0;
-
-	ck_assert_int_eq(run_step(c, seq, toks, n_cached, k, got), 0);
-	for (uint32_t l = 0; l < T_LAYERS; l++) {
-		float e;
-
-		ref_attend(toks, n, n_cached, l, ref);
-		e = max_diff(got + l * QN(k), ref, QN(k));
-		worst = e > worst ? e : worst;
-	}
-	if (got_out)
-		memcpy(got_out, got, T_LAYERS * QN(k) * 4);
-	free(got);
-	free(ref);
-	return worst;
-}
-
 START_TEST(test_attach_step_attend_matches_reference)
 {
 	struct pkv_client *c = connect_attach("p");
@@ -72,7 +50,7 @@ START_TEST(test_attach_step_attend_matches_reference)
 	make_prompt(toks, 40, 1);
 	ck_assert_int_eq(pkv_seq_open(c, toks, 40, &seq, &n_cached), 0);
 	ck_assert_uint_eq(n_cached, 0);
-	ck_assert_float_le(prefill_and_check(c, seq, toks, 40, 0, NULL), 1e-5f);
+	ck_assert_float_le(step_and_check(c, seq, toks, 40, 0, NULL), 1e-5f);
 	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
 	pkv_disconnect(c);
 	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
@@ -88,9 +66,9 @@ START_TEST(test_decode_steps_match_reference)
 	ck_assert_ptr_nonnull(c);
 	make_prompt(toks, 24, 2);
 	ck_assert_int_eq(pkv_seq_open(c, toks, 20, &seq, &n_cached), 0);
-	ck_assert_float_le(prefill_and_check(c, seq, toks, 20, 0, NULL), 1e-5f);
+	ck_assert_float_le(step_and_check(c, seq, toks, 20, 0, NULL), 1e-5f);
 	for (uint32_t n = 21; n <= 24; n++)
-		ck_assert_float_le(prefill_and_check(c, seq, toks, n, n - 1, NULL), 1e-5f);
+		ck_assert_float_le(step_and_check(c, seq, toks, n, n - 1, NULL), 1e-5f);
 	pkv_disconnect(c);
 }
 END_TEST
@@ -213,20 +191,20 @@ START_TEST(test_fork_and_truncate_across_steps)
 	kid[20] = 777; /* the fork diverges at position 20 */
 	kid[21] = 778;
 	ck_assert_int_eq(pkv_seq_open(c, par, 20, &seq, &n_cached), 0);
-	ck_assert_float_le(prefill_and_check(c, seq, par, 20, 0, NULL), 1e-5f);
+	ck_assert_float_le(step_and_check(c, seq, par, 20, 0, NULL), 1e-5f);
 	ck_assert_int_eq(pkv_seq_fork(c, seq, &child), 0);
 	ck_assert_uint_ne(child, seq);
 	/* Both append into the shared partial block: copy-on-write keeps them apart. */
-	ck_assert_float_le(prefill_and_check(c, child, kid, 21, 20, NULL), 1e-5f);
-	ck_assert_float_le(prefill_and_check(c, seq, par, 21, 20, NULL), 1e-5f);
-	ck_assert_float_le(prefill_and_check(c, child, kid, 22, 21, NULL), 1e-5f);
-	ck_assert_float_le(prefill_and_check(c, seq, par, 22, 21, NULL), 1e-5f);
+	ck_assert_float_le(step_and_check(c, child, kid, 21, 20, NULL), 1e-5f);
+	ck_assert_float_le(step_and_check(c, seq, par, 21, 20, NULL), 1e-5f);
+	ck_assert_float_le(step_and_check(c, child, kid, 22, 21, NULL), 1e-5f);
+	ck_assert_float_le(step_and_check(c, seq, par, 22, 21, NULL), 1e-5f);
 	/* Truncate the parent to 10 tokens and continue it with different tokens. */
 	ck_assert_int_eq(pkv_seq_truncate(c, seq, 10), 0);
 	for (int i = 10; i < 32; i++)
 		par[i] = 900 + i;
-	ck_assert_float_le(prefill_and_check(c, seq, par, 14, 10, NULL), 1e-5f);
-	ck_assert_float_le(prefill_and_check(c, child, kid, 23, 22, NULL), 1e-5f);
+	ck_assert_float_le(step_and_check(c, seq, par, 14, 10, NULL), 1e-5f);
+	ck_assert_float_le(step_and_check(c, child, kid, 23, 22, NULL), 1e-5f);
 	ck_assert_int_eq(pkv_seq_close(c, child), 0);
 	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
 	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);

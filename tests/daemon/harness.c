@@ -336,3 +336,27 @@ void raw_close(struct raw *r)
 	memset(r, 0, sizeof(*r));
 	r->sock = r->memfd = r->sq_bell = -1;
 }
+
+float step_and_check(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t n, uint32_t n_cached,
+		     float *got_out)
+{
+	uint32_t k = n - n_cached;
+	size_t qn = (size_t)k * T_HEADS * T_DIM;
+	float *got = malloc(T_LAYERS * qn * 4), *ref = malloc(qn * 4), worst = INFINITY;
+
+	if (got && ref && !run_step(c, seq, toks, n_cached, k, got)) {
+		worst = 0;
+		for (uint32_t l = 0; l < T_LAYERS; l++) {
+			float e;
+
+			ref_attend(toks, n, n_cached, l, ref);
+			e = max_diff(got + l * qn, ref, qn);
+			worst = e > worst ? e : worst;
+		}
+		if (got_out)
+			memcpy(got_out, got, T_LAYERS * qn * 4);
+	}
+	free(got);
+	free(ref);
+	return worst;
+}

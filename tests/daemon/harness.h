@@ -46,6 +46,13 @@ void ref_attend(const int32_t *toks, uint32_t n, uint32_t p0, uint32_t layer, fl
  * of toks, every layer; writes O into out[layer][k][H][D] (may be NULL).
  */
 int run_step(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t p0, uint32_t k, float *out);
+/*
+ * Runs positions n_cached..n-1 of toks as one step (run_step) and returns the
+ * largest difference of any layer's output from ref_attend (INFINITY when the
+ * step failed); the outputs go to got_out[layer][k][H][D] when non-NULL.
+ */
+float step_and_check(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t n, uint32_t n_cached,
+		     float *got_out);
 /* Largest |a-b| over n floats. */
 float max_diff(const float *a, const float *b, size_t n);
 

@@ -129,3 +129,10 @@ tests_daemon_check_isolation_conn_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_daemon_check_isolation_conn_LDADD = $(DAEMON_TEST_LIBS)
 
 noinst_HEADERS += tests/daemon/suite_main.h
+
+# Step boundaries the worker runs itself (a daemon that holds idle rings for a second).
+check_PROGRAMS += tests/daemon/check_step_worker
+TESTS += tests/daemon/check_step_worker
+tests_daemon_check_step_worker_SOURCES = tests/daemon/check_step_worker.c
+tests_daemon_check_step_worker_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_step_worker_LDADD = $(DAEMON_TEST_LIBS)
