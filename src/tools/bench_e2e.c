@@ -252,7 +252,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	o.so.max_tokens = 256;
-	o.so.kv_mib = 512;
+	/* Within a uid's half of pagedkvd's default 1 GiB budget, which also counts the cache's index. */
+	o.so.kv_mib = 480;
 	struct session s;
 	if (session_open(&s, &o.so, err, sizeof err)) {
 		fprintf(stderr, "pkv-bench e2e: %s\n", err);
