@@ -210,7 +210,7 @@ static void run_as(uid_t uid, void (*fn)(struct verdict *))
 	ck_assert_int_eq(read(p[0], &v, sizeof(v)), (ssize_t)sizeof(v));
 	close(p[0]);
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	ck_assert_int_eq(child_status(st), 0);
 	ck_assert_msg(v.line == 0, "uid %u, line %d: %s", (unsigned)uid, v.line, v.why);
 }
 

@@ -103,7 +103,7 @@ static void release(pid_t pid, int hold)
 
 	close(hold);
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	ck_assert_int_eq(child_status(st), 0);
 }
 
 /* Checks run in a child of uid/gid; exit code 0 when all hold, else the number of the failed check. */
@@ -378,7 +378,7 @@ static void flood_and_serve(int n_uids)
 		close(go[i]);
 		close(ready[i]);
 		ck_assert_int_eq(waitpid(pid[i], &st, 0), pid[i]);
-		ck_assert_int_eq(WEXITSTATUS(st), 0);
+		ck_assert_int_eq(child_status(st), 0);
 	}
 }
 

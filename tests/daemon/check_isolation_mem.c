@@ -217,7 +217,7 @@ START_TEST(test_hugetlbfs_region_refused)
 	}
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 	huge_restore();
-	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	ck_assert_int_eq(child_status(st), 0);
 	ck_assert(dmn_alive(&D));
 	/* The refused uid and another one are still served. */
 	ck_assert_int_eq(serves(UID_VICTIM, "victim"), 0);
@@ -306,7 +306,7 @@ START_TEST(test_sigbus_in_client_memory_costs_only_that_client)
 	}
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 	huge_restore();
-	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	ck_assert_int_eq(child_status(st), 0);
 	ck_assert(dmn_alive(&D));
 	ck_assert_int_eq(serves(UID_VICTIM, "victim"), 0);
 	ck_assert_int_eq(audit_until_clean(D.sock, 5000, audit, sizeof(audit)), 0);
@@ -384,7 +384,7 @@ START_TEST(test_sigbus_in_the_backend_costs_only_that_client)
 	}
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 	huge_restore();
-	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	ck_assert_int_eq(child_status(st), 0);
 	ck_assert(dmn_alive(&D));
 	ck_assert_int_eq(serves(UID_VICTIM, "victim"), 0);
 	ck_assert_int_eq(audit_until_clean(D.sock, 5000, audit, sizeof(audit)), 0);
@@ -417,7 +417,7 @@ static int connect_as(uid_t uid, int n, size_t arena)
 		_exit(i + (r == -EDQUOT ? 50 : 0));
 	}
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	return WEXITSTATUS(st);
+	return child_status(st);
 }
 
 START_TEST(test_arena_bytes_per_uid)

@@ -152,7 +152,7 @@ START_TEST(test_exit_with_open_step_releases)
 		_exit(0); /* no disconnect, step open, sequence held */
 	}
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	ck_assert_int_eq(child_status(st), 0);
 	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
 END_TEST

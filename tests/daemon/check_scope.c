@@ -74,7 +74,7 @@ static int open_as(uid_t uid, const char *pool, uint32_t flags, const char *salt
 	ck_assert_int_eq(read(p[0], &nc, sizeof(nc)), (ssize_t)sizeof(nc));
 	close(p[0]);
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	ck_assert_int_eq(child_status(st), 0);
 	return nc;
 }
 

@@ -6,10 +6,17 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include "common/proto.h"
 #include "common/ring.h"
 
 #include "launch.h"
+
+/* A waited-for child's exit code, or 128 + its signal: a crashed child never reads as exit 0. */
+static inline int child_status(int st)
+{
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
 
 /* Runs one pagedkvctl command over the socket; returns the reply status, output in out. */
 int ctl_cmd(const char *sock, uint32_t cmd, uint32_t fmt, char *out, size_t len);
