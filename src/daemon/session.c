@@ -1008,8 +1008,8 @@ static int op_pin(struct pkv_daemon *d, struct session *s, const struct pkv_sqe 
 	r = pin ? pkv_prefix_pin(c, s->id, s->ns, tok, walk_tokens(e->n))
 		: pkv_prefix_unpin(c, s->id, s->ns, tok, walk_tokens(e->n));
 	free(tok);
-	/* Each success adds or drops one pin record of this owner (uid_max_pins). */
-	if (r >= 0 && s->tenant && (pin || s->pins)) {
+	/* Each pin that pinned blocks, and each unpin, adds or drops one pin record (uid_max_pins). */
+	if ((pin ? r > 0 : r >= 0) && s->tenant && (pin || s->pins)) {
 		s->pins += pin ? 1 : -1;
 		s->tenant->pins += pin ? 1 : -1;
 	}

@@ -166,7 +166,8 @@ int tenant_limit(struct pkv_daemon *d, struct session *s, uint32_t opcode)
 	blimit = tenant_block_limit(d, s->pool);
 	blocks = 0;
 	if (blimit) {
-		blocks = (uint64_t)u.blocks + headroom(blimit, s->tp->blocks);
+		/* The cache holds blocks + pin_blocks to this limit: the uid's charge counts both. */
+		blocks = (uint64_t)u.blocks + u.pin_blocks + headroom(blimit, s->tp->blocks);
 		if (blocks > UINT32_MAX)
 			blocks = UINT32_MAX;
 		/* A limit of 0 means "none" to the cache: refuse here instead. */
@@ -193,8 +194,9 @@ void tenant_sync(struct pkv_daemon *d, struct session *s)
 		s->tenant->seqs += u.seqs - s->charged_seqs;
 		s->charged_seqs = u.seqs;
 	}
-	s->tp->blocks += (uint64_t)u.blocks - s->charged_blocks;
-	s->charged_blocks = u.blocks;
+	/* Pins hold blocks as references do: both are the uid's share (a pinned block it also references counts twice, as in the cache's own limit). */
+	s->tp->blocks += (uint64_t)u.blocks + u.pin_blocks - s->charged_blocks;
+	s->charged_blocks = u.blocks + u.pin_blocks;
 }
 
 void tenant_leave(struct pkv_daemon *d, struct session *s)
