@@ -482,7 +482,7 @@ static void bpe_word(const struct tokenizer *t, const char *w, size_t len, struc
 	free(ids);
 }
 
-/* One chunk without \p{N} in it (or a single \p{N}): the GPT-2 pattern, chunk end = text end. */
+/* One chunk without \p{N} in it (bpe_text splits those off): the GPT-2 pattern, chunk end = text end. */
 static void bpe_chunk(const struct tokenizer *t, const char *s, size_t len, struct obuf *o)
 {
 	size_t i = 0;
@@ -491,11 +491,6 @@ static void bpe_chunk(const struct tokenizer *t, const char *s, size_t len, stru
 		size_t l = utf8_get(s + i, len - i, &c), l2 = 0, j;
 		if (i + l < len)
 			l2 = utf8_get(s + i + l, len - i - l, &c2);
-		if (is_number(c)) {
-			bpe_word(t, s + i, l, o);
-			i += l;
-			continue;
-		}
 		if (c == '\'' && i + 1 < len) {
 			static const char *const sfx[] = { "re", "ve", "ll", "s", "t", "m", "d" };
 			size_t k;
@@ -522,7 +517,7 @@ static void bpe_chunk(const struct tokenizer *t, const char *s, size_t len, stru
 			while (j < len) {
 				uint32_t d;
 				size_t dl = utf8_get(s + j, len - j, &d);
-				if (letters ? !is_letter(d) : (is_letter(d) || is_space(d) || is_number(d)))
+				if (letters ? !is_letter(d) : (is_letter(d) || is_space(d)))
 					break;
 				j += dl;
 			}
