@@ -1019,6 +1019,8 @@ int worker_start(struct pkv_daemon *d)
 	w->slice_ns = (uint64_t)d->cfg.attend_slice_us * 1000;
 	/* The backend's threads serve every client's attends: they must not spin or fan out on a busy machine. */
 	pkv_host_set_shared_cpus(d->host, 1);
+	/* The gate opens /proc/loadavg on first use: do it now, not in the middle of serving (nor when fds run short). */
+	(void)pkv_spin_worthwhile();
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_cond_init(&w->cv, NULL);
 	r = pthread_create(&w->thread, NULL, worker_main, d);
