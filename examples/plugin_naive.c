@@ -32,11 +32,15 @@ static void naive_fini(void *ctx)
 static int naive_cache_alloc(void *ctx, const struct pkv_pool_desc *pool, struct pkv_cache_mem *mem)
 {
 	const struct pkv_geometry *g = &pool->geo;
-	size_t tok = (size_t)g->num_kv_heads * g->head_dim * sizeof(float);
-	size_t layer = tok * g->block_size * g->num_blocks;
-	char *p = calloc(2 * (size_t)g->num_layers, layer);
+	size_t tok = (size_t)g->num_kv_heads * g->head_dim * sizeof(float), layer;
+	char *p;
 
 	(void)ctx;
+	/* Sizes come from the pool description: a product that wraps must not allocate a short cache. */
+	if (__builtin_mul_overflow(tok, (size_t)g->block_size, &layer) ||
+	    __builtin_mul_overflow(layer, (size_t)g->num_blocks, &layer))
+		return -EOVERFLOW;
+	p = calloc(2 * (size_t)g->num_layers, layer);
 	if (!p)
 		return -ENOMEM;
 	mem->domain = PKV_DOMAIN_HOST;

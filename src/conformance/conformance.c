@@ -930,9 +930,13 @@ static struct casedef *cases;
 
 static struct casedef *add_case(int nh, int nkv, int hd, int bs, int cdt, int adt, const char *what)
 {
-	struct casedef *c;
+	struct casedef *c, *grown = realloc(cases, sizeof(*cases) * (ncases + 1));
 
-	cases = realloc(cases, sizeof(*cases) * (ncases + 1));
+	if (!grown) {
+		printf("Bail out! out of memory building the cases\n");
+		exit(2);
+	}
+	cases = grown;
 	c = &cases[ncases++];
 	memset(c, 0, sizeof(*c));
 	c->nh = nh;
