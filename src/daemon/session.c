@@ -758,7 +758,7 @@ static int open_continue(struct pkv_daemon *d, struct session *s)
 	struct pkv_cache *c = s->pool->cache;
 	struct seq_ent *se;
 	uint32_t nc = 0;
-	int r;
+	int r, limited;
 
 	if (s->open_fetch) {
 		/* Its disk reads are in (or timed out): the open begins now. */
@@ -768,7 +768,12 @@ static int open_continue(struct pkv_daemon *d, struct session *s)
 		tier_glue_fetch_release(d, s);
 		s->open_tokens = NULL;
 		pool_lock(s->pool);
-		r = open_begin(d, s, tok, s->open_n, s->open_flags, s->open_lookup, s->open_ud, &p0, &p1);
+		/* The uid's other connections may have spent its headroom while this open was parked. */
+		r = tenant_limit(d, s, PKV_OP_SEQ_OPEN);
+		if (r)
+			free(tok);
+		else
+			r = open_begin(d, s, tok, s->open_n, s->open_flags, s->open_lookup, s->open_ud, &p0, &p1);
 		tenant_sync(d, s);
 		pool_unlock(s->pool);
 		if (r == 1)
@@ -785,7 +790,14 @@ static int open_continue(struct pkv_daemon *d, struct session *s)
 
 	/* One turn of the walk under the pool's lock (the worker, finding it held, hands step boundaries back). */
 	pool_lock(s->pool);
-	r = pkv_cache_seq_open_more(c, s->id, s->open_seq, s->open_tokens, s->open_n, turn_blocks(c), &nc);
+	/*
+	 * Each turn takes blocks against what the uid has left now, not when the
+	 * open arrived: its other connections spend the same share meanwhile.
+	 * (STEP_BEGIN's limit: blocks only, the sequence exists already.)
+	 */
+	limited = tenant_limit(d, s, PKV_OP_STEP_BEGIN);   /* sets its own reason */
+	r = limited ? limited
+		    : pkv_cache_seq_open_more(c, s->id, s->open_seq, s->open_tokens, s->open_n, turn_blocks(c), &nc);
 	if (r < 0)
 		pkv_cache_seq_close(c, s->id, s->open_seq);
 	tenant_sync(d, s);   /* the walk took (or gave back) blocks of this uid */
@@ -793,7 +805,8 @@ static int open_continue(struct pkv_daemon *d, struct session *s)
 	if (r == 1)
 		return 0;
 	if (r < 0) {
-		session_set_err(s, "open: %s", strerror(-r));
+		if (!limited)
+			session_set_err(s, "open: %s", strerror(-r));
 		seq_del(s, s->open_seq);
 		s->errors++;
 	} else if ((se = seq_find(s, s->open_seq))) {
