@@ -5,8 +5,8 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
+#include "common/clock.h"
 #include "common/spin.h"
 
 enum { POLICY_UNSET, POLICY_ADAPT, POLICY_ALWAYS, POLICY_NEVER };
@@ -14,16 +14,8 @@ enum { POLICY_UNSET, POLICY_ADAPT, POLICY_ALWAYS, POLICY_NEVER };
 static int loadavg_fd = -1;
 static int policy = POLICY_UNSET;
 
-static __thread unsigned long long next_ns;
+static __thread uint64_t next_ns;
 static __thread int last_ok = 1, ncpu;
-
-static unsigned long long mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
-}
 
 /* Once per process; racing first calls agree on the value, and only one fd is kept. */
 static int get_policy(void)
@@ -70,12 +62,12 @@ static long running_now(void)
 int pkv_spin_worthwhile(void)
 {
 	int p = get_policy();
-	unsigned long long t;
+	uint64_t t;
 	long run;
 
 	if (p != POLICY_ADAPT)
 		return p == POLICY_ALWAYS;
-	t = mono_ns();
+	t = pkv_now_ns();
 	if (t < next_ns)
 		return last_ok;
 	next_ns = t + PKV_SPIN_SAMPLE_NS;

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include "common/clock.h"
 #include "common/keyed_hash.h"
 #include "common/log.h"
 #include "tier/tier_int.h"
@@ -129,14 +130,6 @@ struct pkv_tier {
 	uint64_t lookups, hits, spilled, skipped, evicted, corrupt, spilled_behind;
 	uint64_t read_bytes, read_ns, write_bytes, write_ns;
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static int key_same(struct pkv_key a, struct pkv_key b)
 {
@@ -817,7 +810,7 @@ static void io_done(void *ud, struct tier_io *io)
 	t->completions++;
 	/* GB/s are bytes over the time the device had this direction's requests in flight. */
 	if (--t->infl_dir[io->op == TIO_PUT] == 0) {
-		uint64_t busy = now_ns() - t->busy_since[io->op == TIO_PUT];
+		uint64_t busy = pkv_now_ns() - t->busy_since[io->op == TIO_PUT];
 
 		if (io->op == TIO_PUT)
 			t->write_ns += busy;
@@ -843,7 +836,7 @@ static void submit_one(struct pkv_tier *t, struct tier_io *io)
 {
 	int r;
 
-	io->t0 = now_ns();
+	io->t0 = pkv_now_ns();
 	t->inflight++;
 	if (t->infl_dir[io->op == TIO_PUT]++ == 0)
 		t->busy_since[io->op == TIO_PUT] = io->t0;
@@ -879,7 +872,7 @@ static void *tier_thread(void *arg)
 
 	pthread_mutex_lock(&t->mu);
 	for (;;) {
-		uint64_t now = now_ns(), wake = expire(t, now);
+		uint64_t now = pkv_now_ns(), wake = expire(t, now);
 		int took = 0, gated = gate_closed(t);
 
 		drop_abandoned(t);
@@ -1257,7 +1250,7 @@ static int fetch_queue(struct pkv_tier *t, int cls, struct pkv_key ns, struct pk
 		t->fq_head = f;
 	t->fq_tail = f;
 	/* The tier thread keeps the deadline (and tells the caller) whether or not anyone blocks on it. */
-	f->deadline = now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	f->deadline = pkv_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	f->pnext = t->pend;
 	t->pend = f;
 	pthread_cond_signal(&t->cv_work);
