@@ -1252,8 +1252,6 @@ static void tiles_decode(const struct cpu_call *c, const struct cpu_item *it, co
 		bt_next = c->b->block_tables + (size_t)next->seq * c->b->max_blocks_per_seq;
 		vend += next->k1 - next->k0;
 	}
-	for (t = 0; t < CPU_TK; t++)
-		kraw[t] = vraw[t] = (const char *)zero_row;
 	for (t0 = (uint32_t)pl->kstart; (int32_t)t0 < pl->kend; t0 += CPU_TK) {
 		int64_t lo = (int64_t)t0 + CPU_TK, hi = (int64_t)t0 + CPU_TK + ahead;
 
