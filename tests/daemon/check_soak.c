@@ -55,6 +55,8 @@ static int fair(int r)
 
 static int verdict(int r)
 {
+	if (r && !fair(r))
+		fprintf(stderr, "honest client (pid %d) wronged: %s\n", (int)getpid(), strerror(-r));
 	return !r ? SERVED : fair(r) ? REFUSED : WRONGED;
 }
 
@@ -105,6 +107,16 @@ static int honest_prefill(uint32_t seed)
 		if (r)
 			continue;
 		r = run_step(c, s, toks, nc, n - nc, NULL);
+		/*
+		 * The producer of a prefix it waited for was killed (this soak kills
+		 * clients): as pagedkv.h says, close, re-open and compute the rest.
+		 */
+		for (int again = 0; r == -ESTALE && again < 4; again++) {
+			pkv_seq_close(c, s);
+			r = pkv_seq_open(c, toks, n, &s, &nc);
+			if (!r)
+				r = run_step(c, s, toks, nc, n - nc, NULL);
+		}
 		if (fair(r))
 			r = pkv_seq_close(c, s);
 	}
