@@ -41,6 +41,8 @@ struct pkv_cache_limits {
 	/* block references + pinned blocks of one owner, over any owner limit (0 = 8 x num_blocks) */
 	uint32_t max_refs_per_owner;
 	uint32_t inflight_claims;     /* 1: seq_open claims its prompt's blocks (see below); 0: off */
+	/* a claim lapses after this long without progress by its producer, 10x in a step (0 = 2000) */
+	uint32_t inflight_lapse_ms;
 };
 
 int pkv_cache_create(const struct pkv_geometry *g, const struct pkv_cache_limits *lim,
@@ -113,6 +115,14 @@ int pkv_cache_seq_open_more(struct pkv_cache *c, uint32_t owner, uint32_t seq, c
  * (pkv_cache_seq_len tells where to resume). pkv_cache_blocked_seq names
  * the sequence of the last such failure and, for -EAGAIN, the owner of the
  * sequence it waits for (a caller must not wait for its own producer).
+ * A claim also lapses, and is withdrawn the same way, when the next
+ * step_begin of a sequence waiting on it finds that the producer has made no
+ * progress (claimed, begun a step, committed one) for inflight_lapse_ms, or
+ * for 10 x that while the producer holds a step open: a producer that never
+ * computes (a hostile client in a shared pool) cannot keep every later
+ * client of the prefix waiting, nor keep its keys from being published. A
+ * producer whose claims lapsed inside an open step still writes and commits
+ * those blocks, as its own unshared ones.
  * Claims never outlive their producer, never hold unwritten KV readable by
  * anyone, and count against the producer's block limits like any block in
  * its table.
@@ -226,6 +236,7 @@ struct pkv_cache_stats {
 	uint64_t evictions, cow_copies;
 	uint64_t inflight_hit_tokens;         /* of hit_tokens, found pending (in-flight) */
 	uint64_t claimed_blocks, withdrawn_blocks;
+	uint64_t lapsed_claims;                /* withdrawals of a stalled producer's claims */
 };
 void pkv_cache_stats(const struct pkv_cache *c, struct pkv_cache_stats *st);
 

@@ -61,6 +61,7 @@ struct seq {
 	uint32_t wait_lo, wait_hi;
 	uint8_t cut;         /* cut back by a withdrawn claim: the next step_begin says -ESTALE once */
 	uint8_t settled;     /* opened with PKV_OPEN_SETTLED: its walk ignores pending blocks */
+	uint64_t progress_ns; /* last claim, step begin or commit: when its claims lapse (inflight.c) */
 };
 
 struct owner {
@@ -137,7 +138,7 @@ struct pkv_cache {
 	int32_t *scratch;        /* [num_blocks]: chain walks of pin/unpin */
 
 	uint64_t lookup_tokens, hit_tokens, evictions, cow_copies;
-	uint64_t inflight_hit_tokens, claimed_blocks, withdrawn_blocks;
+	uint64_t inflight_hit_tokens, claimed_blocks, withdrawn_blocks, lapsed_claims;
 	uint32_t blocked_seq;    /* handle that made the last step_begin fail -EAGAIN/-ESTALE */
 	uint32_t blocked_by;     /* -EAGAIN: the owner of the sequence computing what it waits for */
 
@@ -219,6 +220,8 @@ uint32_t pkv_inflight_claim(struct pkv_cache *c, struct seq *s, const int32_t *t
 void pkv_inflight_withdraw(struct pkv_cache *c, struct seq *s, uint32_t from);
 int pkv_inflight_check(struct pkv_cache *c, struct seq *s, const struct pkv_step_req *r);
 void pkv_inflight_settle(struct pkv_cache *c, struct seq *s, uint32_t from, uint32_t to);
+void pkv_inflight_progress(const struct pkv_cache *c, struct seq *s);
+void pkv_inflight_abort(struct pkv_cache *c, struct seq *s);
 uint32_t pkv_inflight_trim(const struct pkv_cache *c, const int32_t *blk, uint32_t n);
 
 #endif

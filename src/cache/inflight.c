@@ -2,6 +2,7 @@
 /* In-flight prefix sharing: claims published as pending at open, their consumers, settling and withdrawal. */
 #include <errno.h>
 #include "cache/cache_int.h"
+#include "common/clock.h"
 
 /* Marks a block withdrawn during one pkv_inflight_withdraw, so consumers can recognise it. */
 #define JUST_WITHDRAWN (-2)
@@ -74,7 +75,28 @@ uint32_t pkv_inflight_claim(struct pkv_cache *c, struct seq *s, const int32_t *t
 		got++;
 	}
 	c->claimed_blocks += got;
+	if (got)
+		s->progress_ns = pkv_now_ns();
 	return got;
+}
+
+/* A step begun or committed: the sequence is computing, so its claims do not lapse yet. */
+void pkv_inflight_progress(const struct pkv_cache *c, struct seq *s)
+{
+	if (c->lim.inflight_claims)
+		s->progress_ns = pkv_now_ns();
+}
+
+/* Table entries the sequence's tokens fill, counting those its open step writes. */
+static uint32_t blocks_in_use(const struct pkv_cache *c, const struct seq *s)
+{
+	uint64_t n = s->len;
+
+	if (s->step)
+		for (uint32_t i = 0; i < s->step->n_reqs; i++)
+			if (s->step->reqs[i].seq == (uint32_t)seq_index(c, s))
+				n = (uint64_t)s->step->reqs[i].old_len + s->step->reqs[i].n_new;
+	return (uint32_t)((n + c->bs - 1) / c->bs);
 }
 
 /* Cuts every sequence that waits on a block just withdrawn back to the tokens before it. */
@@ -105,12 +127,12 @@ static void cut_consumers(struct pkv_cache *c, const struct seq *prod, uint32_t 
 /*
  * The producer s gives up its pending blocks at table entries >= from: they
  * leave the prefix table (children first), their waiting consumers are cut
- * back, and the claimed entries past s's own tokens leave its table. s has
- * no open step.
+ * back, and the claimed entries past s's own tokens (and past those its open
+ * step writes, if any) leave its table.
  */
 void pkv_inflight_withdraw(struct pkv_cache *c, struct seq *s, uint32_t from)
 {
-	uint32_t i, lo = UINT32_MAX, mine = (s->len + c->bs - 1) / c->bs;
+	uint32_t i, lo = UINT32_MAX, mine = blocks_in_use(c, s);
 	bool shared = false;
 
 	for (i = s->nblk; i-- > from;) {
@@ -144,6 +166,27 @@ void pkv_inflight_withdraw(struct pkv_cache *c, struct seq *s, uint32_t from)
 }
 
 /*
+ * Withdraws the claims of pending block b's producer from b on when the
+ * producer has stalled (cache.h: inflight_lapse_ms). Returns whether it did.
+ */
+static bool lapse(struct pkv_cache *c, int32_t b)
+{
+	struct seq *p = &c->seqs[c->blk[b].producer];
+	uint64_t limit = (uint64_t)c->lim.inflight_lapse_ms * 1000000ull * (p->step ? 10 : 1);
+	uint32_t i;
+
+	if (pkv_now_ns() - p->progress_ns <= limit)
+		return false;
+	for (i = 0; i < p->nblk && p->tab[i] != b; i++)
+		;
+	if (i == p->nblk)
+		return false;
+	c->lapsed_claims++;
+	pkv_inflight_withdraw(c, p, i);
+	return true;
+}
+
+/*
  * step_begin's check of one request: a sequence cut back by a withdrawal
  * reports it once (-ESTALE); one that still waits on another's pending
  * block cannot step yet (-EAGAIN); a producer stepping other tokens than it
@@ -161,6 +204,11 @@ int pkv_inflight_check(struct pkv_cache *c, struct seq *s, const struct pkv_step
 	}
 	while (s->wait_lo < s->wait_hi && !c->blk[s->tab[s->wait_lo]].pending)
 		s->wait_lo++;
+	if (s->wait_lo < s->wait_hi && lapse(c, s->tab[s->wait_lo]) && s->cut) {
+		s->cut = 0;
+		c->blocked_seq = pkv_seq_handle(c, s);
+		return -ESTALE;
+	}
 	if (s->wait_lo < s->wait_hi) {
 		c->blocked_seq = pkv_seq_handle(c, s);
 		c->blocked_by = c->seqs[c->blk[s->tab[s->wait_lo]].producer].owner;
@@ -190,6 +238,19 @@ void pkv_inflight_settle(struct pkv_cache *c, struct seq *s, uint32_t from, uint
 			k->producer = -1;
 		}
 	}
+}
+
+/*
+ * After an aborted step: entries past the sequence's tokens that are no
+ * longer its own claims (they lapsed while the step was open) leave its table.
+ */
+void pkv_inflight_abort(struct pkv_cache *c, struct seq *s)
+{
+	for (uint32_t i = (s->len + c->bs - 1) / c->bs; i < s->nblk; i++)
+		if (!own_claim(c, s, s->tab[i])) {
+			pkv_seq_drop_blocks(c, s, i);
+			break;
+		}
 }
 
 /* The leading blocks of a walk that hold KV already (pins stop at the first pending one). */

@@ -128,6 +128,8 @@ int pkv_cache_create(const struct pkv_geometry *g, const struct pkv_cache_limits
 		c->lim.pin_budget_blocks = n / 4 ? n / 4 : 1;
 	if (!c->lim.pin_cap_blocks)
 		c->lim.pin_cap_blocks = n / 2 ? n / 2 : 1;
+	if (!c->lim.inflight_lapse_ms)
+		c->lim.inflight_lapse_ms = 2000;
 	if (!c->lim.max_refs_per_owner)   /* n <= 2^26: no wrap */
 		c->lim.max_refs_per_owner = PKV_OWNER_REFS_PER_BLOCK * n;
 	err = -EINVAL;
@@ -337,4 +339,5 @@ void pkv_cache_stats(const struct pkv_cache *c, struct pkv_cache_stats *st)
 	st->inflight_hit_tokens = c->inflight_hit_tokens;
 	st->claimed_blocks = c->claimed_blocks;
 	st->withdrawn_blocks = c->withdrawn_blocks;
+	st->lapsed_claims = c->lapsed_claims;
 }

@@ -259,6 +259,7 @@ static void step_fill(struct pkv_cache *c, struct pkv_step *st, uint32_t i, stru
 	for (uint32_t j = nb; j < max_b; j++)
 		row[j] = -1;
 	s->step = st;
+	pkv_inflight_progress(c, s);
 }
 
 static void step_link(struct pkv_cache *c, struct pkv_step *st)
@@ -415,6 +416,7 @@ int pkv_cache_step_commit(struct pkv_cache *c, struct pkv_step *st)
 		s->len = r->old_len + r->n_new;
 		s->step = NULL;
 		pkv_inflight_settle(c, s, r->old_len / c->bs, s->len / c->bs);
+		pkv_inflight_progress(c, s);
 		pkv_prefix_publish_new(c, s, r->old_len / c->bs, s->len / c->bs);
 	}
 	step_unlink(c, st);
@@ -423,26 +425,25 @@ int pkv_cache_step_commit(struct pkv_cache *c, struct pkv_step *st)
 
 void pkv_cache_step_abort(struct pkv_cache *c, struct pkv_step *st)
 {
-	struct owner *o;
 	uint32_t i;
 
 	if (!st || !st->open)
 		return;
-	o = pkv_owner_find(c, st->owner);
 	/* In reverse, so a block two requests shared goes back exactly as it was. */
 	for (i = st->n_reqs; i-- > 0;) {
 		struct step_req *r = &st->reqs[i];
 		struct seq *s = &c->seqs[r->seq];
 
-		o->nblocks -= s->nblk - r->old_nblk;
-		while (s->nblk > r->old_nblk)
-			pkv_blk_decref(c, s->tab[--s->nblk]);
+		/* Fewer entries than before the step: its claims lapsed meanwhile (pkv_inflight_abort). */
+		if (s->nblk > r->old_nblk)
+			pkv_seq_drop_blocks(c, s, r->old_nblk);
 		if (r->cow_old >= 0) {
 			pkv_blk_decref(c, s->tab[r->cow_idx]);
 			s->tab[r->cow_idx] = r->cow_old;
 			c->cow_copies--;
 		}
 		s->step = NULL;
+		pkv_inflight_abort(c, s);
 	}
 	step_unlink(c, st);
 }

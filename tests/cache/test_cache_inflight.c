@@ -1,19 +1,32 @@
 /* SPDX-License-Identifier: MIT */
 /* Cache manager: in-flight prefix sharing (claims at open, waiting consumers, settling, withdrawal). */
+#include <time.h>
 #include "helpers.h"
 
 #define PRODUCER 5
 #define CONSUMER 6
 #define N 40   /* two full blocks and a partial one */
 
-static struct pkv_cache *claims_cache(uint32_t num_blocks)
+static struct pkv_cache *lapsing_cache(uint32_t num_blocks, uint32_t lapse_ms)
 {
 	struct pkv_geometry g = test_geom(num_blocks);
-	struct pkv_cache_limits lim = { .inflight_claims = 1 };
+	struct pkv_cache_limits lim = { .inflight_claims = 1, .inflight_lapse_ms = lapse_ms };
 	struct pkv_cache *c = NULL;
 
 	ck_assert_int_eq(pkv_cache_create(&g, &lim, &c), 0);
 	return c;
+}
+
+/* Claims that outlast every test here (a minute without progress). */
+static struct pkv_cache *claims_cache(uint32_t num_blocks)
+{
+	return lapsing_cache(num_blocks, 60000);
+}
+
+/* Longer than a 1 ms lapse, in a step too (10x): the clock only moves forward, so this cannot flake. */
+static void outwait_lapse(void)
+{
+	nanosleep(&(struct timespec){ 0, 30 * 1000000 }, NULL);
 }
 
 static int begin(struct pkv_cache *c, uint32_t owner, uint32_t seq, const int32_t *t, uint32_t n,
@@ -264,6 +277,76 @@ START_TEST(settled_open_neither_sees_nor_makes_claims)
 }
 END_TEST
 
+/*
+ * A producer that claims a prompt and never computes it (a hostile client in
+ * a shared pool) cannot keep the next client waiting: its claim lapses, the
+ * waiting consumer is told -ESTALE once, computes the prompt itself and
+ * publishes it for everyone after. The producer is not harmed: it computes
+ * its own copy whenever it steps.
+ */
+START_TEST(stalled_claim_lapses)
+{
+	struct pkv_cache *c = lapsing_cache(64, 1);
+	struct pkv_cache_stats st;
+	struct pkv_step *s;
+	int32_t t[N];
+	uint32_t a, b, d, nb, nd;
+
+	test_prompt(t, N, 11);
+	burst(c, t, &a, &b, &nb);
+	ck_assert_uint_eq(nb, 32);
+	outwait_lapse();
+	ck_assert_int_eq(begin(c, CONSUMER, b, t + 32, 8, &s), -ESTALE);
+	test_audit_clean(c);
+	pkv_cache_stats(c, &st);
+	ck_assert_uint_eq(st.lapsed_claims, 1);
+	ck_assert_uint_eq(st.withdrawn_blocks, 2);
+	ck_assert_int_eq(pkv_cache_seq_len(c, CONSUMER, b), 0);
+	ck_assert_int_eq(begin(c, CONSUMER, b, t, N, &s), 0);
+	ck_assert_int_eq(test_commit(c, s), 0);
+	/* The consumer's blocks are the prompt's now: a third client finds them computed. */
+	ck_assert_int_eq(pkv_cache_seq_open(c, 7, test_ns(1), t, N, &d, &nd), 0);
+	ck_assert_uint_eq(nd, 32);
+	ck_assert_int_eq(begin(c, 7, d, t + 32, 8, &s), 0);
+	pkv_cache_step_abort(c, s);
+	produce(c, a, t, 0, N);
+	test_audit_clean(c);
+	pkv_cache_destroy(c);
+}
+END_TEST
+
+/*
+ * A producer that begins the step writing its claims and then stalls: after
+ * 10x the lapse the consumer goes its own way; the producer's step still
+ * commits (the blocks are its own, unshared) or aborts, with a clean audit.
+ */
+START_TEST(claim_lapses_inside_a_stalled_step)
+{
+	struct pkv_cache *c = lapsing_cache(64, 1);
+	struct pkv_step *s, *ps;
+	int32_t t[N];
+	uint32_t a, b, nb;
+
+	test_prompt(t, N, 12 + _i);
+	burst(c, t, &a, &b, &nb);
+	ck_assert_int_eq(begin(c, PRODUCER, a, t, 16, &ps), 0);   /* writes the first claim only */
+	outwait_lapse();
+	ck_assert_int_eq(begin(c, CONSUMER, b, t + 32, 8, &s), -ESTALE);
+	test_audit_clean(c);
+	if (_i)
+		pkv_cache_step_abort(c, ps);
+	else
+		ck_assert_int_eq(test_commit(c, ps), 0);
+	test_audit_clean(c);
+	ck_assert_int_eq(pkv_cache_seq_len(c, PRODUCER, a), _i ? 0 : 16);
+	ck_assert_int_eq(begin(c, CONSUMER, b, t, N, &s), 0);
+	ck_assert_int_eq(test_commit(c, s), 0);
+	produce(c, a, t, _i ? 0 : 16, N);
+	test_audit_clean(c);
+	pkv_cache_destroy(c);
+}
+END_TEST
+
 START_TEST(claims_off_by_default)
 {
 	struct pkv_cache *c = test_cache(64);
@@ -294,6 +377,8 @@ int main(void)
 	tcase_add_test(tc, claims_respect_block_limits);
 	tcase_add_test(tc, settled_open_neither_sees_nor_makes_claims);
 	tcase_add_test(tc, claims_off_by_default);
+	tcase_add_test(tc, stalled_claim_lapses);
+	tcase_add_loop_test(tc, claim_lapses_inside_a_stalled_step, 0, 2);
 	suite_add_tcase(s, tc);
 	return test_run(s);
 }

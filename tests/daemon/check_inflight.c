@@ -70,6 +70,20 @@ static void producer(const char *pool, int ready)
 	_exit(0);
 }
 
+/* A squatter: claims the prompt's blocks at open, then never computes them. */
+static void squatter(const char *pool, int ready)
+{
+	struct pkv_client *c = test_client(D.sock, pool, 1 << 20, 5000);
+	int32_t t[N];
+	uint32_t seq, nc;
+
+	prompt(t);
+	if (!c || pkv_seq_open(c, t, N, &seq, &nc) || write(ready, "s", 1) != 1)
+		_exit(2);
+	pause();
+	_exit(0);
+}
+
 /*
  * A consumer: opens the same prompt (while the producer computes it, or
  * after), computes the rest, re-opening when the producer's claim was
@@ -182,6 +196,35 @@ START_TEST(claims_are_invisible_to_other_uids)
 }
 END_TEST
 
+/*
+ * A client that claims a prompt and sits on it cannot hold the next client of
+ * that prompt: the claim lapses (2 s without progress), the consumer is told
+ * -ESTALE, opens again and computes the prompt itself (exit 8: nothing was
+ * cached), instead of waiting out the client library's 30 s and failing.
+ */
+START_TEST(a_claim_nobody_computes_lapses)
+{
+	char why[512];
+	int ready[2];
+	pid_t sq, cons;
+	char c;
+
+	ck_assert_int_eq(pipe(ready), 0);
+	sq = fork();
+	ck_assert_int_ge(sq, 0);
+	if (sq == 0)
+		squatter("inflight-squat", ready[1]);
+	ck_assert_int_eq(read(ready[0], &c, 1), 1);
+	cons = spawn_consumer("inflight-squat", 0);
+	ck_assert_int_eq(wait_status(cons), 8);
+	kill(sq, SIGKILL);
+	wait_status(sq);
+	ck_assert_msg(audit_until_clean(D.sock, 2000, why, sizeof(why)) == 0, "audit: %s", why);
+	close(ready[0]);
+	close(ready[1]);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("inflight");
@@ -190,6 +233,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, consumers_survive_a_killed_producer, 0, 8);
+	tcase_add_test(tc, a_claim_nobody_computes_lapses);
 	/* Needs root to become another uid; not added (so not counted) otherwise. */
 	if (geteuid() == 0)
 		tcase_add_test(tc, claims_are_invisible_to_other_uids);
