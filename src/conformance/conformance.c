@@ -798,6 +798,7 @@ static void run_case(const struct casedef *c)
 					(uint32_t)c->bs, 0 }, (uint32_t)c->adt };
 	size_t row = (size_t)c->nkv * c->hd;
 	struct run r;
+	char why[256];
 	struct pkv_attn_batch b;
 	double *ref = NULL;
 	float *naive = NULL;
@@ -843,6 +844,11 @@ static void run_case(const struct casedef *c)
 		ret = plug.be->cache_alloc(plug.ctx, &pool, &r.mem);
 		if (ret) {
 			tap(0, "%s %s: cache_alloc failed: %d", pname, c->name, ret);
+			continue;
+		}
+		if (pkv_cache_mem_check(&pool, plug.be->caps->domain, &r.mem, why, sizeof(why))) {
+			tap(0, "%s %s: %s", pname, c->name, why);
+			plug.be->cache_free(plug.ctx, &r.mem);
 			continue;
 		}
 		memset(r.written, 0, (size_t)r.num_blocks * c->bs);

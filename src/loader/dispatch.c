@@ -2,6 +2,7 @@
 /* Per-pool dispatch: checks a batch, picks the decode or varlen backend, shares one cache between them. */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -122,13 +123,43 @@ int pkv_dispatch_open(struct pkv_dispatch *d, struct pkv_plugin *varlen, struct 
 	if (ret)
 		return bad(err, err_len, "%s: cache_alloc failed: %s", owner->path, strerror(ret < 0 ? -ret : EIO)),
 		       ret < 0 ? ret : -EIO;
-	if (!d->mem.k_base || !d->mem.v_base || d->mem.domain != owner->be->caps->domain) {
+	ret = pkv_cache_mem_check(pool, owner->be->caps->domain, &d->mem, err, err_len);
+	if (ret) {
+		size_t n = err ? strlen(err) : 0;
+
 		owner->be->cache_free(owner->ctx, &d->mem);
-		return bad(err, err_len, "%s: cache_alloc returned no memory or the wrong domain", owner->path);
+		if (err && n + 1 < err_len)
+			snprintf(err + n, err_len - n, " (%s)", owner->path);
+		return ret;
 	}
 	d->varlen = varlen;
 	d->decode = decode;
 	d->owner = owner;
+	return 0;
+}
+
+int pkv_cache_mem_check(const struct pkv_pool_desc *pool, uint32_t domain, const struct pkv_cache_mem *mem,
+			char *err, size_t err_len)
+{
+	const struct pkv_geometry *g = &pool->geo, *m = &mem->geo;
+	unsigned __int128 row, blk, layer, need;
+
+	if (!mem->k_base || !mem->v_base || mem->domain != domain)
+		return bad(err, err_len, "cache_alloc returned no memory or memory of another domain");
+	if (m->num_layers != g->num_layers || m->num_heads != g->num_heads || m->num_kv_heads != g->num_kv_heads ||
+	    m->head_dim != g->head_dim || m->cache_dtype != g->cache_dtype || m->block_size != g->block_size ||
+	    m->num_blocks != g->num_blocks)
+		return bad(err, err_len, "cache_alloc returned a cache of another geometry than the pool's");
+	row = (unsigned __int128)g->num_kv_heads * g->head_dim * pkv_dtype_size(g->cache_dtype);
+	blk = (unsigned __int128)g->block_size * mem->token_stride;
+	layer = (unsigned __int128)g->num_blocks * mem->block_stride;
+	need = 2 * (unsigned __int128)g->num_layers * layer;
+	/* backend.h: rows contiguous, block_stride = block_size * token_stride, layers apart. */
+	if (!row || mem->token_stride < row || mem->block_stride != blk || mem->layer_stride < layer ||
+	    mem->bytes < need || need > SIZE_MAX)
+		return bad(err, err_len,
+			   "cache_alloc returned strides that do not hold the pool (token %zu, block %zu, "
+			   "layer %zu, bytes %zu)", mem->token_stride, mem->block_stride, mem->layer_stride, mem->bytes);
 	return 0;
 }
 

@@ -116,6 +116,17 @@ int pkv_attn_batch_check(const struct pkv_cache_mem *mem, const struct pkv_attn_
 			 char *err, size_t err_len);
 
 /*
+ * Whether the cache descriptor a plugin's cache_alloc returned describes the
+ * pool asked for: its geometry, non-null bases in the owner's domain, and
+ * strides that hold the layout of backend.h without overlap or overflow.
+ * Everything that then addresses the cache (attends, block copies, the disk
+ * tier) trusts these strides, so a broken plugin is refused here, with the
+ * reason in err, instead of scribbling through them. -EINVAL when not.
+ */
+int pkv_cache_mem_check(const struct pkv_pool_desc *pool, uint32_t domain, const struct pkv_cache_mem *mem,
+			char *err, size_t err_len);
+
+/*
  * The backends serving one pool: one for varlen, one for decode (possibly the
  * same plugin), sharing the cache memory of their domain.
  */

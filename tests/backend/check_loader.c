@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "loader/loader.h"
@@ -155,6 +156,42 @@ START_TEST(caps_cannot_serve)
 	ck_assert_msg(strstr(err, "cache dtype 2"), "%s", err);
 	pool = pool_desc(32, PKV_DTYPE_F32);
 	ck_assert_int_eq(pkv_dispatch_open(&d, &p, NULL, &pool, err, sizeof(err)), 0);
+	pkv_dispatch_close(&d);
+	pkv_plugin_unload(&p);
+}
+END_TEST
+
+/*
+ * A cache descriptor that does not hold its pool is refused with a reason:
+ * every reader trusts the strides, so each field a plugin could get wrong is
+ * bent once, starting from the good toy's own descriptor.
+ */
+START_TEST(cache_descriptor_is_checked)
+{
+	struct pkv_plugin p;
+	struct pkv_pool_desc pool = pool_desc(64, PKV_DTYPE_F32);
+	struct pkv_dispatch d;
+	struct pkv_cache_mem m;
+
+	ck_assert_int_eq(pkv_plugin_load(toy("good"), NULL, NULL, NULL, host, &p, err, sizeof(err)), 0);
+	ck_assert_int_eq(pkv_dispatch_open(&d, &p, NULL, &pool, err, sizeof(err)), 0);
+	ck_assert_int_eq(pkv_cache_mem_check(&pool, PKV_DOMAIN_HOST, &d.mem, err, sizeof(err)), 0);
+	for (int i = 0; i < 8; i++) {
+		m = d.mem;
+		switch (i) {
+		case 0: m.geo.num_blocks++; break;
+		case 1: m.geo.head_dim /= 2; break;
+		case 2: m.token_stride--; break;
+		case 3: m.block_stride /= 2; break;
+		case 4: m.layer_stride -= m.block_stride; break;
+		case 5: m.bytes /= 2; break;
+		case 6: m.v_base = NULL; break;
+		case 7: m.token_stride = SIZE_MAX / 2; m.block_stride = 0; break;
+		}
+		ck_assert_int_eq(pkv_cache_mem_check(&pool, PKV_DOMAIN_HOST, &m, err, sizeof(err)), -EINVAL);
+		ck_assert_msg(strstr(err, "cache_alloc returned"), "case %d: %s", i, err);
+	}
+	ck_assert_int_eq(pkv_cache_mem_check(&pool, PKV_DOMAIN_HOST + 1, &d.mem, err, sizeof(err)), -EINVAL);
 	pkv_dispatch_close(&d);
 	pkv_plugin_unload(&p);
 }
@@ -408,6 +445,7 @@ static Suite *loader_suite(void)
 	tc = tcase_create("dispatch");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, dispatch_picks_path);
+	tcase_add_test(tc, cache_descriptor_is_checked);
 	tcase_add_test(tc, dispatch_refuses_bad_batch);
 	suite_add_tcase(s, tc);
 	return s;
