@@ -44,7 +44,6 @@ struct pkv_config {
 	/* isolation of clients' memory, connections and the admin tool (DESIGN.md §5) */
 	char admin_group[64];           /* "" = admins are root and the daemon's uid only */
 	unsigned max_unauth_per_uid;    /* connections one uid may hold before their hello */
-	uint64_t max_arena_per_uid;     /* bytes of shared regions one uid may have mapped */
 	/* disk tier (tier_glue.c); 0 / "" = default / off */
 	char disk_cache[4096];          /* directory; "" = no disk tier */
 	uint64_t disk_budget;           /* bytes of records (0 = 10G) */

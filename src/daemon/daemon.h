@@ -312,7 +312,6 @@ int session_exec(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *
 /* Whether e is a step boundary (STEP_BEGIN, STEP_END, STEP_ABORT) the worker may run for s. */
 int session_step_on_worker(const struct session *s, const struct pkv_sqe *e);
 /* Bytes of shared regions the uid's connections have mapped (for per-uid quotas). */
-uint64_t session_uid_region_bytes(const struct pkv_daemon *d, uid_t uid);
 int session_post(struct session *s, uint64_t ud, int32_t res, uint64_t p0, uint64_t p1);
 void session_set_err(struct session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void session_release(struct pkv_daemon *d, struct session *s);

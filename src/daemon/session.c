@@ -203,35 +203,6 @@ static int memfd_fs_ok(int fd, char *why, size_t why_len)
 	return 0;
 }
 
-uint64_t session_uid_region_bytes(const struct pkv_daemon *d, uid_t uid)
-{
-	uint64_t n = 0;
-
-	for (const struct session *o = d->sessions; o; o = o->next)
-		if (o->uid == uid && o->region && !o->released)
-			n += o->region_size;
-	return n;
-}
-
-/*
- * Shared memory a uid maps into the daemon counts against its quota: pages
- * the daemon touches first are charged to the daemon's memory cgroup, so
- * without a bound one user could make the daemon hold any amount (class 11
- * of issue 9). Checked before mapping anything.
- */
-static int arena_quota_ok(const struct pkv_daemon *d, const struct session *s, uint64_t size,
-			  char *why, size_t why_len)
-{
-	uint64_t held = session_uid_region_bytes(d, s->uid);
-
-	if (held <= d->cfg.max_arena_per_uid && size <= d->cfg.max_arena_per_uid - held)
-		return 1;
-	snprintf(why, why_len, "hello: uid %u already maps %llu bytes; %llu more would pass "
-		 "max_arena_per_uid (%llu)", (unsigned)s->uid, (unsigned long long)held,
-		 (unsigned long long)size, (unsigned long long)d->cfg.max_arena_per_uid);
-	return 0;
-}
-
 /* Maps and checks a client's region; takes ownership of fds on success. */
 static int client_hello(struct pkv_daemon *d, struct session *s, const struct pkv_msg_hello *m,
 			int *fds, int nfds, char *why, size_t why_len)
@@ -270,8 +241,6 @@ static int client_hello(struct pkv_daemon *d, struct session *s, const struct pk
 		snprintf(why, why_len, "hello: the submission doorbell must be an eventfd");
 		return -EINVAL;
 	}
-	if (!arena_quota_ok(d, s, (uint64_t)st.st_size, why, why_len))
-		return -EDQUOT;
 	map = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
 	if (map == MAP_FAILED) {
 		snprintf(why, why_len, "hello: cannot map the memfd: %s", strerror(errno));

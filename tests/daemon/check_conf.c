@@ -57,13 +57,13 @@ START_TEST(test_isolation_keys)
 	pkv_config_defaults(&c);
 	ck_assert_str_eq(c.admin_group, "");
 	ck_assert_uint_eq(c.max_unauth_per_uid, 16);
-	ck_assert_uint_eq(c.max_arena_per_uid, 4ull << 30);
+	ck_assert_uint_eq(c.uid_max_region, 4ull << 30);
 	write_file("admin_group = pkvadm\nmax_unauth_per_uid = 4\nmax_arena_per_uid = 512M\n");
 	ck_assert_int_eq(pkv_config_load(&c, path, why, sizeof(why)), 0);
 	unlink(path);
 	ck_assert_str_eq(c.admin_group, "pkvadm");
 	ck_assert_uint_eq(c.max_unauth_per_uid, 4);
-	ck_assert_uint_eq(c.max_arena_per_uid, 512ull << 20);
+	ck_assert_uint_eq(c.uid_max_region, 512ull << 20);   /* the old name still works */
 	ck_assert_int_lt(pkv_config_set(&c, "max-unauth-per-uid", "0", why, sizeof(why)), 0);
 	ck_assert_int_lt(pkv_config_set(&c, "max-arena-per-uid", "1K", why, sizeof(why)), 0);
 	ck_assert_int_lt(pkv_config_set(&c, "admin-group", "", why, sizeof(why)), 0);
