@@ -37,6 +37,7 @@ struct pkv_attn {
 	void *ctx;
 	const char *name;
 	int remote; /* attention runs in another process: idle our threads while waiting */
+	uint32_t block_size; /* tokens per block: prefixes are shared in whole blocks */
 };
 
 /*

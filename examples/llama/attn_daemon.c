@@ -100,5 +100,6 @@ int pkv_attn_daemon_create(const struct pkv_connect_opts *co, const struct pkv_p
 	out->ctx = c;
 	out->name = "pagedkvd";
 	out->remote = 1;
+	out->block_size = p->geo.block_size;
 	return 0;
 }

@@ -581,5 +581,6 @@ int pkv_attn_ref_create(const struct pkv_geometry *geo, uint64_t capacity_tokens
 	out->ops = &ref_ops;
 	out->ctx = r;
 	out->name = "in-process";
+	out->block_size = geo->block_size ? geo->block_size : 1;
 	return 0;
 }

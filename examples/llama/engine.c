@@ -25,7 +25,7 @@ int engine_init(struct engine *e, struct llama_ctx *lc, const struct tokenizer *
 	e->attn = lc->attn;
 	e->token_budget = token_budget && token_budget <= lc->cap_tokens ? token_budget : lc->cap_tokens;
 	e->max_running = max_running ? max_running : 64;
-	e->share_block = 16;    /* pagedkv's default block size: shorter prefixes are never shared */
+	e->share_block = lc->attn->block_size; /* shorter prefixes are never shared */
 	e->share_wait_s = 30.0;
 	e->logits = malloc((size_t)e->max_running * lc->m->hp.n_vocab * sizeof(float));
 	return e->logits ? 0 : -ENOMEM;

@@ -64,6 +64,20 @@ static int hp_u32(struct llama *m, const char *key, uint32_t *v, uint32_t dflt)
 	return 0;
 }
 
+
+/* A layer's seven weight matrices, in the order of the letters "qkvogud" ($PKV_ACT16). */
+#define LAYER_MATS 7
+static void layer_mats(struct llama_layer *L, struct wmat *ws[LAYER_MATS])
+{
+	ws[0] = &L->wq;
+	ws[1] = &L->wk;
+	ws[2] = &L->wv;
+	ws[3] = &L->wo;
+	ws[4] = &L->gate;
+	ws[5] = &L->up;
+	ws[6] = &L->down;
+}
+
 int llama_load(struct llama *m, const char *path)
 {
 	struct llama_hparams *hp = &m->hp;
@@ -180,9 +194,9 @@ int llama_load(struct llama *m, const char *path)
 			a16 = "qkvogudx";
 		m->output.act16 = !!strchr(a16, 'x');
 		for (uint32_t l = 0; l < hp->n_layers; l++) {
-			struct llama_layer *L = &m->layers[l];
-			struct wmat *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down };
-			for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
+			struct wmat *ws[LAYER_MATS];
+			layer_mats(&m->layers[l], ws);
+			for (size_t i = 0; i < LAYER_MATS; i++) {
 				if ((r = pkv_wmat_pack(ws[i])))
 					goto err;
 				ws[i]->act16 = !!strchr(a16, "qkvogud"[i]);
@@ -202,9 +216,9 @@ void llama_unpack(struct llama *m)
 	pkv_wmat_unpack(&m->output);
 	if (m->layers)
 		for (uint32_t l = 0; l < m->hp.n_layers; l++) {
-			struct llama_layer *L = &m->layers[l];
-			struct wmat *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down };
-			for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+			struct wmat *ws[LAYER_MATS];
+			layer_mats(&m->layers[l], ws);
+			for (size_t i = 0; i < LAYER_MATS; i++)
 				pkv_wmat_unpack(ws[i]);
 		}
 }

@@ -26,4 +26,22 @@ static inline int model_path(const char *file, char *buf, size_t len)
 	return access(buf, R_OK) == 0 ? 0 : -1;
 }
 
+#define SMOLLM2_FILE "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+/*
+ * SmolLM2-135M-Instruct for the tests that need it: $PKV_SMOLLM2_MODEL, else
+ * model_path's places, else where scripts/fetch-model puts it
+ * (~/.cache/pagedkv/models). Returns 0 when buf names a readable file.
+ */
+static inline int smollm2_path(char *buf, size_t len)
+{
+	const char *env = getenv("PKV_SMOLLM2_MODEL"), *home = getenv("HOME");
+
+	if (env && *env)
+		snprintf(buf, len, "%s", env);
+	else if (model_path(SMOLLM2_FILE, buf, len) && home)
+		snprintf(buf, len, "%s/.cache/pagedkv/models/%s", home, SMOLLM2_FILE);
+	return access(buf, R_OK) == 0 ? 0 : -1;
+}
+
 #endif

@@ -14,7 +14,7 @@
 #include "../../examples/llama/tokenizer.h"
 #include "modeldir.h"
 
-#define SMOL "SmolLM2-135M-Instruct.Q4_1.gguf"
+#define SMOL SMOLLM2_FILE
 static const struct {
 	const char *act16; /* $PKV_ACT16; NULL: the default */
 	double min;
@@ -106,12 +106,7 @@ END_TEST
 
 int main(void)
 {
-	const char *env = getenv("PKV_SMOLLM2_MODEL"), *home = getenv("HOME");
-	if (env && *env)
-		snprintf(path, sizeof path, "%s", env);
-	else if (model_path(SMOL, path, sizeof path) && home)
-		snprintf(path, sizeof path, "%s/.cache/pagedkv/models/%s", home, SMOL);
-	if (access(path, R_OK) || !pkv_vnni_available()) {
+	if (smollm2_path(path, sizeof path) || !pkv_vnni_available()) {
 		fprintf(stderr, "test_q8agree: needs %s (scripts/fetch-model) and AVX512-VNNI\n", SMOL);
 		return 77;
 	}

@@ -11,7 +11,7 @@
 #include "../../examples/llama/session.h"
 #include "modeldir.h"
 
-#define SMOL "SmolLM2-135M-Instruct.Q4_1.gguf"
+#define SMOL SMOLLM2_FILE
 static char path[4096];
 static struct session s;
 
@@ -121,12 +121,7 @@ END_TEST
 
 int main(void)
 {
-	const char *env = getenv("PKV_SMOLLM2_MODEL"), *home = getenv("HOME");
-	if (env && *env)
-		snprintf(path, sizeof path, "%s", env);
-	else if (model_path(SMOL, path, sizeof path) && home)
-		snprintf(path, sizeof path, "%s/.cache/pagedkv/models/%s", home, SMOL);
-	if (access(path, R_OK)) {
+	if (smollm2_path(path, sizeof path)) {
 		fprintf(stderr, "test_smollm: %s absent (run scripts/fetch-model)\n", SMOL);
 		return 77;
 	}

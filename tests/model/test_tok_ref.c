@@ -12,7 +12,7 @@
 #include "../../examples/llama/tokenizer.h"
 #include "modeldir.h"
 
-#define SMOL "SmolLM2-135M-Instruct.Q4_1.gguf"
+#define SMOL SMOLLM2_FILE
 
 static char model[4096];
 static struct gguf g;
@@ -123,13 +123,7 @@ END_TEST
 
 int main(void)
 {
-	const char *env = getenv("PKV_SMOLLM2_MODEL"), *home = getenv("HOME");
-
-	if (env && *env)
-		snprintf(model, sizeof model, "%s", env);
-	else if (model_path(SMOL, model, sizeof model) && home)
-		snprintf(model, sizeof model, "%s/.cache/pagedkv/models/%s", home, SMOL);
-	if (access(model, R_OK)) {
+	if (smollm2_path(model, sizeof model)) {
 		fprintf(stderr, "test_tok_ref: %s absent (run scripts/fetch-model)\n", SMOL);
 		return 77;
 	}
