@@ -177,6 +177,14 @@ static inline uint64_t owner_block_cap(const struct pkv_cache *c, const struct o
 	return m;
 }
 
+/* Blocks the owner may still take (references and pins share one limit); o may be NULL. */
+static inline uint64_t owner_room(const struct pkv_cache *c, const struct owner *o)
+{
+	uint64_t held = o ? (uint64_t)o->nblocks + o->pin_blocks : 0, cap = owner_block_cap(c, o);
+
+	return held < cap ? cap - held : 0;
+}
+
 static inline bool blk_evictable(const struct blk *b)
 {
 	return b->ref == 0 && b->published && b->pin == 0 && b->nchild == 0;

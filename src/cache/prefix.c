@@ -204,7 +204,7 @@ int pkv_prefix_pin(struct pkv_cache *c, uint32_t owner, struct pkv_key ns, const
 	    (uint64_t)c->n_pinned + fresh > c->lim.pin_cap_blocks)
 		return -ENOSPC;
 	/* A pin holds blocks as surely as a sequence does: it counts against the owner's block limit. */
-	if ((o ? (uint64_t)o->nblocks + o->pin_blocks : 0) + n > owner_block_cap(c, o))
+	if (n > owner_room(c, o))
 		return -ENOSPC;
 	path = malloc(n * sizeof(*path));
 	if (!path)

@@ -123,7 +123,7 @@ static bool owner_over(const struct pkv_cache *c, const struct owner *o, uint32_
 	if (more_seqs && o->max_seqs && (uint64_t)o->nseqs + more_seqs > o->max_seqs)
 		return true;
 	/* Pinned blocks count too: pins and references share one block limit. */
-	if (more_blocks && (uint64_t)o->nblocks + o->pin_blocks + more_blocks > owner_block_cap(c, o))
+	if (more_blocks > owner_room(c, o))
 		return true;
 	return false;
 }
@@ -254,15 +254,17 @@ static uint32_t seq_match(const struct pkv_cache *c, const struct seq *s, const 
 			  uint32_t max_blk, uint32_t budget, int *more)
 {
 	struct pkv_key parent = s->nblk ? c->blk[s->tab[s->nblk - 1]].key : s->ns;
-	uint32_t lim = max_blk - s->nblk, n;
+	uint32_t lim = max_blk - s->nblk, n, settled;
 
 	if (budget && budget < lim)
 		lim = budget;
 	n = pkv_prefix_walk_from(c, s->ns, parent, tokens + (size_t)s->nblk * c->bs, lim,
 				 s->tab + s->nblk);
 	*more = n == lim && s->nblk + n < max_blk;
-	if (s->settled && pkv_inflight_trim(c, s->tab + s->nblk, n) < n) {
-		n = pkv_inflight_trim(c, s->tab + s->nblk, n);
+	/* A settled open stops at the first block still being computed. */
+	settled = s->settled ? pkv_inflight_trim(c, s->tab + s->nblk, n) : n;
+	if (settled < n) {
+		n = settled;
 		*more = 0;
 	}
 	return n;
@@ -275,7 +277,7 @@ static uint32_t seq_match(const struct pkv_cache *c, const struct seq *s, const 
 static void seq_take_matched(struct pkv_cache *c, struct owner *o, struct seq *s, uint32_t n,
 			     const int32_t *tokens, uint32_t n_tokens, uint32_t budget, int more)
 {
-	uint64_t held, cap;
+	uint64_t room;
 
 	for (uint32_t i = 0; i < n; i++)
 		pkv_blk_incref(c, s->tab[s->nblk + i]);
@@ -286,11 +288,10 @@ static void seq_take_matched(struct pkv_cache *c, struct owner *o, struct seq *s
 	c->hit_tokens += (uint64_t)n * c->bs;
 	if (more)
 		return;
-	held = (uint64_t)o->nblocks + o->pin_blocks;
-	cap = owner_block_cap(c, o);
-	if (held < cap)
+	room = owner_room(c, o);
+	if (room)
 		o->nblocks += pkv_inflight_claim(c, s, tokens, n_tokens,
-						 (uint32_t)(budget && budget < cap - held ? budget : cap - held));
+						 (uint32_t)(budget && budget < room ? budget : room));
 }
 
 int pkv_cache_seq_open_partial(struct pkv_cache *c, uint32_t owner, struct pkv_key ns,
@@ -363,10 +364,8 @@ int pkv_cache_seq_open_more(struct pkv_cache *c, uint32_t owner, uint32_t seq, c
 	o = pkv_owner_find(c, owner);
 	n = seq_match(c, s, tokens, max_blk, budget, &more);
 	/* Over the owner's block limit, the match ends where the limit does. */
-	if ((uint64_t)o->nblocks + o->pin_blocks + n > owner_block_cap(c, o)) {
-		uint64_t held = (uint64_t)o->nblocks + o->pin_blocks, cap = owner_block_cap(c, o);
-
-		n = held < cap ? (uint32_t)(cap - held) : 0;
+	if (n > owner_room(c, o)) {
+		n = (uint32_t)owner_room(c, o);
 		more = 0;
 	}
 	seq_take_matched(c, o, s, n, tokens, n_tokens, budget, more);

@@ -191,7 +191,7 @@ static int step_plan(struct pkv_cache *c, uint32_t owner, const struct pkv_step_
 	if ((uint64_t)n_reqs * p->max_b > PKV_MAX_STEP_TABLE)
 		return -E2BIG;
 	o = pkv_owner_find(c, owner);
-	if (p->new_refs && (uint64_t)o->nblocks + o->pin_blocks + p->new_refs > owner_block_cap(c, o))
+	if (p->new_refs > owner_room(c, o))
 		return -ENOSPC;
 	if (p->need > pkv_blk_available(c))
 		return -ENOSPC;
