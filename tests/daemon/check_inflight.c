@@ -172,27 +172,37 @@ START_TEST(consumers_survive_a_killed_producer)
 }
 END_TEST
 
-/* A consumer of another uid never sees a claim: it computes everything itself (n_cached 0). */
-START_TEST(claims_are_invisible_to_other_uids)
+/*
+ * Starts `first` (a producer or a squatter) on the pool, then one consumer of
+ * uid once `first` has opened; returns the consumer's exit status, after
+ * killing `first` and checking that the audit comes back clean.
+ */
+static int consumer_after(void (*first)(const char *, int), const char *pool, uid_t uid)
 {
 	char why[512];
-	int ready[2];
-	pid_t prod, cons;
+	int ready[2], st;
+	pid_t p;
 	char c;
 
 	ck_assert_int_eq(pipe(ready), 0);
-	prod = fork();
-	ck_assert_int_ge(prod, 0);
-	if (prod == 0)
-		producer("inflight-uids", ready[1]);
+	p = fork();
+	ck_assert_int_ge(p, 0);
+	if (p == 0)
+		first(pool, ready[1]);
 	ck_assert_int_eq(read(ready[0], &c, 1), 1);
-	cons = spawn_consumer("inflight-uids", OTHER_UID);
-	ck_assert_int_eq(wait_status(cons), 8);
-	kill(prod, SIGKILL);
-	wait_status(prod);
+	st = wait_status(spawn_consumer(pool, uid));
+	kill(p, SIGKILL);
+	wait_status(p);
 	ck_assert_msg(audit_until_clean(D.sock, 2000, why, sizeof(why)) == 0, "audit: %s", why);
 	close(ready[0]);
 	close(ready[1]);
+	return st;
+}
+
+/* A consumer of another uid never sees a claim: it computes everything itself (n_cached 0). */
+START_TEST(claims_are_invisible_to_other_uids)
+{
+	ck_assert_int_eq(consumer_after(producer, "inflight-uids", OTHER_UID), 8);
 }
 END_TEST
 
@@ -204,24 +214,7 @@ END_TEST
  */
 START_TEST(a_claim_nobody_computes_lapses)
 {
-	char why[512];
-	int ready[2];
-	pid_t sq, cons;
-	char c;
-
-	ck_assert_int_eq(pipe(ready), 0);
-	sq = fork();
-	ck_assert_int_ge(sq, 0);
-	if (sq == 0)
-		squatter("inflight-squat", ready[1]);
-	ck_assert_int_eq(read(ready[0], &c, 1), 1);
-	cons = spawn_consumer("inflight-squat", 0);
-	ck_assert_int_eq(wait_status(cons), 8);
-	kill(sq, SIGKILL);
-	wait_status(sq);
-	ck_assert_msg(audit_until_clean(D.sock, 2000, why, sizeof(why)) == 0, "audit: %s", why);
-	close(ready[0]);
-	close(ready[1]);
+	ck_assert_int_eq(consumer_after(squatter, "inflight-squat", 0), 8);
 }
 END_TEST
 
