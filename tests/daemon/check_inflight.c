@@ -48,11 +48,11 @@ static void nap_ms(long ms)
 }
 
 /*
- * The producer: opens (claiming the prompt's blocks), tells the parent, then
- * prefills in 16-token steps, pausing between them so it can be killed
- * anywhere in its prefill.
+ * Opens the prompt (claiming its blocks), tells the parent, then prefills it
+ * in 16-token steps when `computes`, pausing between them so it can be killed
+ * anywhere in its prefill; holds the sequence until killed.
  */
-static void producer(const char *pool, int ready)
+static void claimant(const char *pool, int ready, int computes)
 {
 	struct pkv_client *c = test_client(D.sock, pool, 1 << 20, 5000);
 	int32_t t[N];
@@ -61,27 +61,24 @@ static void producer(const char *pool, int ready)
 	prompt(t);
 	if (!c || pkv_seq_open(c, t, N, &seq, &nc) || write(ready, "p", 1) != 1)
 		_exit(2);
-	for (uint32_t p = nc; p < N; p += 16) {
+	for (uint32_t p = nc; computes && p < N; p += 16) {
 		nap_ms(20);
 		if (run_step(c, seq, t, p, 16, NULL))
 			_exit(3);
 	}
-	pause();   /* holds the sequence until killed */
+	pause();
 	_exit(0);
 }
 
-/* A squatter: claims the prompt's blocks at open, then never computes them. */
+static void producer(const char *pool, int ready)
+{
+	claimant(pool, ready, 1);
+}
+
+/* A squatter claims the prompt's blocks at open, then never computes them. */
 static void squatter(const char *pool, int ready)
 {
-	struct pkv_client *c = test_client(D.sock, pool, 1 << 20, 5000);
-	int32_t t[N];
-	uint32_t seq, nc;
-
-	prompt(t);
-	if (!c || pkv_seq_open(c, t, N, &seq, &nc) || write(ready, "s", 1) != 1)
-		_exit(2);
-	pause();
-	_exit(0);
+	claimant(pool, ready, 0);
 }
 
 /*
