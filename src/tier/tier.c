@@ -835,9 +835,10 @@ static void io_done(void *ud, struct tier_io *io)
 		 * order): the caller may copy it into its pool while the rest
 		 * is read. Told every FETCH_STEP records, not every one.
 		 */
-		while (f->lead < f->n && f->got[f->lead] && !f->res[f->lead])
-			f->lead++;
-		if (!f->self && !f->abandoned && !f->expired && f->lead - f->told >= FETCH_STEP && f->done_ios + 1 < f->n) {
+		while (!f->self && f->lead < f->n && f->got[f->lead] && !f->res[f->lead])
+			f->lead++;   /* a check's records (self) are verified only at the end: no head */
+		if (!f->self && !f->abandoned && !f->expired && f->lead - f->told >= FETCH_STEP &&
+		    f->done_ios + 1 < f->n) {
 			f->told = f->lead;
 			notify(t);
 		}
