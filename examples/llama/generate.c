@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine.h"
 #include "opts.h"
@@ -28,6 +29,8 @@ static void usage(FILE *f)
 		"  -t, --threads N        compute threads, 0 to 1024 (default 0: $PKV_THREADS or all CPUs)\n"
 		"  -q, --quiet            print only the statistics table\n"
 		"  -S, --stream           print conversation 0's tokens as they come\n"
+		"      --idle-ms N        wait N ms after attaching before the first prompt (measurement: a\n"
+		"                         server idle between its start and its first request)\n"
 		"  -h, --help             this text\n"
 		"Sampling is greedy unless --temp is given.\n");
 }
@@ -64,11 +67,11 @@ int main(int argc, char **argv)
 		{ "budget", 1, 0, 'b' }, { "system", 1, 0, 's' }, { "raw", 0, 0, 3 }, { "temp", 1, 0, 4 },
 		{ "top-k", 1, 0, 5 }, { "top-p", 1, 0, 6 }, { "seed", 1, 0, 7 }, { "threads", 1, 0, 't' },
 		{ "quiet", 0, 0, 'q' }, { "stream", 0, 0, 'S' }, { "help", 0, 0, 'h' }, { "ctx", 1, 0, 8 },
-		{ "max-seqs", 1, 0, 9 }, { 0 } };
+		{ "max-seqs", 1, 0, 9 }, { "idle-ms", 1, 0, 10 }, { 0 } };
 	static const char prog[] = "pkv-generate";
 	struct session_opts so = { 0 };
 	const char *file = NULL, *system = NULL;
-	uint32_t max_new = 64, parallel = 0, budget = 256, top_k = 0;
+	uint32_t max_new = 64, parallel = 0, budget = 256, top_k = 0, idle_ms = 0;
 	float temp = 0, top_p = 1;
 	uint64_t seed = 1;
 	int raw = 0, quiet = 0, stream = 0, c, rc = 1, bad = 0;
@@ -92,6 +95,7 @@ int main(int argc, char **argv)
 		case 7: bad |= opt_u64(prog, "--seed", optarg, &seed); break;
 		case 8: bad |= opt_u32(prog, "--ctx", optarg, 16, 1u << 20, &so.ctx); break;
 		case 9: bad |= opt_u32(prog, "--max-seqs", optarg, 1, 4096, &so.max_seqs); break;
+		case 10: bad |= opt_u32(prog, "--idle-ms", optarg, 0, 600000, &idle_ms); break;
 		case 't': bad |= opt_int(prog, "-t/--threads", optarg, 0, 1024, &so.threads); break;
 		case 'q': quiet = 1; break;
 		case 'S': stream = 1; break;
@@ -129,6 +133,11 @@ int main(int argc, char **argv)
 	if (session_open(&s, &so, err, sizeof err)) {
 		fprintf(stderr, "pkv-generate: %s\n", err);
 		goto out_prompts;
+	}
+	if (idle_ms) {
+		struct timespec ts = { idle_ms / 1000, (long)(idle_ms % 1000) * 1000000 };
+		while (nanosleep(&ts, &ts) && errno == EINTR)
+			;
 	}
 	int chat = !raw && chatml_available(&s.tok);
 	struct engine e;

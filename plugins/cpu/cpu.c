@@ -2,6 +2,7 @@
 /* The CPU backend: plugin entry point, caps, cache memory, K/V append, work partition and split merge. */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,35 +249,50 @@ static void cpu_fini(void *ctx)
 	free(c);
 }
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
+/* Linux's policy number; glibc declares it only under _GNU_SOURCE, which the plugin does not set. */
+#ifndef SCHED_IDLE
+#define SCHED_IDLE 5
 #endif
 
 /*
- * Faults the whole cache in, 2 MiB at a time, in the order the cache
- * manager hands blocks out (lowest index first) across every layer's K and
- * V: the blocks a pool uses first are ready first. Kernels without
- * MADV_POPULATE_WRITE (< 5.14) get one write per 4 KiB page instead; the
- * cache holds no data yet, so the write changes nothing.
+ * Faults the whole cache in, in the order the cache manager hands blocks
+ * out (lowest index first) across every layer's K and V, 2 MiB of each at a
+ * time: the blocks a pool uses first are ready first.
+ *
+ * The first 2 MiB of every layer's K and V (the blocks the first requests
+ * take: a restarted daemon's first disk fetch, an engine's first prompts)
+ * at normal priority: they would fault on the loop or in a step otherwise,
+ * one 2 MiB page at a time; done here they overlap the disk read. The rest
+ * at SCHED_IDLE: zeroed only with CPU nobody else wants, so that a pool of
+ * many GiB does not take half of a small machine's CPUs from the requests
+ * that are already running; what they touch before the thread got there,
+ * they fault themselves, as without the thread.
+ *
+ * One write per 4 KiB page, not MADV_POPULATE_WRITE: madvise holds the
+ * process's mmap lock across its whole range, and a thread this low in
+ * priority may sit preempted inside it for long, stalling any mmap or
+ * munmap of the daemon (and every fault queued behind that writer); a
+ * single fault holds only the pool mapping's own lock. The atomic add of 0
+ * changes no byte, so racing with the blocks' real writers is harmless.
  */
 static void *prefault(void *arg)
 {
 	struct cpu_mapping *m = arg;
-	int touch = 0;
+	struct sched_param sp = { 0 };
 
-	for (size_t off = 0; off < m->layer; off += HUGE_PAGE)
+	for (size_t off = 0; off < m->layer; off += HUGE_PAGE) {
+		if (off == HUGE_PAGE)
+			pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
 		for (size_t r = 0; r < m->regions; r++) {
 			char *a = m->base + r * m->layer + off;
 			size_t n = m->layer - off < HUGE_PAGE ? m->layer - off : HUGE_PAGE;
 
 			if (__atomic_load_n(&m->stop, __ATOMIC_RELAXED))
 				return NULL;
-			if (!touch && madvise((void *)((uintptr_t)a & ~(uintptr_t)4095), n, MADV_POPULATE_WRITE))
-				touch = errno == EINVAL;
-			if (touch)
-				for (size_t i = 0; i < n; i += 4096)
-					__atomic_fetch_add(a + i, 0, __ATOMIC_RELAXED);
+			for (size_t i = 0; i < n; i += 4096)
+				__atomic_fetch_add(a + i, 0, __ATOMIC_RELAXED);
 		}
+	}
 	return NULL;
 }
 
@@ -350,7 +366,11 @@ static void cpu_cache_free(void *ctx, struct pkv_cache_mem *mem)
 		return;
 	map = mem->owner_priv;
 	if (map->prefaulting) {
+		struct sched_param sp = { 0 };
+
 		__atomic_store_n(&map->stop, 1, __ATOMIC_RELAXED);
+		/* Back to normal priority: a busy machine would leave it starving inside a fault while we wait. */
+		pthread_setschedparam(map->prefault, SCHED_OTHER, &sp);
 		pthread_join(map->prefault, NULL);
 	}
 	munmap(map->addr, map->len);

@@ -18,6 +18,7 @@
 #define DEFAULT_STAGING (64ull << 20)
 #define DEFAULT_QD 64u
 #define FREE_UIDX 0xffffu
+#define FETCH_STEP 4u        /* a waiting caller is told of every 4 more verified records */
 
 /* One block in the index. 48 bytes, plus 8 in the hash table (kept at most half full). */
 struct tblk {
@@ -68,6 +69,10 @@ struct pkv_tier_fetch {
 	uint32_t rec_size, kv_off;
 	int complete, abandoned, self;
 	int expired;                  /* its deadline passed before it completed (the caller was told) */
+	uint32_t lead;                /* leading records read and verified so far (a prefix of ok's) */
+	uint32_t told;                /* lead when the caller was last notified */
+	uint32_t avail;               /* the caller's snapshot of lead (poll): its records may be read */
+	uint8_t *got;                 /* per record: its read completed */
 	uint64_t deadline;            /* CLOCK_MONOTONIC ns */
 	struct pkv_tier_fetch *pnext; /* the list of fetches whose caller waits (deadlines, notify) */
 	uint8_t *buf;                 /* n records back to back in staging */
@@ -668,6 +673,7 @@ static void fetch_free(struct pkv_tier *t, struct pkv_tier_fetch *f)
 	free(f->keys);
 	free(f->tokens);
 	free(f->res);
+	free(f->got);
 	free(f->ios);
 	free(f);
 }
@@ -823,6 +829,19 @@ static void io_done(void *ud, struct tier_io *io)
 		struct pkv_tier_fetch *f = io->owner;
 
 		f->res[io->idx] = io->res;
+		f->got[io->idx] = 1;
+		/*
+		 * The chain's verified head grows as reads complete (in any
+		 * order): the caller may copy it into its pool while the rest
+		 * is read. Told every FETCH_STEP records, not every one.
+		 */
+		while (!f->self && f->lead < f->n && f->got[f->lead] && !f->res[f->lead])
+			f->lead++;   /* a check's records (self) are verified only at the end: no head */
+		if (!f->self && !f->abandoned && !f->expired && f->lead - f->told >= FETCH_STEP &&
+		    f->done_ios + 1 < f->n) {
+			f->told = f->lead;
+			notify(t);
+		}
 		if (!io->res || io->res == -EBADMSG)
 			t->read_bytes += io->len;
 		if (++f->done_ios == f->n)
@@ -1097,9 +1116,29 @@ int pkv_tier_spill_forget(struct pkv_tier *t, void *ud, int32_t tag, struct pkv_
 		}
 		found = 1;
 		if (tag >= 0 && !s->copied) {
-			/* Not copied yet: copied now, before the caller changes its source (the old cost, once). */
+			/*
+			 * Not copied yet: copied now, before the caller changes its
+			 * source (the old cost, once). Off the queue meanwhile, so the
+			 * tier thread cannot take it, and without the lock, so the tier
+			 * thread's completions and submissions are not held up by the
+			 * copy. Back at the head once copied; keys are unique in the
+			 * queue, so it was the only one.
+			 */
+			*pp = s->next;
+			if (t->sq_tail == s)
+				t->sq_tail = prev;
+			t->n_taken++;   /* drain must not return while it is off the queue */
+			pthread_mutex_unlock(&t->mu);
 			s->copy(ud, tag, (uint8_t *)s->io.buf + t->cls[s->cls].l.kv_off);
+			pthread_mutex_lock(&t->mu);
 			s->copied = 1;
+			t->n_taken--;
+			s->next = t->sq_head;
+			t->sq_head = s;
+			if (!t->sq_tail)
+				t->sq_tail = s;
+			pthread_cond_signal(&t->cv_work);
+			break;
 		} else if (!s->copied) {
 			/* Every block of ud: what is not copied yet is dropped. */
 			*pp = s->next;
@@ -1180,8 +1219,9 @@ static int fetch_alloc(struct pkv_tier *t, const struct tcls *c, uint32_t n, str
 	f->keys = malloc(n * sizeof(*f->keys));
 	f->tokens = malloc((size_t)n * c->fp.block_size * sizeof(*f->tokens));
 	f->res = calloc(n, sizeof(*f->res));
+	f->got = calloc(n, 1);
 	f->ios = calloc(n, sizeof(*f->ios));
-	if (!f->keys || !f->tokens || !f->res || !f->ios)
+	if (!f->keys || !f->tokens || !f->res || !f->got || !f->ios)
 		return -ENOMEM;
 	return 0;
 }
@@ -1276,6 +1316,7 @@ int pkv_tier_fetch_poll(struct pkv_tier *t, struct pkv_tier_fetch *f)
 		return 0;
 	pthread_mutex_lock(&t->mu);
 	r = f->complete ? (int)f->ok : f->expired ? -ETIMEDOUT : -EINPROGRESS;
+	f->avail = f->complete ? f->ok : f->lead;
 	pthread_mutex_unlock(&t->mu);
 	return r;
 }
@@ -1291,7 +1332,13 @@ int pkv_tier_fetch(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_ke
 
 const void *pkv_tier_fetch_kv(const struct pkv_tier_fetch *f, uint32_t i)
 {
-	return i < f->ok ? f->buf + (size_t)i * f->rec_size + f->kv_off : NULL;
+	/* avail, not lead: the caller's own snapshot, taken under the lock by poll. */
+	return i < f->avail ? f->buf + (size_t)i * f->rec_size + f->kv_off : NULL;
+}
+
+uint32_t pkv_tier_fetch_avail(const struct pkv_tier_fetch *f)
+{
+	return f ? f->avail : 0;
 }
 
 void pkv_tier_fetch_done(struct pkv_tier *t, struct pkv_tier_fetch *f)

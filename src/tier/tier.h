@@ -132,14 +132,23 @@ int pkv_tier_fetch(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_ke
  * blocks are being read (0: none) or -errno; poll returns -EINPROGRESS
  * while they are, then the verified leading blocks (as pkv_tier_fetch), or
  * -ETIMEDOUT once timeout_ms passed first. The config's notify is called
- * when poll's answer stops being -EINPROGRESS. *f goes back through
- * pkv_tier_fetch_done in every case, in flight or not.
+ * when poll's answer stops being -EINPROGRESS, and while it is, each time
+ * a few more of the chain's leading records are verified. *f goes back
+ * through pkv_tier_fetch_done in every case, in flight or not.
+ *
+ * pkv_tier_fetch_kv(f, i) gives the bytes of record i once a poll saw it
+ * verified: every i < the count poll returned when complete, and before
+ * that, while poll still returns -EINPROGRESS or -ETIMEDOUT, the leading
+ * records already read and verified (NULL for the others). So a caller
+ * may copy a prefix's head into its pool while the tail is being read.
  */
 int pkv_tier_fetch_start(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_key parent,
 			 const struct pkv_key *keys, const int32_t *tokens, uint32_t n, unsigned timeout_ms,
 			 struct pkv_tier_fetch **f);
 int pkv_tier_fetch_poll(struct pkv_tier *t, struct pkv_tier_fetch *f);
 const void *pkv_tier_fetch_kv(const struct pkv_tier_fetch *f, uint32_t i);
+/* How many leading records pkv_tier_fetch_kv gives, as of the last poll. */
+uint32_t pkv_tier_fetch_avail(const struct pkv_tier_fetch *f);
 void pkv_tier_fetch_done(struct pkv_tier *t, struct pkv_tier_fetch *f);
 
 /*
