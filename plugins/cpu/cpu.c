@@ -637,8 +637,14 @@ static void merge_cascade(const struct cpu_call *c, const struct cpu_item *items
 	struct lse_acc a;
 
 	for (h = 0; h < nh; h++) {
+		/* One shared item per KV head, or one over every KV head (decode loop): rows (hh * nq + qi) * G + g. */
+		const struct cpu_item *it = &items[q->cas_item];
+		uint32_t kvh = h / c->G;
+
+		if (it->nkvh == 1)
+			it += kvh;
 		lse_init(&a);
-		lse_add(c, &a, part_row(c, &items[q->cas_item + h / c->G], q->qi * c->G + h % c->G));
+		lse_add(c, &a, part_row(c, it, ((kvh - it->kvh) * it->nq + q->qi) * c->G + h % c->G));
 		for (i = 0; i < q->n; i++)
 			lse_add(c, &a, part_row(c, &items[q->first + i], h));
 		lse_store(c, &a, out_row(c, (uint32_t)c->b->cu_seq_lens_q[s], h));
@@ -763,6 +769,9 @@ static uint64_t plan_cascade(struct cpu_ctx *c, const struct cpu_call *call, uin
 	size_t mb = b->max_blocks_per_seq;
 	uint32_t n = b->num_seqs, ns = 0, nseqs = 0, i, j, k, s;
 	uint64_t saved = 0;
+	/* Rows per KV head the decode loop takes for this call (0: it does not serve it). */
+	uint32_t dec = call->cdt == PKV_DTYPE_BF16 && call->adt == PKV_DTYPE_BF16 && call->hd % 32 == 0 ?
+			       c->isa->dec_rows : 0;
 
 	memset(c->cas, 0, (size_t)n * sizeof(*c->cas));
 	/* Fewer than 2 sequences per item (G >= 32) would read each prefix once per sequence anyway. */
@@ -808,10 +817,20 @@ static uint64_t plan_cascade(struct cpu_ctx *c, const struct cpu_call *call, uin
 		if (best * call->bs < c->cascade_min_keys)
 			continue;
 		m = j - best_k;
-		/* Rows of an item: at most qb sequences x G; groups cut into balanced chunks. */
+		/*
+		 * Rows of an item: at most qb sequences x G, one item per KV head
+		 * (the tile path, K shared across the rows); groups cut into
+		 * balanced chunks. Where the kernel's decode loop serves the call,
+		 * a chunk of at most dec_rows rows per KV head is one item over
+		 * every KV head instead: the decode loop, whole token rows. (Cutting
+		 * every group into such chunks read no faster than plain decode
+		 * in pkv-bench attn --only cascade: the tile path wins from 4 x G
+		 * rows on.)
+		 */
 		nch = (m + call->qb - 1) / call->qb;
 		for (ch = 0, q0 = 0; ch < nch; ch++) {
 			uint32_t cn = m / nch + (ch < m % nch), P = (uint32_t)(c->sort[best_k] >> 32) * call->bs, h;
+			uint32_t wide = cn * call->G <= dec;
 
 			for (k = 0; k < cn; k++) {
 				struct cpu_cascade_seq *q = &c->cas[(uint32_t)c->sort[best_k + q0 + k]];
@@ -821,12 +840,12 @@ static uint64_t plan_cascade(struct cpu_ctx *c, const struct cpu_call *call, uin
 				q->cas_item = *n_items;
 				q->qi = k;
 			}
-			for (h = 0; h < nkv; h++) {
+			for (h = 0; h < nkv; h += wide ? nkv : 1) {
 				struct cpu_item *it = &c->items[*n_items];
 
 				it->seq = c->seqs[nseqs];
 				it->kvh = h;
-				it->nkvh = 1;
+				it->nkvh = wide ? nkv : 1;
 				it->q0 = nseqs;
 				it->nq = cn;
 				it->k0 = 0;
@@ -969,6 +988,9 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 	call->window = b->window_left;
 	/* A decode row (sq == 1) is one item over every KV head: whole token rows, read once, in order. */
 	rmax = call->qb * call->G > g->num_heads ? call->qb * call->G : g->num_heads;
+	/* A cascade item over every KV head (plan_cascade) takes up to dec_rows rows per KV head. */
+	if (c->cascade_min_keys && c->isa->dec_rows * g->num_kv_heads > rmax)
+		rmax = c->isa->dec_rows * g->num_kv_heads;
 	ret = ensure_scratch(c, rmax);
 	if (ret)
 		return ret;

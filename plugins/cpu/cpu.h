@@ -106,6 +106,8 @@ struct cpu_isa {
 	const char *name;
 	cpu_attend_fn attend;
 	uint32_t rows_multiple;  /* rows per KV head in an item should be a multiple of this */
+	/* Most rows per KV head the decode loop takes (bf16 cache and queries, head dim % 32 == 0); 0: none. */
+	uint32_t dec_rows;
 };
 
 /* The same kernel source compiled for each instruction set (kernel_*.c). */

@@ -1016,6 +1016,9 @@ static void tiles_general(const struct cpu_call *c, const struct cpu_item *it, s
 	}
 }
 
+/* pv_dec's probabilities (ph) hold 8 rows. */
+#define DEC_ROWS 8u
+
 #if defined(KERNEL_DPBF16)
 /*
  * ---- Decode: a few query rows per KV head (G), whole token rows per item ----
@@ -1205,7 +1208,7 @@ static inline __attribute__((always_inline)) void pv_dec_rows(const struct cpu_c
 static void pv_dec(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *vraw, uint32_t nt, uint32_t R,
 		   struct pf_cursor *pc)
 {
-	uint32_t ph[CPU_TK / 2 * 8], np = (nt + 1) / 2, r;
+	uint32_t ph[CPU_TK / 2 * DEC_ROWS], np = (nt + 1) / 2, r;
 
 	for (r = 0; r < R; r++) {
 		const float *p = sc->s + (size_t)r * CPU_TK;
@@ -1316,7 +1319,7 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, con
 	pl.use_dp_pv = pl.use_dp && c->hd % 32 == 0;
 #endif
 	/* Few rows per KV head and whole token rows (every KV head): the decode loop. */
-	pl.dec = DEC_PATH && pl.use_dp_pv && pl.Rh <= 8 && it->nkvh * c->hd * 2 == c->token_stride;
+	pl.dec = DEC_PATH && pl.use_dp_pv && pl.Rh <= DEC_ROWS && it->nkvh * c->hd * 2 == c->token_stride;
 	load_rows(c, it, sc, &pl);
 	if (pl.kend > 0) {
 #if defined(KERNEL_AMX)
@@ -1350,4 +1353,5 @@ const struct cpu_isa ISA_SYM = {
 #else
 	.rows_multiple = 1,
 #endif
+	.dec_rows = DEC_PATH ? DEC_ROWS : 0,
 };

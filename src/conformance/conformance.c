@@ -1014,6 +1014,10 @@ static void shared_prefix_cases(void)
 					share(c, s, 0, 0, 5);
 			}
 		}
+	c = add_case(9, 3, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_BF16, "decode, 2 sequences sharing 4 leading blocks");
+	seq(c, 75, 1, 0);
+	seq(c, 90, 1, 0);
+	share(c, 1, 0, 0, 4);
 	c = add_case(9, 3, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_F32, "decode, 1 shared leading block");
 	seq(c, 40, 1, 0);
 	seq(c, 33, 1, 0);
