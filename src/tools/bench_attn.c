@@ -555,6 +555,80 @@ static int filter_match(const char *filter, const char *key)
 	return 0;
 }
 
+/* Makes a bf16 batch's activations f32 (the same values), as pkv-bench ipc's clients send them. */
+static int batch_to_f32(struct batch_data *d, uint32_t B)
+{
+	size_t nq = (size_t)B * d->b.q_stride_tok, nkv = (size_t)B * d->b.kv_stride_tok;
+	float *q = malloc(nq * 4), *o = malloc(nq * 4), *kv = malloc(nkv * 4);
+
+	if (!q || !o || !kv) {
+		free(q);
+		free(o);
+		free(kv);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < nq; i++)
+		q[i] = pkv_bf16_to_f32(d->q[i]);
+	for (size_t i = 0; i < nkv; i++)
+		kv[i] = pkv_bf16_to_f32(d->kn[i]);
+	free(d->q);
+	free(d->o);
+	free(d->kn);
+	d->q = (uint16_t *)q;
+	d->o = (uint16_t *)o;
+	d->kn = (uint16_t *)kv;
+	d->b.q = q;
+	d->b.o = o;
+	d->b.k_new = d->b.v_new = kv;
+	d->b.act_dtype = PKV_DTYPE_F32;
+	return 0;
+}
+
+/*
+ * --only cascade, first part: what merging B decode sequences with
+ * distinct contexts into one call saves, against B calls of one sequence.
+ */
+static int merge_rows(struct pkv_plugin *pl, uint32_t threads)
+{
+	static const uint32_t bsz[] = { 2, 8 }, ctxl[] = { 128, 576 };
+	int ret = 0;
+
+	for (int a = 0; a < 2 && !ret; a++)
+		for (int ci = 0; ci < 2 && !ret; ci++)
+			for (int bi = 0; bi < 2 && !ret; bi++) {
+				uint32_t B = bsz[bi], sk = ctxl[ci];
+				struct bench_pool bp;
+				struct batch_data d, d1;
+				double t[2][7];
+				int k;
+
+				ret = pool_open(&bp, pl, &shapes[0], (uint64_t)B * sk + 512, 0);
+				if (ret)
+					break;
+				ret = batch_make(&d, &bp, B, 1, sk, 1);
+				if (!ret)
+					ret = batch_make(&d1, &bp, 1, 1, sk, 1);
+				if (!ret && a)
+					ret = batch_to_f32(&d, B);
+				if (!ret && a)
+					ret = batch_to_f32(&d1, 1);
+				for (k = 0; k < 7 && !ret; k++) {
+					t[0][k] = time_calls(&bp, &d, 1, quick ? 0.02 : 0.1, 5, threads, NULL);
+					t[1][k] = B * time_calls(&bp, &d1, 1, quick ? 0.02 : 0.1, 5, threads, NULL);
+					if (t[0][k] < 0 || t[1][k] < 0)
+						ret = -EIO;
+				}
+				batch_free(&d);
+				batch_free(&d1);
+				pool_close(&bp);
+				if (!ret)
+					printf("  merge   %-5s act %-4s batch %2u ctx %3u (own contexts): %7.1f us merged, %7.1f us "
+					       "as %u calls: %.2fx\n", shapes[0].name, a ? "f32" : "bf16", B, sk,
+					       median(t[0], 7) * 1e6, median(t[1], 7) * 1e6, B, median(t[1], 7) / median(t[0], 7));
+			}
+	return ret;
+}
+
 /*
  * --only cascade: decode batches whose sequences share a 512-token prefix
  * (32 blocks, the same ids in every table) and hold 64 tokens of their own,
@@ -582,6 +656,7 @@ static int cascade_rows(const char *plugin, struct pkv_host *host, uint32_t thre
 		fprintf(stderr, "pkv-bench attn: %s\n", err);
 		return ret;
 	}
+	ret = merge_rows(&pl[0], threads);
 	for (a = 0; a < 2 && !ret; a++)
 		for (bi = 0; bi < 4 && !ret; bi++) {
 			struct bench_pool bp[2];
@@ -597,35 +672,8 @@ static int cascade_rows(const char *plugin, struct pkv_host *host, uint32_t thre
 			bp[1] = bp[0];
 			bp[1].plug = &pl[1];
 			ret = batch_make(&d, &bp[0], B, 1, sk, 1);
-			if (!ret && a) {
-				/* f32 activations, as pkv-bench ipc's clients send: same bits widened. */
-				float *q = malloc((size_t)B * shapes[0].nh * shapes[0].hd * 4);
-				float *o = malloc((size_t)B * shapes[0].nh * shapes[0].hd * 4);
-				float *kv = malloc((size_t)B * shapes[0].nkv * shapes[0].hd * 4);
-
-				if (!q || !o || !kv) {
-					ret = -ENOMEM;
-				} else {
-					for (size_t i = 0; i < (size_t)B * shapes[0].nh * shapes[0].hd; i++)
-						q[i] = pkv_bf16_to_f32(d.q[i]);
-					for (size_t i = 0; i < (size_t)B * shapes[0].nkv * shapes[0].hd; i++)
-						kv[i] = pkv_bf16_to_f32(d.kn[i]);
-					free(d.q);
-					free(d.o);
-					free(d.kn);
-					d.q = (uint16_t *)q;
-					d.o = (uint16_t *)o;
-					d.kn = (uint16_t *)kv;
-					d.b.q = q;
-					d.b.o = o;
-					d.b.k_new = d.b.v_new = kv;
-					d.b.act_dtype = PKV_DTYPE_F32;
-					q = o = kv = NULL;
-				}
-				free(q);
-				free(o);
-				free(kv);
-			}
+			if (!ret && a)
+				ret = batch_to_f32(&d, B);
 			for (k = 0; k < 7 && !ret; k++)
 				for (int m = 0; m < 2; m++) {
 					t[m][k] = time_calls(&bp[m], &d, 1, quick ? 0.02 : 0.1, 5, threads, NULL);
