@@ -1014,6 +1014,12 @@ static void shared_prefix_cases(void)
 					share(c, s, 0, 0, 5);
 			}
 		}
+	c = add_case(16, 2, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_F32, "decode, 7 sequences sharing 3 blocks, uneven chunks");
+	for (s = 0; s < 7; s++) {
+		seq(c, 50 + 3 * s, 1, 0);
+		if (s)
+			share(c, s, 0, 0, 3);
+	}
 	c = add_case(9, 3, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_BF16, "decode, 2 sequences sharing 4 leading blocks");
 	seq(c, 75, 1, 0);
 	seq(c, 90, 1, 0);
