@@ -56,8 +56,9 @@ struct cpu_ctx {
 
 /* A decode sequence's part in a cascade call: keys [0, shared) in a shared item, the rest in its own items. */
 struct cpu_cascade_seq {
-	uint32_t shared;               /* keys read through a shared-prefix item; 0: not in one */
-	uint32_t cas_item, qi;         /* the shared item of KV head 0 (KV head h: cas_item + h), its row block */
+	uint32_t shared;               /* keys read through shared-prefix items; 0: not in one */
+	uint32_t cas_item, qi;         /* its chunk's first shared item, its row block in them */
+	uint32_t pieces, per_piece;    /* key pieces of the shared keys, items per piece (1 or one per KV head) */
 	uint32_t first, n;             /* its own (suffix) decode items */
 };
 
@@ -637,14 +638,15 @@ static void merge_cascade(const struct cpu_call *c, const struct cpu_item *items
 	struct lse_acc a;
 
 	for (h = 0; h < nh; h++) {
-		/* One shared item per KV head, or one over every KV head (decode loop): rows (hh * nq + qi) * G + g. */
-		const struct cpu_item *it = &items[q->cas_item];
-		uint32_t kvh = h / c->G;
+		uint32_t kvh = h / c->G, kp;
 
-		if (it->nkvh == 1)
-			it += kvh;
 		lse_init(&a);
-		lse_add(c, &a, part_row(c, it, ((kvh - it->kvh) * it->nq + q->qi) * c->G + h % c->G));
+		/* Per key piece, one shared item per KV head or one over every KV head: rows (hh * nq + qi) * G + g. */
+		for (kp = 0; kp < q->pieces; kp++) {
+			const struct cpu_item *it = &items[q->cas_item + kp * q->per_piece + (q->per_piece > 1 ? kvh : 0)];
+
+			lse_add(c, &a, part_row(c, it, ((kvh - it->kvh) * it->nq + q->qi) * c->G + h % c->G));
+		}
 		for (i = 0; i < q->n; i++)
 			lse_add(c, &a, part_row(c, &items[q->first + i], h));
 		lse_store(c, &a, out_row(c, (uint32_t)c->b->cu_seq_lens_q[s], h));
@@ -786,7 +788,7 @@ static uint64_t plan_cascade(struct cpu_ctx *c, const struct cpu_call *call, uin
 	}
 	qsort(c->sort, ns, sizeof(*c->sort), cmp_u64);
 	for (i = 0; i < ns; i = j) {
-		uint32_t lead = (uint32_t)c->sort[i], lead_full, best_k = 0, m, nch, ch, q0;
+		uint32_t lead = (uint32_t)c->sort[i], lead_full, best_k = 0, m, nch, ch, q0, P, total, pieces, plen;
 		uint64_t best = 0;
 
 		for (j = i + 1; j < ns && c->sort[j] >> 32 == c->sort[i] >> 32; j++)
@@ -828,8 +830,25 @@ static uint64_t plan_cascade(struct cpu_ctx *c, const struct cpu_call *call, uin
 		 * rows on.)
 		 */
 		nch = (m + call->qb - 1) / call->qb;
+		P = (uint32_t)(c->sort[best_k] >> 32) * call->bs;
+		/*
+		 * With several threads the shared keys are cut into pieces (flash-
+		 * decoding, merged with the rest) until the group has about two
+		 * items per thread: a group of one wide item would otherwise leave
+		 * the other threads only its members' short own keys.
+		 */
+		for (ch = 0, total = 0; ch < nch; ch++)
+			total += (m / nch + (ch < m % nch)) * call->G <= dec ? 1 : nkv;
+		pieces = 1;
+		if (c->nthreads > 1 && total < 2 * c->nthreads) {
+			pieces = (2 * c->nthreads + total - 1) / total;
+			if (pieces > P / (MIN_SPLIT_KEYS / 2))
+				pieces = P / (MIN_SPLIT_KEYS / 2) ? P / (MIN_SPLIT_KEYS / 2) : 1;
+		}
+		plen = ((P + pieces - 1) / pieces + CPU_TK - 1) / CPU_TK * CPU_TK;
+		pieces = (P + plen - 1) / plen;
 		for (ch = 0, q0 = 0; ch < nch; ch++) {
-			uint32_t cn = m / nch + (ch < m % nch), P = (uint32_t)(c->sort[best_k] >> 32) * call->bs, h;
+			uint32_t cn = m / nch + (ch < m % nch), h, kp;
 			uint32_t wide = cn * call->G <= dec;
 
 			for (k = 0; k < cn; k++) {
@@ -839,23 +858,26 @@ static uint64_t plan_cascade(struct cpu_ctx *c, const struct cpu_call *call, uin
 				q->shared = P;
 				q->cas_item = *n_items;
 				q->qi = k;
+				q->pieces = pieces;
+				q->per_piece = wide ? 1 : nkv;
 			}
-			for (h = 0; h < nkv; h += wide ? nkv : 1) {
-				struct cpu_item *it = &c->items[*n_items];
+			for (kp = 0; kp < pieces; kp++)
+				for (h = 0; h < nkv; h += wide ? nkv : 1) {
+					struct cpu_item *it = &c->items[*n_items];
 
-				it->seq = c->seqs[nseqs];
-				it->kvh = h;
-				it->nkvh = wide ? nkv : 1;
-				it->q0 = nseqs;
-				it->nq = cn;
-				it->k0 = 0;
-				it->k1 = P;
-				it->part = (int32_t)*n_items;
-				it->flags = CPU_ITEM_SHARED;
-				c->runs[*n_runs].first = *n_items;
-				c->runs[(*n_runs)++].n = 1;
-				(*n_items)++;
-			}
+					it->seq = c->seqs[nseqs];
+					it->kvh = h;
+					it->nkvh = wide ? nkv : 1;
+					it->q0 = nseqs;
+					it->nq = cn;
+					it->k0 = kp * plen;
+					it->k1 = (kp + 1) * plen < P ? (kp + 1) * plen : P;
+					it->part = (int32_t)*n_items;
+					it->flags = CPU_ITEM_SHARED;
+					c->runs[*n_runs].first = *n_items;
+					c->runs[(*n_runs)++].n = 1;
+					(*n_items)++;
+				}
 			nseqs += cn;
 			q0 += cn;
 		}
@@ -1013,8 +1035,13 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 			return ret;
 		n_runs = n_items;
 	} else {
-		/* Shared items: at most one per KV head and sequence; decode items: one per sequence plus the cuts. */
-		size_t n = b->num_seqs, cap = n * g->num_kv_heads + n + 2 * (size_t)c->nthreads * RUNS_PER_THREAD + 2;
+		/*
+		 * Shared items: at most one per KV head and sequence, plus the key
+		 * pieces (about 2 x threads items per group of >= 2 sequences);
+		 * decode items: one per sequence plus the cuts.
+		 */
+		size_t n = b->num_seqs, cap = n * ((size_t)g->num_kv_heads + c->nthreads) + n +
+					      2 * (size_t)c->nthreads * RUNS_PER_THREAD + 2;
 
 		ret = grow(c, (void **)&c->items, &c->items_cap, cap, sizeof(*c->items));
 		if (!ret)
