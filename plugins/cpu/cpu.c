@@ -760,17 +760,16 @@ static int cmp_u64(const void *x, const void *y)
  * were checked by check_batch for every block a sequence's keys span;
  * nothing else in the tables is trusted.
  *
- * Appends the shared items at items[*n_items...], one run each, sets
- * c->cas[] for every sequence and returns the keys it saves.
+ * Appends the shared items at items[*n_items...], one run each, and sets
+ * c->cas[] for every sequence.
  */
-static uint64_t plan_cascade(struct cpu_ctx *c, const struct cpu_call *call, uint32_t nkv, uint32_t *n_items,
+static void plan_cascade(struct cpu_ctx *c, const struct cpu_call *call, uint32_t nkv, uint32_t *n_items,
 			     uint32_t *n_runs)
 {
 	const struct pkv_attn_batch *b = call->b;
 	const int32_t *bt = b->block_tables;
 	size_t mb = b->max_blocks_per_seq;
 	uint32_t n = b->num_seqs, ns = 0, nseqs = 0, i, j, k, s;
-	uint64_t saved = 0;
 	/* Rows per KV head the decode loop takes for this call (0: it does not serve it). */
 	uint32_t dec = call->cdt == PKV_DTYPE_BF16 && call->adt == PKV_DTYPE_BF16 && call->hd % 32 == 0 ?
 			       c->isa->dec_rows : 0;
@@ -778,7 +777,7 @@ static uint64_t plan_cascade(struct cpu_ctx *c, const struct cpu_call *call, uin
 	memset(c->cas, 0, (size_t)n * sizeof(*c->cas));
 	/* Fewer than 2 sequences per item (G >= 32) would read each prefix once per sequence anyway. */
 	if (!c->cascade_min_keys || n < 2 || call->qb < 2)
-		return 0;
+		return;
 	for (s = 0; s < n; s++) {
 		uint32_t sk = (uint32_t)(b->cu_seq_lens_k[s + 1] - b->cu_seq_lens_k[s]);
 
@@ -881,9 +880,7 @@ static uint64_t plan_cascade(struct cpu_ctx *c, const struct cpu_call *call, uin
 			nseqs += cn;
 			q0 += cn;
 		}
-		saved += best * call->bs;
 	}
-	return saved;
 }
 
 /*
@@ -1055,8 +1052,10 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 		if (ret)
 			return ret;
 		call->seqs = c->seqs;
-		dec_keys -= plan_cascade(c, call, g->num_kv_heads, &n_items, &n_runs);
-		/* The shared items count once each for the runs' split: dec_keys is what the decode items read. */
+		plan_cascade(c, call, g->num_kv_heads, &n_items, &n_runs);
+		/* The runs split what the decode items read: each sequence's keys less its shared ones. */
+		for (s = 0; s < b->num_seqs; s++)
+			dec_keys -= c->cas[s].shared;
 		n_cas = n_items;
 		any_split = n_cas > 0;
 		plan_decode(c, b, g->num_kv_heads, dec_keys, cap, &n_items, &n_runs, &any_split);
