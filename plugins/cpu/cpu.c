@@ -627,8 +627,9 @@ static void merge_split(const struct cpu_call *c, const struct cpu_item *first, 
 }
 
 /*
- * Merges a cascade sequence's partials, head by head: its row of the shared
- * item of the head's KV head (rows qi * G + g of an item of one KV head),
+ * Merges a cascade sequence's partials, head by head: its row in the shared
+ * item of each key piece that holds the head's KV head (row qi * G + g of an
+ * item of one KV head, (kvh * nq + qi) * G + g of one over every KV head),
  * and row h of each of its own decode items (every KV head, nq = 1).
  */
 static void merge_cascade(const struct cpu_call *c, const struct cpu_item *items, const struct cpu_cascade_seq *q,
