@@ -18,6 +18,12 @@
 #define HUGE_PAGE (2u << 20)
 /* Split a sequence's keys (flash-decoding) only into chunks at least this long. */
 #define MIN_SPLIT_KEYS 256u
+/*
+ * Cascade decode (plan_cascade) only when a shared prefix saves at least
+ * this many key reads in all: below it the extra partials and their merge
+ * cost about what the shared reads save (measured, docs/performance.md).
+ */
+#define CASCADE_MIN_KEYS 64u
 /* Decode-only batches: runs of equal bytes per thread (plan_decode). */
 #ifndef RUNS_PER_THREAD
 #define RUNS_PER_THREAD 1u
@@ -39,6 +45,22 @@ struct cpu_ctx {
 	size_t runs_cap;
 	float *part;
 	size_t part_cap;               /* floats */
+	/* Cascade (shared-prefix) decode: see plan_cascade. */
+	uint32_t cascade_min_keys;     /* least keys a shared prefix must save; 0: never */
+	uint64_t *sort;
+	size_t sort_cap;
+	uint32_t *seqs;                /* members of the shared-prefix items, in item row order */
+	size_t seqs_cap;
+	struct cpu_cascade_seq *cas;   /* [num_seqs] */
+	size_t cas_cap;
+};
+
+/* A decode sequence's part in a cascade call: keys [0, shared) in a shared item, the rest in its own items. */
+struct cpu_cascade_seq {
+	uint32_t shared;               /* keys read through shared-prefix items; 0: not in one */
+	uint32_t cas_item, qi;         /* its chunk's first shared item, its row block in them */
+	uint32_t pieces, per_piece;    /* key pieces of the shared keys, items per piece (1 or one per KV head) */
+	uint32_t first, n;             /* its own (suffix) decode items */
 };
 
 /* Bookkeeping of one cache mapping, kept in pkv_cache_mem.owner_priv. */
@@ -146,6 +168,37 @@ static int pick_isa(const struct pkv_host_api *host, const struct pkv_dict *opti
 	return 0;
 }
 
+/*
+ * The option cascade_min_keys (0 turns cascade decode off); the test aid
+ * PKV_CPU_CASCADE_MIN_KEYS overrides it (the conformance run sets 1, so
+ * one shared block takes the cascade path).
+ */
+static int pick_cascade(const struct pkv_host_api *host, const struct pkv_dict *options, uint32_t *out)
+{
+	const char *env = getenv("PKV_CPU_CASCADE_MIN_KEYS"), *opt = pkv_dict_get(options, "cascade_min_keys");
+	char *end;
+	long long v;
+
+	*out = CASCADE_MIN_KEYS;
+	if (opt) {
+		v = strtoll(opt, &end, 10);
+		if (*end || v < 0 || v > UINT32_MAX) {
+			host->log(host->host, PKV_LOG_ERROR, "cpu backend: cascade_min_keys '%s' is not 0..%u", opt,
+				  UINT32_MAX);
+			return -EINVAL;
+		}
+		*out = (uint32_t)v;
+	}
+	if (env && *env) {
+		v = strtoll(env, &end, 10);
+		if (*end || v < 0 || v > UINT32_MAX)
+			host->log(host->host, PKV_LOG_WARN, "cpu backend: PKV_CPU_CASCADE_MIN_KEYS '%s' ignored", env);
+		else
+			*out = (uint32_t)v;
+	}
+	return 0;
+}
+
 static void free_scratch(struct cpu_ctx *c)
 {
 	uint32_t t;
@@ -225,6 +278,8 @@ static int cpu_init(const struct pkv_host_api *host, const struct pkv_dict *opti
 		return -ENOMEM;
 	}
 	ret = pick_isa(host, options, &c->isa);
+	if (!ret)
+		ret = pick_cascade(host, options, &c->cascade_min_keys);
 	if (ret) {
 		free(c->scratch);
 		free(c);
@@ -246,6 +301,9 @@ static void cpu_fini(void *ctx)
 	c->host->free_aligned(c->host->host, c->items);
 	c->host->free_aligned(c->host->host, c->runs);
 	c->host->free_aligned(c->host->host, c->part);
+	c->host->free_aligned(c->host->host, c->sort);
+	c->host->free_aligned(c->host->host, c->seqs);
+	c->host->free_aligned(c->host->host, c->cas);
 	free(c);
 }
 
@@ -514,46 +572,105 @@ static void attend_task(void *arg, uint32_t task, uint32_t thread)
 		j->ctx->isa->attend(&j->call, &j->items[i], i + 1 < r->first + r->n ? &j->items[i + 1] : NULL, sc);
 }
 
+/* A log-sum-exp merge in progress (flash-decoding's combine): partials (m, l, acc) folded in one by one. */
+struct lse_acc {
+	float m, l;
+	float o[CPU_MAX_HD];
+};
+
+static void lse_init(struct lse_acc *a)
+{
+	a->m = -INFINITY;
+	a->l = 0.0f;
+	memset(a->o, 0, sizeof(a->o));
+}
+
+/* Folds in partial p = (m, l, acc[hd]): both sides are rescaled to the larger max. */
+static void lse_add(const struct cpu_call *c, struct lse_acc *a, const float *p)
+{
+	float w;
+	uint32_t d;
+
+	if (p[0] == -INFINITY)
+		return; /* saw no key */
+	if (p[0] > a->m) {
+		w = a->m == -INFINITY ? 0.0f : expf(a->m - p[0]);
+		a->l *= w;
+		for (d = 0; d < c->hd; d++)
+			a->o[d] *= w;
+		a->m = p[0];
+	}
+	w = expf(p[0] - a->m);
+	a->l += p[1] * w;
+	for (d = 0; d < c->hd; d++)
+		a->o[d] += p[2 + d] * w;
+}
+
+/* Writes the merged row: acc / l, or 0 for a row that saw no key. */
+static void lse_store(const struct cpu_call *c, struct lse_acc *a, void *dst)
+{
+	uint32_t d;
+
+	if (a->l > 0)
+		for (d = 0; d < c->hd; d++)
+			a->o[d] /= a->l;
+	pkv_cpu_store_row(dst, c->adt, a->o, c->hd);
+}
+
+static const float *part_row(const struct cpu_call *c, const struct cpu_item *it, uint32_t r)
+{
+	return c->part + (size_t)it->part * c->part_stride + (size_t)r * (c->hdp + 2);
+}
+
+static char *out_row(const struct cpu_call *c, uint32_t tok, uint32_t h)
+{
+	const struct pkv_attn_batch *b = c->b;
+
+	return (char *)b->o + ((size_t)tok * b->o_stride_tok + (size_t)h * b->o_stride_head) * pkv_dtype_size(c->adt);
+}
+
 /* Merges the partials of a split item group (flash-decoding's log-sum-exp combine) and writes O. */
 static void merge_split(const struct cpu_call *c, const struct cpu_item *first, uint32_t nsplit)
 {
-	const struct pkv_attn_batch *b = c->b;
-	uint32_t R = first->nq * first->nkvh * c->G, asz = pkv_dtype_size(c->adt), r, i, d;
-	float out[CPU_MAX_HD];
+	uint32_t R = first->nq * first->nkvh * c->G, r, i;
+	struct lse_acc a;
 
 	for (r = 0; r < R; r++) {
-		float M = -INFINITY, L = 0.0f;
 		uint32_t qi, h;
-		char *dst;
 
 		cpu_row_map(c, first, r, &qi, &h);
-		dst = (char *)b->o + ((size_t)(b->cu_seq_lens_q[first->seq] + first->q0 + qi) * b->o_stride_tok +
-				      (size_t)h * b->o_stride_head) * asz;
+		lse_init(&a);
+		for (i = 0; i < nsplit; i++)
+			lse_add(c, &a, part_row(c, &first[i], r));
+		lse_store(c, &a, out_row(c, (uint32_t)c->b->cu_seq_lens_q[first->seq] + first->q0 + qi, h));
+	}
+}
 
-		for (i = 0; i < nsplit; i++) {
-			const float *p = c->part + (size_t)(first[i].part) * c->part_stride + (size_t)r * (c->hdp + 2);
+/*
+ * Merges a cascade sequence's partials, head by head: its row in the shared
+ * item of each key piece that holds the head's KV head (row qi * G + g of an
+ * item of one KV head, (kvh * nq + qi) * G + g of one over every KV head),
+ * and row h of each of its own decode items (every KV head, nq = 1).
+ */
+static void merge_cascade(const struct cpu_call *c, const struct cpu_item *items, const struct cpu_cascade_seq *q,
+			  uint32_t s, uint32_t nh)
+{
+	uint32_t h, i;
+	struct lse_acc a;
 
-			M = p[0] > M ? p[0] : M;
+	for (h = 0; h < nh; h++) {
+		uint32_t kvh = h / c->G, kp;
+
+		lse_init(&a);
+		/* Per key piece, one shared item per KV head or one over every KV head: rows (hh * nq + qi) * G + g. */
+		for (kp = 0; kp < q->pieces; kp++) {
+			const struct cpu_item *it = &items[q->cas_item + kp * q->per_piece + (q->per_piece > 1 ? kvh : 0)];
+
+			lse_add(c, &a, part_row(c, it, ((kvh - it->kvh) * it->nq + q->qi) * c->G + h % c->G));
 		}
-		memset(out, 0, sizeof(out));
-		if (M != -INFINITY) {
-			for (i = 0; i < nsplit; i++) {
-				const float *p = c->part + (size_t)(first[i].part) * c->part_stride +
-						 (size_t)r * (c->hdp + 2);
-				float w;
-
-				if (p[0] == -INFINITY)
-					continue;
-				w = expf(p[0] - M);
-				L += p[1] * w;
-				for (d = 0; d < c->hd; d++)
-					out[d] += p[2 + d] * w;
-			}
-			if (L > 0)
-				for (d = 0; d < c->hd; d++)
-					out[d] /= L;
-		}
-		pkv_cpu_store_row(dst, c->adt, out, c->hd);
+		for (i = 0; i < q->n; i++)
+			lse_add(c, &a, part_row(c, &items[q->first + i], h));
+		lse_store(c, &a, out_row(c, (uint32_t)c->b->cu_seq_lens_q[s], h));
 	}
 }
 
@@ -623,6 +740,7 @@ static int plan_general(struct cpu_ctx *c, const struct cpu_call *call, uint32_t
 					it->k0 = i * chunk;
 					it->k1 = (i + 1) * chunk < sk ? (i + 1) * chunk : sk;
 					it->part = nsplit > 1 ? (int32_t)ni : -1;
+					it->flags = 0;
 					c->runs[ni].first = ni;
 					c->runs[ni].n = 1;
 					ni++;
@@ -633,6 +751,157 @@ static int plan_general(struct cpu_ctx *c, const struct cpu_call *call, uint32_t
 	}
 	*n_items = ni;
 	return 0;
+}
+
+static int cmp_u64(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+
+	return a < b ? -1 : a > b;
+}
+
+/*
+ * Cascade (shared-prefix) attention for a decode-only batch. Sequences whose
+ * block tables start with the same block ids read the same keys there (a
+ * block's contents belong to its id), so one item per KV head can read
+ * those keys once for all their queries: n_seqs x G rows against the
+ * shared keys, a small matrix product on the prefill tile path where each
+ * sequence alone is a G-row matrix-vector pass; each sequence's own keys
+ * stay in decode items; both write partials, merged per sequence by their
+ * log-sum-exp (merge_cascade).
+ *
+ * Only whole blocks count (a partly filled block may be shared yet seen up
+ * to different lengths), and only where every key of them is visible to the
+ * sequence's query (no sliding window cutting into them). Sequences are
+ * grouped by their first block id (a sort, so a hostile batch costs n log n);
+ * in a group, each member's common leading blocks with the first member are
+ * counted, and the group shares P blocks among the m members that have at
+ * least P, with P chosen to save the most reads ((m - 1) x P); below
+ * cascade_min_keys saved keys the group is left to plain decode. Block ids
+ * were checked by check_batch for every block a sequence's keys span;
+ * nothing else in the tables is trusted.
+ *
+ * Appends the shared items at items[*n_items...], one run each, and sets
+ * c->cas[] for every sequence.
+ */
+static void plan_cascade(struct cpu_ctx *c, const struct cpu_call *call, uint32_t nkv, uint32_t *n_items,
+			     uint32_t *n_runs)
+{
+	const struct pkv_attn_batch *b = call->b;
+	const int32_t *bt = b->block_tables;
+	size_t mb = b->max_blocks_per_seq;
+	uint32_t n = b->num_seqs, ns = 0, nseqs = 0, i, j, k, s;
+	/* Rows per KV head the decode loop takes for this call (0: it does not serve it). */
+	uint32_t dec = call->cdt == PKV_DTYPE_BF16 && call->adt == PKV_DTYPE_BF16 && call->hd % 32 == 0 ?
+			       c->isa->dec_rows : 0;
+
+	memset(c->cas, 0, (size_t)n * sizeof(*c->cas));
+	/* Fewer than 2 sequences per item (G >= 32) would read each prefix once per sequence anyway. */
+	if (!c->cascade_min_keys || n < 2 || call->qb < 2)
+		return;
+	for (s = 0; s < n; s++) {
+		uint32_t sk = (uint32_t)(b->cu_seq_lens_k[s + 1] - b->cu_seq_lens_k[s]);
+
+		if (sk < call->bs || (call->window >= 0 && (int64_t)sk - 1 - call->window > 0))
+			continue;
+		c->sort[ns++] = (uint64_t)(uint32_t)bt[s * mb] << 32 | s;
+	}
+	qsort(c->sort, ns, sizeof(*c->sort), cmp_u64);
+	for (i = 0; i < ns; i = j) {
+		uint32_t lead = (uint32_t)c->sort[i], lead_full, best_k = 0, m, nch, ch, q0, P, total, pieces, plen;
+		uint64_t best = 0;
+
+		for (j = i + 1; j < ns && c->sort[j] >> 32 == c->sort[i] >> 32; j++)
+			;
+		if (j - i < 2)
+			continue;
+		lead_full = (uint32_t)(b->cu_seq_lens_k[lead + 1] - b->cu_seq_lens_k[lead]) / call->bs;
+		/* Each member's leading blocks in common with the leader (whole blocks of both), then sorted. */
+		for (k = i; k < j; k++) {
+			uint32_t t = (uint32_t)c->sort[k], l = 0;
+			uint32_t full = (uint32_t)(b->cu_seq_lens_k[t + 1] - b->cu_seq_lens_k[t]) / call->bs;
+			uint32_t cap = full < lead_full ? full : lead_full;
+
+			while (l < cap && bt[t * mb + l] == bt[lead * mb + l])
+				l++;
+			c->sort[k] = (uint64_t)l << 32 | t;
+		}
+		qsort(c->sort + i, j - i, sizeof(*c->sort), cmp_u64);
+		/* Ascending: members [k, j) have at least sort[k]'s blocks in common; the leftmost k of a tie wins. */
+		for (k = j; k-- > i;) {
+			uint64_t save = (uint64_t)(j - k - 1) * (c->sort[k] >> 32);
+
+			if (save > best) {
+				best = save;
+				best_k = k;
+			}
+		}
+		if (best * call->bs < c->cascade_min_keys)
+			continue;
+		m = j - best_k;
+		/*
+		 * Rows of an item: at most qb sequences x G, one item per KV head
+		 * (the tile path, K shared across the rows); groups cut into
+		 * balanced chunks. Where the kernel's decode loop serves the call,
+		 * a chunk of at most dec_rows rows per KV head is one item over
+		 * every KV head instead: the decode loop, whole token rows. (Cutting
+		 * every group into such chunks read no faster than plain decode
+		 * in pkv-bench attn --only cascade: the tile path wins from 4 x G
+		 * rows on.)
+		 */
+		nch = (m + call->qb - 1) / call->qb;
+		P = (uint32_t)(c->sort[best_k] >> 32) * call->bs;
+		/*
+		 * With several threads the shared keys are cut into pieces (flash-
+		 * decoding, merged with the rest) until the group has about two
+		 * items per thread: a group of one wide item would otherwise leave
+		 * the other threads only its members' short own keys.
+		 */
+		for (ch = 0, total = 0; ch < nch; ch++)
+			total += (m / nch + (ch < m % nch)) * call->G <= dec ? 1 : nkv;
+		pieces = 1;
+		if (c->nthreads > 1 && total < 2 * c->nthreads) {
+			pieces = (2 * c->nthreads + total - 1) / total;
+			if (pieces > P / (MIN_SPLIT_KEYS / 2))
+				pieces = P / (MIN_SPLIT_KEYS / 2) ? P / (MIN_SPLIT_KEYS / 2) : 1;
+		}
+		plen = ((P + pieces - 1) / pieces + CPU_TK - 1) / CPU_TK * CPU_TK;
+		pieces = (P + plen - 1) / plen;
+		for (ch = 0, q0 = 0; ch < nch; ch++) {
+			uint32_t cn = m / nch + (ch < m % nch), h, kp;
+			uint32_t wide = cn * call->G <= dec;
+
+			for (k = 0; k < cn; k++) {
+				struct cpu_cascade_seq *q = &c->cas[(uint32_t)c->sort[best_k + q0 + k]];
+
+				c->seqs[nseqs + k] = (uint32_t)c->sort[best_k + q0 + k];
+				q->shared = P;
+				q->cas_item = *n_items;
+				q->qi = k;
+				q->pieces = pieces;
+				q->per_piece = wide ? 1 : nkv;
+			}
+			for (kp = 0; kp < pieces; kp++)
+				for (h = 0; h < nkv; h += wide ? nkv : 1) {
+					struct cpu_item *it = &c->items[*n_items];
+
+					it->seq = c->seqs[nseqs];
+					it->kvh = h;
+					it->nkvh = wide ? nkv : 1;
+					it->q0 = nseqs;
+					it->nq = cn;
+					it->k0 = kp * plen;
+					it->k1 = (kp + 1) * plen < P ? (kp + 1) * plen : P;
+					it->part = (int32_t)*n_items;
+					it->flags = CPU_ITEM_SHARED;
+					c->runs[*n_runs].first = *n_items;
+					c->runs[(*n_runs)++].n = 1;
+					(*n_items)++;
+				}
+			nseqs += cn;
+			q0 += cn;
+		}
+	}
 }
 
 /*
@@ -646,27 +915,27 @@ static int plan_general(struct cpu_ctx *c, const struct cpu_call *call, uint32_t
  * and the decode loop prefetches each next item while finishing the one
  * before: one thread streams its whole range, item boundaries included.
  */
-static int plan_decode(struct cpu_ctx *c, const struct pkv_attn_batch *b, uint32_t nkv, uint64_t dec_keys,
-		       uint32_t *n_items, uint32_t *n_runs, int *any_split)
+static void plan_decode(struct cpu_ctx *c, const struct pkv_attn_batch *b, uint32_t nkv, uint64_t dec_keys,
+			size_t cap, uint32_t *n_items, uint32_t *n_runs, int *any_split)
 {
 	uint64_t nr = (uint64_t)c->nthreads * RUNS_PER_THREAD, target = UINT64_MAX, fill = 0;
-	uint32_t s, i, ni = 0, nrun = 0, run0 = 0;
-	size_t cap = (size_t)b->num_seqs + 2 * nr + 2;
-	int ret;
+	uint32_t s, i, ni = *n_items, nrun = *n_runs, run0 = ni;
 
 	if (c->nthreads > 1) {
 		target = ((dec_keys + nr - 1) / nr + CPU_TK - 1) / CPU_TK * CPU_TK;
 		if (target < MIN_SPLIT_KEYS)
 			target = MIN_SPLIT_KEYS;
 	}
-	ret = grow(c, (void **)&c->items, &c->items_cap, cap, sizeof(*c->items));
-	if (!ret)
-		ret = grow(c, (void **)&c->runs, &c->runs_cap, cap, sizeof(*c->runs));
-	if (ret)
-		return ret;
 	for (s = 0; s < b->num_seqs; s++) {
-		uint32_t sk = (uint32_t)(b->cu_seq_lens_k[s + 1] - b->cu_seq_lens_k[s]), k = 0, first = ni;
+		uint32_t sk = (uint32_t)(b->cu_seq_lens_k[s + 1] - b->cu_seq_lens_k[s]), first = ni;
+		/* A cascade sequence's own keys start after its shared prefix. */
+		uint32_t k = c->cas[s].shared, cascade = k > 0;
 
+		if (cascade && k == sk) {
+			c->cas[s].first = ni;
+			c->cas[s].n = 0;
+			continue; /* every key it sees is in the shared item */
+		}
 		do {
 			uint64_t room = target - fill;
 			uint32_t take = sk - k;
@@ -689,6 +958,7 @@ static int plan_decode(struct cpu_ctx *c, const struct pkv_attn_batch *b, uint32
 				it->nq = 1;
 				it->k0 = k;
 				it->k1 = k + take;
+				it->flags = cascade ? CPU_ITEM_SUFFIX : 0;
 				k += take;
 				fill += take;
 			}
@@ -699,9 +969,12 @@ static int plan_decode(struct cpu_ctx *c, const struct pkv_attn_batch *b, uint32
 				fill = 0;
 			}
 		} while (k < sk);
+		/* Pieces of a split sequence, and every piece of a cascade one, write partials. */
 		for (i = first; i < ni; i++)
-			c->items[i].part = ni - first > 1 ? (int32_t)i : -1;
-		*any_split |= ni - first > 1;
+			c->items[i].part = ni - first > 1 || cascade ? (int32_t)i : -1;
+		*any_split |= ni - first > 1 || cascade;
+		c->cas[s].first = first;
+		c->cas[s].n = ni - first;
 	}
 	if (ni > run0) {
 		c->runs[nrun].first = run0;
@@ -709,7 +982,6 @@ static int plan_decode(struct cpu_ctx *c, const struct pkv_attn_batch *b, uint32
 	}
 	*n_items = ni;
 	*n_runs = nrun;
-	return 0;
 }
 
 static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct pkv_attn_batch *b)
@@ -719,7 +991,7 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 	struct write_job wj = { mem, b };
 	struct attend_job aj = { .ctx = c };
 	struct cpu_call *call = &aj.call;
-	uint32_t s, n_items = 0, n_runs = 0, n_groups = 0, rmax, i;
+	uint32_t s, n_items = 0, n_runs = 0, n_groups = 0, n_cas = 0, rmax, i;
 	uint64_t dec_keys = 0;
 	int ret, prefill = 0, any_split = 0;
 
@@ -756,6 +1028,9 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 	call->window = b->window_left;
 	/* A decode row (sq == 1) is one item over every KV head: whole token rows, read once, in order. */
 	rmax = call->qb * call->G > g->num_heads ? call->qb * call->G : g->num_heads;
+	/* A cascade item over every KV head (plan_cascade) takes up to dec_rows rows per KV head. */
+	if (c->cascade_min_keys && c->isa->dec_rows * g->num_kv_heads > rmax)
+		rmax = c->isa->dec_rows * g->num_kv_heads;
 	ret = ensure_scratch(c, rmax);
 	if (ret)
 		return ret;
@@ -772,12 +1047,40 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 	}
 	if (n_groups == 0)
 		return 0;
-	ret = prefill ? plan_general(c, call, g->num_kv_heads, n_groups, &n_items, &any_split) :
-			plan_decode(c, b, g->num_kv_heads, dec_keys, &n_items, &n_runs, &any_split);
-	if (ret)
-		return ret;
-	if (prefill)
+	if (prefill) {
+		ret = plan_general(c, call, g->num_kv_heads, n_groups, &n_items, &any_split);
+		if (ret)
+			return ret;
 		n_runs = n_items;
+	} else {
+		/*
+		 * Shared items: at most one per KV head and sequence, plus the key
+		 * pieces (about 2 x threads items per group of >= 2 sequences);
+		 * decode items: one per sequence plus the cuts.
+		 */
+		size_t n = b->num_seqs, cap = n * ((size_t)g->num_kv_heads + c->nthreads) + n +
+					      2 * (size_t)c->nthreads * RUNS_PER_THREAD + 2;
+
+		ret = grow(c, (void **)&c->items, &c->items_cap, cap, sizeof(*c->items));
+		if (!ret)
+			ret = grow(c, (void **)&c->runs, &c->runs_cap, cap, sizeof(*c->runs));
+		if (!ret)
+			ret = grow(c, (void **)&c->sort, &c->sort_cap, n, sizeof(*c->sort));
+		if (!ret)
+			ret = grow(c, (void **)&c->seqs, &c->seqs_cap, n, sizeof(*c->seqs));
+		if (!ret)
+			ret = grow(c, (void **)&c->cas, &c->cas_cap, n, sizeof(*c->cas));
+		if (ret)
+			return ret;
+		call->seqs = c->seqs;
+		plan_cascade(c, call, g->num_kv_heads, &n_items, &n_runs);
+		/* The runs split what the decode items read: each sequence's keys less its shared ones. */
+		for (s = 0; s < b->num_seqs; s++)
+			dec_keys -= c->cas[s].shared;
+		n_cas = n_items;
+		any_split = n_cas > 0;
+		plan_decode(c, b, g->num_kv_heads, dec_keys, cap, &n_items, &n_runs, &any_split);
+	}
 	call->part_stride = (size_t)rmax * (call->hdp + 2);
 	if (any_split) {
 		ret = grow(c, (void **)&c->part, &c->part_cap, (size_t)n_items * call->part_stride, sizeof(float));
@@ -790,20 +1093,23 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 	ret = c->host->parallel_for(c->host->host, n_runs, attend_task, &aj);
 	if (ret)
 		return ret;
-	if (any_split) {
-		for (i = 0; i < n_items;) {
-			uint32_t n = 1;
+	if (!any_split)
+		return 0;
+	for (i = n_cas; i < n_items;) {
+		uint32_t n = 1;
 
-			if (c->items[i].part < 0) {
-				i++;
-				continue;
-			}
-			while (i + n < n_items && c->items[i + n].part >= 0 && c->items[i + n].k0 != 0)
-				n++;
-			merge_split(call, &c->items[i], n);
-			i += n;
+		if (c->items[i].part < 0 || c->items[i].flags) {
+			i++;
+			continue;
 		}
+		while (i + n < n_items && c->items[i + n].part >= 0 && !c->items[i + n].flags && c->items[i + n].k0 != 0)
+			n++;
+		merge_split(call, &c->items[i], n);
+		i += n;
 	}
+	for (s = 0; n_cas && s < b->num_seqs; s++)
+		if (c->cas[s].shared)
+			merge_cascade(call, c->items, &c->cas[s], s, g->num_heads);
 	return 0;
 }
 
@@ -828,6 +1134,8 @@ static const struct pkv_backend_caps cpu_caps = {
 static const struct pkv_option cpu_options[] = {
 	{ .name = "isa", .type = PKV_OPT_STRING, .def = "auto",
 	  .help = "newest kernel to use: auto, amx, avx512bf16, avx512, avx2, generic (PKV_CPU_ISA overrides)" },
+	{ .name = "cascade_min_keys", .type = PKV_OPT_INT, .def = "64",
+	  .help = "read shared leading blocks once per decode batch if that saves this many keys; 0: never" },
 	{ .name = NULL },
 };
 

@@ -26,6 +26,7 @@ struct cpu_call {
 	int32_t window;                 /* < 0: unbounded */
 	float *part;                    /* split partials, part_stride floats each */
 	size_t part_stride;
+	const uint32_t *seqs;           /* shared-prefix items: the sequences their rows belong to */
 };
 
 /*
@@ -34,11 +35,35 @@ struct cpu_call {
  * KV head, so a thread streams whole token rows (contiguous) of the cache. part < 0: the item covers every key
  * the rows can see and writes O; else it writes its (m, l, acc) partial into
  * part slot `part` for a later log-sum-exp merge (flash-decoding).
+ *
+ * CPU_ITEM_SHARED (cascade attention): the item's rows are the decode queries
+ * of the sequences seqs[q0, q0+nq) of the call, which all hold the same
+ * blocks for keys [k0, k1); seq is the first of them (whose block table is
+ * read). Always a partial. CPU_ITEM_SUFFIX: a decode item of such a sequence
+ * over its own keys, a partial too; both are merged per sequence
+ * (merge_cascade), never by the split merge.
  */
+#define CPU_ITEM_SHARED 1u
+#define CPU_ITEM_SUFFIX 2u
+
 struct cpu_item {
 	uint32_t seq, kvh, nkvh, q0, nq, k0, k1;
 	int32_t part;
+	uint32_t flags;
 };
+
+/* Row qi's query: its token index in Q/O, the sequence it belongs to, and its position among that sequence's queries. */
+static inline void cpu_row_query(const struct cpu_call *c, const struct cpu_item *it, uint32_t qi, uint32_t *seq,
+				 uint32_t *pos)
+{
+	if (it->flags & CPU_ITEM_SHARED) {
+		*seq = c->seqs[it->q0 + qi];
+		*pos = 0;
+	} else {
+		*seq = it->seq;
+		*pos = it->q0 + qi;
+	}
+}
 
 /*
  * Row r of an item (nq queries x nkvh KV heads x G query heads) is query
@@ -81,6 +106,8 @@ struct cpu_isa {
 	const char *name;
 	cpu_attend_fn attend;
 	uint32_t rows_multiple;  /* rows per KV head in an item should be a multiple of this */
+	/* Most rows per KV head the decode loop takes (bf16 cache and queries, head dim % 32 == 0); 0: none. */
+	uint32_t dec_rows;
 };
 
 /* The same kernel source compiled for each instruction set (kernel_*.c). */

@@ -778,27 +778,28 @@ static void load_rows(const struct cpu_call *c, const struct cpu_item *it, struc
 		      struct item_plan *pl)
 {
 	const struct pkv_attn_batch *b = c->b;
-	int32_t sq = b->cu_seq_lens_q[it->seq + 1] - b->cu_seq_lens_q[it->seq];
-	int32_t sk = b->cu_seq_lens_k[it->seq + 1] - b->cu_seq_lens_k[it->seq];
 	uint32_t asz = pkv_dtype_size(c->adt), r;
 
 	pl->kstart = INT32_MAX;
 	pl->kend = -1;
 	for (r = 0; r < pl->R; r++) {
-		uint32_t qi, h;
+		uint32_t qi, h, s, pos;
 		const char *src;
-		int32_t i;
+		int32_t sq, sk;
 
 		cpu_row_map(c, it, r, &qi, &h);
-		src = (const char *)b->q + ((size_t)(b->cu_seq_lens_q[it->seq] + it->q0 + qi) * b->q_stride_tok +
+		/* A shared-prefix item's rows come from several sequences: each row its own lengths. */
+		cpu_row_query(c, it, qi, &s, &pos);
+		sq = b->cu_seq_lens_q[s + 1] - b->cu_seq_lens_q[s];
+		sk = b->cu_seq_lens_k[s + 1] - b->cu_seq_lens_k[s];
+		src = (const char *)b->q + ((size_t)(b->cu_seq_lens_q[s] + pos) * b->q_stride_tok +
 					    (size_t)h * b->q_stride_head) * asz;
-		i = (int32_t)(it->q0 + qi);
 		row_to_f32(sc->qf + (size_t)r * c->hdp, src, c->adt, c->hd, c->hdp);
 		if (pl->use_dp) {
 			memset(sc->qh + (size_t)r * CPU_MAX_HD, 0, CPU_MAX_HD * 2);
 			memcpy(sc->qh + (size_t)r * CPU_MAX_HD, src, c->hd * 2);
 		}
-		sc->hi[r] = i + (sk - sq);
+		sc->hi[r] = (int32_t)pos + (sk - sq);
 		sc->lo[r] = c->window >= 0 ? sc->hi[r] - c->window : 0;
 		if (sc->lo[r] < (int32_t)it->k0)
 			sc->lo[r] = (int32_t)it->k0;
@@ -835,13 +836,14 @@ static void store_rows(const struct cpu_call *c, const struct cpu_item *it, stru
 			p[1] = sc->l[r];
 			memcpy(p + 2, a, c->hdp * sizeof(float));
 		} else {
-			uint32_t qi, h, d;
+			uint32_t qi, h, d, s, pos;
 			char *dst;
 			/* A row that saw no key has l == 0: its output is 0, never 0/0. */
 			float inv = sc->l[r] > 0 ? 1.0f / sc->l[r] : 0.0f;
 
 			cpu_row_map(c, it, r, &qi, &h);
-			dst = (char *)b->o + ((size_t)(b->cu_seq_lens_q[it->seq] + it->q0 + qi) * b->o_stride_tok +
+			cpu_row_query(c, it, qi, &s, &pos);
+			dst = (char *)b->o + ((size_t)(b->cu_seq_lens_q[s] + pos) * b->o_stride_tok +
 					      (size_t)h * b->o_stride_head) * asz;
 			for (d = 0; d < c->hd; d++)
 				a[d] *= inv;
@@ -1013,6 +1015,9 @@ static void tiles_general(const struct cpu_call *c, const struct cpu_item *it, s
 		}
 	}
 }
+
+/* pv_dec's probabilities (ph) hold 8 rows. */
+#define DEC_ROWS 8u
 
 #if defined(KERNEL_DPBF16)
 /*
@@ -1203,7 +1208,7 @@ static inline __attribute__((always_inline)) void pv_dec_rows(const struct cpu_c
 static void pv_dec(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *vraw, uint32_t nt, uint32_t R,
 		   struct pf_cursor *pc)
 {
-	uint32_t ph[CPU_TK / 2 * 8], np = (nt + 1) / 2, r;
+	uint32_t ph[CPU_TK / 2 * DEC_ROWS], np = (nt + 1) / 2, r;
 
 	for (r = 0; r < R; r++) {
 		const float *p = sc->s + (size_t)r * CPU_TK;
@@ -1314,7 +1319,7 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, con
 	pl.use_dp_pv = pl.use_dp && c->hd % 32 == 0;
 #endif
 	/* Few rows per KV head and whole token rows (every KV head): the decode loop. */
-	pl.dec = DEC_PATH && pl.use_dp_pv && pl.Rh <= 8 && it->nkvh * c->hd * 2 == c->token_stride;
+	pl.dec = DEC_PATH && pl.use_dp_pv && pl.Rh <= DEC_ROWS && it->nkvh * c->hd * 2 == c->token_stride;
 	load_rows(c, it, sc, &pl);
 	if (pl.kend > 0) {
 #if defined(KERNEL_AMX)
@@ -1348,4 +1353,5 @@ const struct cpu_isa ISA_SYM = {
 #else
 	.rows_multiple = 1,
 #endif
+	.dec_rows = DEC_PATH ? DEC_ROWS : 0,
 };

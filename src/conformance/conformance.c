@@ -55,6 +55,7 @@ struct seqdef {
 	int sk;          /* keys in all; 0 = cached + sq; < sq allowed (q longer than k) */
 	int share_with;  /* 1-based index of a sequence whose first blocks this one reuses; 0 = none */
 	int shared_blocks;
+	int share_from;  /* the reused blocks are [share_from, shared_blocks); those before are its own */
 };
 
 struct casedef {
@@ -722,7 +723,7 @@ static int setup_run(struct run *r, const struct casedef *c)
 		for (i = 0; i < r->max_blocks; i++)
 			r->bt[s * r->max_blocks + i] = -1;
 		for (i = 0; i < nb; i++)
-			r->bt[s * r->max_blocks + i] = (q->share_with && i < q->shared_blocks) ?
+			r->bt[s * r->max_blocks + i] = (q->share_with && i >= q->share_from && i < q->shared_blocks) ?
 				r->bt[(q->share_with - 1) * r->max_blocks + i] : perm[next++];
 	}
 	free(perm);
@@ -985,6 +986,103 @@ static void decode(int nh, int nkv, int hd, int bs, int cdt, int adt, int ctx, i
 		seq(c, ctx - 1 - 7 * i, 1, 0);
 }
 
+/* Decode sequence s (0-based) reuses blocks [from, to) of sequence `with` (0-based). */
+static void share(struct casedef *c, int s, int with, int from, int to)
+{
+	c->seq[s].share_with = with + 1;
+	c->seq[s].share_from = from;
+	c->seq[s].shared_blocks = to;
+}
+
+/*
+ * Decode batches whose block tables share blocks, the case a backend may
+ * serve by reading shared leading blocks once for every query (cascade
+ * attention): 1 or many shared blocks, a shared block that is full for one
+ * sequence and partly filled for another, blocks shared at non-leading
+ * positions only, groups whose members share different lengths, a sequence
+ * with no key of its own, GQA ratios, dtypes, windows and soft-caps.
+ */
+static void shared_prefix_cases(void)
+{
+	static const int dts[][2] = { { PKV_DTYPE_BF16, PKV_DTYPE_BF16 }, { PKV_DTYPE_BF16, PKV_DTYPE_F32 },
+				      { PKV_DTYPE_F16, PKV_DTYPE_F16 }, { PKV_DTYPE_F32, PKV_DTYPE_F32 } };
+	static const int heads[][2] = { { 9, 3 }, { 8, 2 }, { 16, 2 }, { 32, 1 } };
+	struct casedef *c;
+	int d, h, s;
+
+	for (d = 0; d < 4; d++)
+		for (h = 0; h < 4; h++) {
+			c = add_case(heads[h][0], heads[h][1], 64, 16, dts[d][0], dts[d][1],
+				     "decode, 8 sequences sharing 5 leading blocks");
+			for (s = 0; s < 8; s++) {
+				seq(c, 80 + 9 * s, 1, 0);
+				if (s)
+					share(c, s, 0, 0, 5);
+			}
+		}
+	c = add_case(16, 2, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_F32, "decode, 7 sequences sharing 3 blocks, uneven chunks");
+	for (s = 0; s < 7; s++) {
+		seq(c, 50 + 3 * s, 1, 0);
+		if (s)
+			share(c, s, 0, 0, 3);
+	}
+	c = add_case(9, 3, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_BF16, "decode, 2 sequences sharing 4 leading blocks");
+	seq(c, 75, 1, 0);
+	seq(c, 90, 1, 0);
+	share(c, 1, 0, 0, 4);
+	c = add_case(9, 3, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_F32, "decode, 1 shared leading block");
+	seq(c, 40, 1, 0);
+	seq(c, 33, 1, 0);
+	seq(c, 20, 1, 0);
+	share(c, 1, 0, 0, 1);
+	share(c, 2, 0, 0, 1);
+	c = add_case(8, 2, 128, 16, PKV_DTYPE_BF16, PKV_DTYPE_BF16, "decode, shared block full for one, partial for other");
+	seq(c, 48, 1, 0);
+	seq(c, 40, 1, 0);
+	share(c, 1, 0, 0, 3);
+	c = add_case(8, 2, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_BF16, "decode, blocks shared at non-leading positions");
+	seq(c, 70, 1, 0);
+	seq(c, 66, 1, 0);
+	seq(c, 50, 1, 0);
+	share(c, 1, 0, 1, 4);
+	share(c, 2, 0, 2, 3);
+	c = add_case(9, 3, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_F32, "decode, same first block, different shared lengths");
+	seq(c, 120, 1, 0);
+	seq(c, 100, 1, 0);
+	seq(c, 90, 1, 0);
+	seq(c, 110, 1, 0);
+	seq(c, 17, 1, 0);
+	seq(c, 60, 1, 0);
+	share(c, 1, 0, 0, 5);
+	share(c, 2, 0, 0, 1);
+	share(c, 3, 0, 0, 6);
+	share(c, 4, 0, 0, 1);
+	share(c, 5, 3, 0, 2);
+	c = add_case(8, 2, 64, 16, PKV_DTYPE_F16, PKV_DTYPE_F32, "decode, a sequence with no key outside the shared blocks");
+	seq(c, 32, 1, 0);
+	seq(c, 31, 1, 0);
+	share(c, 1, 0, 0, 2);
+	c = add_case(8, 2, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_BF16, "decode, long shared prefix, runs cut the rest");
+	seq(c, 1500, 1, 0);
+	seq(c, 1470, 1, 0);
+	seq(c, 1530, 1, 0);
+	share(c, 1, 0, 0, 90);
+	share(c, 2, 0, 0, 90);
+	c = add_case(9, 3, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_F32, "decode, shared blocks, window 20");
+	seq(c, 90, 1, 0);
+	seq(c, 80, 1, 0);
+	share(c, 1, 0, 0, 5);
+	c->window = 20;
+	c = add_case(9, 3, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_BF16, "decode, shared blocks, window 500 soft-cap 3");
+	seq(c, 90, 1, 0);
+	seq(c, 80, 1, 0);
+	seq(c, 85, 1, 0);
+	share(c, 1, 0, 0, 5);
+	share(c, 2, 0, 0, 4);
+	c->window = 500;
+	c->softcap = 3.0f;
+}
+
 static void build_cases(int full)
 {
 	int cdt, adt, g, h, b;
@@ -1038,6 +1136,7 @@ static void build_cases(int full)
 	c->seq[1].share_with = 1;
 	c->seq[1].shared_blocks = 2;
 	c->copy = 1;
+	shared_prefix_cases();
 	c = add_case(8, 2, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_BF16, "sliding window 20");
 	seq(c, 60, 30, 0);
 	seq(c, 80, 1, 0);

@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <pagedkv/dtype.h>
 #include "loader/loader.h"
 
 #define STREAM_BYTES (1ull << 30)
@@ -298,6 +299,9 @@ struct batch_data {
  * pool's blocks, the layout of a pool after churn: no two neighbouring table
  * entries are neighbours in memory, so no hardware prefetcher follows them.
  */
+/* Cascade rows: blocks of a shared leading prefix (every sequence's first shared_blocks table entries). */
+static uint32_t shared_blocks;
+
 static int batch_make(struct batch_data *d, const struct bench_pool *bp, uint32_t nseq, uint32_t sq, uint32_t sk,
 		      int shuffle)
 {
@@ -344,7 +348,7 @@ static int batch_make(struct batch_data *d, const struct bench_pool *bp, uint32_
 		d->cuk[s + 1] = d->cuk[s] + (int32_t)sk;
 		d->cached[s] = (int32_t)(sk - sq);
 		for (i = 0; i < mb; i++)
-			d->bt[s * mb + i] = (int32_t)perm[s * mb + i];
+			d->bt[s * mb + i] = (int32_t)perm[i < shared_blocks ? i : s * mb + i];
 		for (i = 0; i < sq; i++) {
 			uint32_t pos = sk - sq + i;
 
@@ -551,6 +555,146 @@ static int filter_match(const char *filter, const char *key)
 	return 0;
 }
 
+/* Makes a bf16 batch's activations f32 (the same values), as pkv-bench ipc's clients send them. */
+static int batch_to_f32(struct batch_data *d, uint32_t B)
+{
+	size_t nq = (size_t)B * d->b.q_stride_tok, nkv = (size_t)B * d->b.kv_stride_tok;
+	float *q = malloc(nq * 4), *o = malloc(nq * 4), *kv = malloc(nkv * 4);
+
+	if (!q || !o || !kv) {
+		free(q);
+		free(o);
+		free(kv);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < nq; i++)
+		q[i] = pkv_bf16_to_f32(d->q[i]);
+	for (size_t i = 0; i < nkv; i++)
+		kv[i] = pkv_bf16_to_f32(d->kn[i]);
+	free(d->q);
+	free(d->o);
+	free(d->kn);
+	d->q = (uint16_t *)q;
+	d->o = (uint16_t *)o;
+	d->kn = (uint16_t *)kv;
+	d->b.q = q;
+	d->b.o = o;
+	d->b.k_new = d->b.v_new = kv;
+	d->b.act_dtype = PKV_DTYPE_F32;
+	return 0;
+}
+
+/*
+ * --only cascade, first part: what merging B decode sequences with
+ * distinct contexts into one call saves, against B calls of one sequence.
+ */
+static int merge_rows(struct pkv_plugin *pl, uint32_t threads)
+{
+	static const uint32_t bsz[] = { 2, 8 }, ctxl[] = { 128, 576 };
+	int ret = 0;
+
+	for (int a = 0; a < 2 && !ret; a++)
+		for (int ci = 0; ci < 2 && !ret; ci++)
+			for (int bi = 0; bi < 2 && !ret; bi++) {
+				uint32_t B = bsz[bi], sk = ctxl[ci];
+				struct bench_pool bp;
+				struct batch_data d, d1;
+				double t[2][7];
+				int k;
+
+				ret = pool_open(&bp, pl, &shapes[0], (uint64_t)B * sk + 512, 0);
+				if (ret)
+					break;
+				ret = batch_make(&d, &bp, B, 1, sk, 1);
+				if (!ret)
+					ret = batch_make(&d1, &bp, 1, 1, sk, 1);
+				if (!ret && a)
+					ret = batch_to_f32(&d, B);
+				if (!ret && a)
+					ret = batch_to_f32(&d1, 1);
+				for (k = 0; k < 7 && !ret; k++) {
+					t[0][k] = time_calls(&bp, &d, 1, quick ? 0.02 : 0.1, 5, threads, NULL);
+					t[1][k] = B * time_calls(&bp, &d1, 1, quick ? 0.02 : 0.1, 5, threads, NULL);
+					if (t[0][k] < 0 || t[1][k] < 0)
+						ret = -EIO;
+				}
+				batch_free(&d);
+				batch_free(&d1);
+				pool_close(&bp);
+				if (!ret)
+					printf("  merge   %-5s act %-4s batch %2u ctx %3u (own contexts): %7.1f us merged, %7.1f us "
+					       "as %u calls: %.2fx\n", shapes[0].name, a ? "f32" : "bf16", B, sk,
+					       median(t[0], 7) * 1e6, median(t[1], 7) * 1e6, B, median(t[1], 7) / median(t[0], 7));
+			}
+	return ret;
+}
+
+/*
+ * --only cascade: decode batches whose sequences share a 512-token prefix
+ * (32 blocks, the same ids in every table) and hold 64 tokens of their own,
+ * SmolLM2-135M's attention shape, f32 and bf16 activations: median call
+ * time with cascade decode (the plugin's default) and with it off
+ * (cascade_min_keys=0, a second instance of the plugin), alternated call
+ * by call blocks so both see the same machine. Text only.
+ */
+static int cascade_rows(const char *plugin, struct pkv_host *host, uint32_t threads)
+{
+	static const uint32_t bsz[] = { 2, 4, 8, 16 };
+	struct pkv_dict_item off_item = { "cascade_min_keys", "0" };
+	struct pkv_dict off = { 1, 0, &off_item };
+	struct pkv_plugin pl[2];
+	char err[512];
+	int ret, a, bi, k;
+
+	ret = pkv_plugin_load(plugin, NULL, NULL, NULL, host, &pl[0], err, sizeof(err));
+	if (!ret) {
+		ret = pkv_plugin_load(plugin, NULL, NULL, &off, host, &pl[1], err, sizeof(err));
+		if (ret)
+			pkv_plugin_unload(&pl[0]);
+	}
+	if (ret) {
+		fprintf(stderr, "pkv-bench attn: %s\n", err);
+		return ret;
+	}
+	ret = merge_rows(&pl[0], threads);
+	for (a = 0; a < 2 && !ret; a++)
+		for (bi = 0; bi < 4 && !ret; bi++) {
+			struct bench_pool bp[2];
+			struct batch_data d;
+			double t[2][7], med[2];
+			uint32_t B = bsz[bi], sk = 512 + 64;
+
+			shared_blocks = 512 / block_size;
+			ret = pool_open(&bp[0], &pl[0], &shapes[0], (uint64_t)B * sk + 512, 0);
+			if (ret)
+				break;
+			/* One cache serves both instances (same plugin, same memory layout). */
+			bp[1] = bp[0];
+			bp[1].plug = &pl[1];
+			ret = batch_make(&d, &bp[0], B, 1, sk, 1);
+			if (!ret && a)
+				ret = batch_to_f32(&d, B);
+			for (k = 0; k < 7 && !ret; k++)
+				for (int m = 0; m < 2; m++) {
+					t[m][k] = time_calls(&bp[m], &d, 1, quick ? 0.02 : 0.1, 5, threads, NULL);
+					if (t[m][k] < 0)
+						ret = -EIO;
+				}
+			shared_blocks = 0;
+			batch_free(&d);
+			pool_close(&bp[0]);
+			if (ret)
+				break;
+			med[0] = median(t[0], 7);
+			med[1] = median(t[1], 7);
+			printf("  cascade %-5s act %-4s batch %2u (512 shared + 64 own): %7.1f us cascade, %7.1f us off: "
+			       "%.2fx\n", shapes[0].name, a ? "f32" : "bf16", B, med[0] * 1e6, med[1] * 1e6, med[1] / med[0]);
+		}
+	pkv_plugin_unload(&pl[1]);
+	pkv_plugin_unload(&pl[0]);
+	return ret;
+}
+
 static int run_threads(const char *plugin, uint32_t threads, struct result *res, int json)
 {
 	struct pkv_host *host;
@@ -566,6 +710,13 @@ static int run_threads(const char *plugin, uint32_t threads, struct result *res,
 	ret = pkv_plugin_load(plugin, NULL, NULL, NULL, host, &plug, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "pkv-bench attn: %s\n", err);
+		pkv_host_destroy(host);
+		return ret;
+	}
+	if (only && !strcmp(only, "cascade")) {
+		/* Call times only: no STREAM reference. */
+		ret = cascade_rows(plugin, host, threads);
+		pkv_plugin_unload(&plug);
 		pkv_host_destroy(host);
 		return ret;
 	}
@@ -735,7 +886,8 @@ int main(int argc, char **argv)
 		case 'r': decode_rounds = atoi(optarg); break;
 		case 's': sweep_bytes = strtoull(optarg, NULL, 10) << 20; break;
 		case 'h':
-			printf("usage: pkv-bench attn [--json] [--threads N] [--plugin PATH|NAME] [--quick] [--sweep-mb MB] [--only decode|prefill] [--block-size N] [--rounds N]\n"
+			printf("usage: pkv-bench attn [--json] [--threads N] [--plugin PATH|NAME] [--quick] [--sweep-mb MB] [--only decode|prefill|cascade] [--block-size N] [--rounds N]\n"
+			       "  --only cascade: shared-prefix decode batches, cascade on vs off (text only)\n"
 			       "  --rounds: STREAM/decode rounds per decode row (default %d, --quick %d)\n"
 			       "  default: 1 thread and all %ld CPUs; --threads N measures only N\n"
 			       "  --sweep-mb: decode pool size swept (default 1024; 0 = one layer, cache-resident)\n",

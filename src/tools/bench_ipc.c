@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* pkv-bench ipc: ring round trips (hot/cold), no-op throughput, 30-layer step overhead, coalescing speedup. */
+/* pkv-bench ipc: ring round trips (hot/cold), no-op throughput, 30-layer step overhead, coalescing speedup (own and shared prompts). */
 #include "config.h"
 #include <errno.h>
 #include <getopt.h>
@@ -26,6 +26,9 @@
 #define BS 16u
 #define NBLK 256u
 #define CTX 128u
+/* The shared-prefix variant: a common system prompt of SYS tokens, then SOWN of each client's own. */
+#define SYS 512u
+#define SOWN 64u
 
 struct opts {
 	const char *socket;
@@ -38,6 +41,7 @@ struct opts {
 	int n_counts;       /* client counts for the coalescing comparison */
 	int counts[8];
 	int profile;        /* print CPU time and context switches per thread to stderr */
+	int shared_only;    /* only the shared-prompt coalescing comparison */
 };
 
 static int cmp_u64(const void *a, const void *b)
@@ -225,19 +229,26 @@ static int alloc_tensors(struct pkv_client *c, struct tensors *t, uint32_t rows)
 	return 0;
 }
 
-/* Opens a sequence of CTX - 1 tokens and prefills it, leaving one decode position. */
-static int prefill(struct pkv_client *c, int32_t seed, uint32_t *seq)
+/*
+ * Opens a sequence of ctx - 1 tokens and prefills it, leaving one decode
+ * position. Tokens are the client's own (seed), or with shared the first SYS
+ * are the same for every client (a chat app's system prompt): the daemon's
+ * prefix-share table then hands every client the same blocks for them.
+ */
+static int prefill_ctx(struct pkv_client *c, int32_t seed, int shared, uint32_t ctx, uint32_t *seq, uint32_t *cached)
 {
-	int32_t toks[CTX];
-	uint32_t nc, n = CTX - 1;
+	int32_t toks[SYS + SOWN];
+	uint32_t nc, n = ctx - 1;
 	struct tensors t;
 	int r;
 
-	for (uint32_t i = 0; i < CTX; i++)
-		toks[i] = seed * 1000 + (int32_t)i;
+	for (uint32_t i = 0; i < ctx; i++)
+		toks[i] = shared && i < SYS ? 7 + (int32_t)i : seed * 1000 + (int32_t)i;
 	r = pkv_seq_open(c, toks, n, seq, &nc);
 	if (r || alloc_tensors(c, &t, n))
 		return r ? r : -ENOMEM;
+	if (cached)
+		*cached = nc;
 	n -= nc;
 	r = pkv_step_begin(c, seq, &n, toks + nc, 1);
 	for (uint32_t l = 0; !r && l < L; l++)
@@ -251,15 +262,28 @@ static int prefill(struct pkv_client *c, int32_t seed, uint32_t *seq)
 	return r;
 }
 
+static int prefill(struct pkv_client *c, int32_t seed, uint32_t *seq)
+{
+	return prefill_ctx(c, seed, 0, CTX, seq, NULL);
+}
+
 /* ---------------------------------------------------------------- measurements */
+
+struct coal_pair {
+	double on, off;
+};
 
 struct results {
 	uint64_t noop_hot_p50, noop_hot_p99, noop_cold_p50, attend_hot_p50;
 	double noop_ops, step_daemon_us, step_inproc_us, step_overhead_pct;
 	double coal_on_tps, coal_off_tps, coal_speedup;
 	int coal_clients;
-	struct { double on, off; } coal[8];
-	int have_step, have_coal;
+	struct coal_pair coal[8];
+	double coal_sh_on_tps, coal_sh_off_tps, coal_sh_speedup;
+	int coal_sh_clients;
+	struct coal_pair coal_sh[8];
+	int coal_sh_unshared;  /* clients that found less than the system prompt cached */
+	int have_step, have_coal, have_coal_sh;
 };
 
 static int bench_noop(const char *sock, const struct opts *o, struct results *res)
@@ -437,7 +461,15 @@ out_plug:
 }
 
 /* 8 decoding client processes; returns aggregate decode tokens/s, or < 0. */
-static double decode_clients(const char *sock, int n_clients, int steps, int profile)
+/*
+ * n_clients processes decode in lockstep (one step = 30 attends, aborted so
+ * the context stays). Each prefills its context first: its own 128 tokens,
+ * or (shared) the common SYS-token prompt plus SOWN of its own, prefilled one
+ * client after the other so that every client after the first finds the
+ * prompt's blocks in the prefix-share table. *unshared (shared only): how
+ * many clients found less than the prompt cached.
+ */
+static double decode_clients(const char *sock, int n_clients, int steps, int profile, int shared, int *unshared)
 {
 	int go[2], done[2];
 	pid_t pids[16];
@@ -453,11 +485,13 @@ static double decode_clients(const char *sock, int n_clients, int steps, int pro
 			uint32_t seq, one = 1;
 			int32_t tok = 5;
 			struct tensors t;
-			int r = c ? prefill(c, 100 + i, &seq) : -1;
+			uint32_t nc = 0;
+			int r = c ? prefill_ctx(c, 100 + i, shared, shared ? SYS + SOWN : CTX, &seq, &nc) : -1;
 
 			if (!r)
 				r = alloc_tensors(c, &t, 1);
-			ch = r ? 'x' : 'r';
+			/* 'r' ready, 'u' ready but the shared prompt was not (all) found cached. */
+			ch = r ? 'x' : shared && i > 0 && nc < SYS ? 'u' : 'r';
 			if (write(done[1], &ch, 1) != 1 || read(go[0], &ch, 1) != 1)
 				_exit(1);
 			for (int s = 0; s < steps && !r; s++) {
@@ -482,8 +516,16 @@ static double decode_clients(const char *sock, int n_clients, int steps, int pro
 			pkv_disconnect(c);
 			_exit(r ? 1 : 0);
 		}
+		/* Shared: the next client opens only once this one's prompt is in the cache. */
+		if (shared) {
+			if (read(done[0], &ch, 1) != 1 || (ch != 'r' && ch != 'u')) {
+				n_clients = i + 1;
+				goto fail;
+			}
+			*unshared += ch == 'u';
+		}
 	}
-	for (int i = 0; i < n_clients; i++)
+	for (int i = 0; i < n_clients && !shared; i++)
 		if (read(done[0], &ch, 1) != 1 || ch != 'r')
 			goto fail;
 	t0 = pkv_now_ns();
@@ -516,10 +558,17 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* For each client count: alternates on/off daemons three times each (the machine drifts), keeps the medians. */
-static int bench_coalesce(const struct opts *o, struct results *res)
+/*
+ * For each client count: alternates on/off daemons three times each (the
+ * machine drifts), keeps the medians. shared: the clients share a system
+ * prompt (decode_clients), the figures go to coal_sh*.
+ */
+static int bench_coalesce(const struct opts *o, struct results *res, int shared)
 {
 	int steps = o->quick ? 5 : 40, reps = o->quick ? 1 : 3;
+	double *on_tps = shared ? &res->coal_sh_on_tps : &res->coal_on_tps;
+	double *off_tps = shared ? &res->coal_sh_off_tps : &res->coal_off_tps;
+	int *clients = shared ? &res->coal_sh_clients : &res->coal_clients;
 
 	for (int c = 0; c < o->n_counts; c++) {
 		double on[3], off[3];
@@ -532,8 +581,8 @@ static int bench_coalesce(const struct opts *o, struct results *res)
 
 				if (start_daemon(&p, o, mode))
 					return -1;
-				tps = decode_clients(p.sock, o->counts[c], steps, o->profile);
-				snprintf(tag, sizeof(tag), "%dc-%s", o->counts[c], mode ? "on" : "off");
+				tps = decode_clients(p.sock, o->counts[c], steps, o->profile, shared, &res->coal_sh_unshared);
+				snprintf(tag, sizeof(tag), "%dc-%s%s", o->counts[c], shared ? "shared-" : "", mode ? "on" : "off");
 				if (o->profile)
 					profile_daemon(p.pid, tag);
 				stop_daemon(&p);
@@ -546,25 +595,29 @@ static int bench_coalesce(const struct opts *o, struct results *res)
 			}
 		qsort(on, reps, sizeof(double), cmp_double);
 		qsort(off, reps, sizeof(double), cmp_double);
-		res->coal[c].on = on[reps / 2];
-		res->coal[c].off = off[reps / 2];
+		(shared ? res->coal_sh : res->coal)[c].on = on[reps / 2];
+		(shared ? res->coal_sh : res->coal)[c].off = off[reps / 2];
 		/* The headline figure is the 8-client one (the last count when 8 is not asked for). */
-		if (res->coal_clients != 8) {
-			res->coal_on_tps = res->coal[c].on;
-			res->coal_off_tps = res->coal[c].off;
-			res->coal_clients = o->counts[c];
+		if (*clients != 8) {
+			*on_tps = on[reps / 2];
+			*off_tps = off[reps / 2];
+			*clients = o->counts[c];
 		}
 	}
-	res->coal_speedup = res->coal_on_tps / res->coal_off_tps;
+	if (shared)
+		res->coal_sh_speedup = *on_tps / *off_tps;
+	else
+		res->coal_speedup = *on_tps / *off_tps;
 	return 0;
 }
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: pkv-bench ipc [--json] [--socket PATH] [--plugin-dir DIR] [--workers N]\n"
-		   "                     [--daemon-arg ARG]... [--quick] [--clients N,N...] [--profile]\n"
+		   "                     [--daemon-arg ARG]... [--quick] [--clients N,N...] [--profile] [--shared-only]\n"
 		   "  --clients: decoding client counts for the coalescing comparison (default 8).\n"
 		   "  --profile: CPU time and context switches of every daemon thread and client, to stderr.\n"
+		   "  --shared-only: only the coalescing comparison of clients sharing a system prompt.\n"
 		   "  Without --socket (or $PAGEDKV_SOCKET) a private pagedkvd is started.\n"
 		   "  The coalescing comparison always uses two private daemons (on, off).\n");
 }
@@ -577,6 +630,7 @@ int main(int argc, char **argv)
 		{ "workers", required_argument, NULL, 'w' },
 		{ "daemon-arg", required_argument, NULL, 'a' },
 		{ "clients", required_argument, NULL, 'c' }, { "profile", no_argument, NULL, 'P' },
+		{ "shared-only", no_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
 	};
 	struct opts o = { 0 };
@@ -600,7 +654,7 @@ int main(int argc, char **argv)
 		snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s", PKV_PLUGIN_DIR);
 	o.socket = getenv("PAGEDKV_SOCKET");
 	snprintf(o.workers, sizeof(o.workers), "0");
-	while ((c = getopt_long(argc, argv, "js:p:qw:a:c:Ph", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "js:p:qw:a:c:PSh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'j': o.json = 1; break;
 		case 's': o.socket = optarg; break;
@@ -624,12 +678,17 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'P': o.profile = 1; break;
+		case 'S': o.shared_only = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
 	if (!o.n_counts)
 		o.counts[o.n_counts++] = 8;
+	if (o.shared_only) {
+		res.have_coal_sh = !bench_coalesce(&o, &res, 1);
+		goto report;
+	}
 	sock = o.socket;
 	if (!sock) {
 		if (start_daemon(&priv, &o, 1)) {
@@ -647,15 +706,21 @@ int main(int argc, char **argv)
 	res.have_step = !bench_inproc(&o, &res);
 	if (res.have_step)
 		res.step_overhead_pct = 100.0 * (res.step_daemon_us - res.step_inproc_us) / res.step_inproc_us;
-	res.have_coal = !bench_coalesce(&o, &res);
+	res.have_coal = !bench_coalesce(&o, &res, 0);
+	res.have_coal_sh = !bench_coalesce(&o, &res, 1);
+report:
 	if (getloadavg(load, 1) != 1)
 		load[0] = -1;
 	if (o.json) {
-		printf("{\"loadavg_1m\":%.2f,\"noop_rtt_hot_ns_p50\":%llu,\"noop_rtt_hot_ns_p99\":%llu,\"noop_rtt_cold_ns_p50\":%llu,"
-		       "\"attend_rtt_hot_ns_p50\":%llu,\"noop_ops_per_s\":%.0f,",
-		       load[0], (unsigned long long)res.noop_hot_p50, (unsigned long long)res.noop_hot_p99,
-		       (unsigned long long)res.noop_cold_p50, (unsigned long long)res.attend_hot_p50, res.noop_ops);
-		if (res.have_step)
+		printf("{\"loadavg_1m\":%.2f,", load[0]);
+		if (!o.shared_only)
+			printf("\"noop_rtt_hot_ns_p50\":%llu,\"noop_rtt_hot_ns_p99\":%llu,\"noop_rtt_cold_ns_p50\":%llu,"
+			       "\"attend_rtt_hot_ns_p50\":%llu,\"noop_ops_per_s\":%.0f,",
+			       (unsigned long long)res.noop_hot_p50, (unsigned long long)res.noop_hot_p99,
+			       (unsigned long long)res.noop_cold_p50, (unsigned long long)res.attend_hot_p50, res.noop_ops);
+		if (o.shared_only)
+			;
+		else if (res.have_step)
 			printf("\"step30_overhead_pct\":%.2f,\"step30_daemon_us\":%.1f,\"step30_inproc_us\":%.1f,",
 			       res.step_overhead_pct, res.step_daemon_us, res.step_inproc_us);
 		else
@@ -668,13 +733,29 @@ int main(int argc, char **argv)
 				printf("%s{\"clients\":%d,\"speedup\":%.3f,\"on_tok_per_s\":%.1f,\"off_tok_per_s\":%.1f}",
 				       i ? "," : "", o.counts[i], res.coal[i].on / res.coal[i].off, res.coal[i].on,
 				       res.coal[i].off);
+			printf("],");
+		} else if (!o.shared_only)
+			printf("\"coalesce_speedup\":null,");
+		if (res.have_coal_sh) {
+			printf("\"coalesce_shared_speedup\":%.3f,\"coalesce_shared_on_tok_per_s\":%.1f,"
+			       "\"coalesce_shared_off_tok_per_s\":%.1f,\"coalesce_shared_clients\":%d,"
+			       "\"coalesce_shared_prompt_tokens\":%u,\"coalesce_shared_own_tokens\":%u,"
+			       "\"coalesce_shared_unshared_clients\":%d,\"coalesce_shared_by_clients\":[",
+			       res.coal_sh_speedup, res.coal_sh_on_tps, res.coal_sh_off_tps, res.coal_sh_clients, SYS, SOWN,
+			       res.coal_sh_unshared);
+			for (int i = 0; i < o.n_counts; i++)
+				printf("%s{\"clients\":%d,\"speedup\":%.3f,\"on_tok_per_s\":%.1f,\"off_tok_per_s\":%.1f}",
+				       i ? "," : "", o.counts[i], res.coal_sh[i].on / res.coal_sh[i].off, res.coal_sh[i].on,
+				       res.coal_sh[i].off);
 			printf("]}\n");
 		} else
-			printf("\"coalesce_speedup\":null}\n");
+			printf("\"coalesce_shared_speedup\":null}\n");
 		return 0;
 	}
 	printf("pkv-bench ipc (%s daemon; SmolLM2-135M attention shape, ctx %u; load average %.1f)\n",
 	       o.socket ? "given" : "private", CTX, load[0]);
+	if (o.shared_only)
+		goto shared;
 	printf("  no-op round trip, hot:   p50 %llu ns, p99 %llu ns   (target p50 <= 1000 ns)\n",
 	       (unsigned long long)res.noop_hot_p50, (unsigned long long)res.noop_hot_p99);
 	printf("  no-op round trip, cold:  p50 %llu ns               (target <= 30000 ns)\n",
@@ -688,5 +769,12 @@ int main(int argc, char **argv)
 	for (int i = 0; res.have_coal && i < o.n_counts; i++)
 		printf("  %d decoding clients: %.0f tok/s coalesced, %.0f tok/s not: speedup %.2fx\n", o.counts[i],
 		       res.coal[i].on, res.coal[i].off, res.coal[i].on / res.coal[i].off);
+shared:
+	for (int i = 0; res.have_coal_sh && i < o.n_counts; i++)
+		printf("  %d decoding clients, %u-token shared prompt + %u own: %.0f tok/s coalesced, %.0f tok/s not: "
+		       "speedup %.2fx\n", o.counts[i], SYS, SOWN, res.coal_sh[i].on, res.coal_sh[i].off,
+		       res.coal_sh[i].on / res.coal_sh[i].off);
+	if (res.have_coal_sh && res.coal_sh_unshared)
+		printf("  (%d clients found less than the shared prompt cached)\n", res.coal_sh_unshared);
 	return 0;
 }

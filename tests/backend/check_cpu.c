@@ -2,6 +2,7 @@
 /* CPU plugin tests outside the conformance suite: malformed batches are refused, never read out of bounds. */
 #include <check.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +119,99 @@ START_TEST(cache_is_huge_page_aligned)
 }
 END_TEST
 
+/* Loads the CPU plugin with cascade_min_keys = value; returns the loader's result. */
+static int load_cascade(struct pkv_plugin *pl, const char *value)
+{
+	char path[1024];
+	const char *top = getenv("PKV_TOP_BUILDDIR");
+	struct pkv_dict_item item = { "cascade_min_keys", value };
+	struct pkv_dict d = { 1, 0, &item };
+
+	snprintf(path, sizeof(path), "%s/plugins/cpu/.libs/pkv_cpu.so", top ? top : ".");
+	return pkv_plugin_load(path, "cpu", NULL, &d, host, pl, err, sizeof(err));
+}
+
+START_TEST(cascade_option_checked)
+{
+	struct pkv_plugin pl;
+
+	ck_assert_int_ne(load_cascade(&pl, "-1"), 0);
+	ck_assert_int_ne(load_cascade(&pl, "4294967296"), 0);
+	ck_assert_int_ne(load_cascade(&pl, "many"), 0);
+	ck_assert_msg(load_cascade(&pl, "0") == 0, "%s", err);
+	pkv_plugin_unload(&pl);
+}
+END_TEST
+
+/*
+ * A decode batch of 40 sequences whose tables a hostile client could have
+ * made: every table starts with the same 3 blocks, then runs on through
+ * ids that repeat within and across tables, with common leading runs of
+ * every length and lengths that end inside a shared block. The cascade
+ * path (any shared block taken) must give what plain decode gives.
+ */
+START_TEST(cascade_hostile_tables_match_plain)
+{
+	enum { NS = 40, NH = 8, NKV = 2, HD = 16, BS = 4, NB = 64, MB = 12 };
+	struct pkv_pool_desc pool = { PKV_BACKEND_ABI_VERSION, sizeof(pool),
+				      { 1, NH, NKV, HD, PKV_DTYPE_F32, BS, NB }, PKV_DTYPE_F32 };
+	static float qd[NS * NH * HD], od[2][NS * NH * HD], none[NKV * HD];
+	static int32_t cq[NS + 1], ck[NS + 1], tab[NS * MB], cl[NS];
+	static int64_t sl[NS];
+	struct pkv_plugin pl[2];
+	struct pkv_cache_mem m;
+	struct pkv_attn_batch d;
+	uint32_t x = 12345;
+	int s, i, v;
+
+	ck_assert_msg(load_cascade(&pl[0], "1") == 0, "%s", err);
+	ck_assert_msg(load_cascade(&pl[1], "0") == 0, "%s", err);
+	memset(&m, 0, sizeof(m));
+	m.abi_version = PKV_BACKEND_ABI_VERSION;
+	m.struct_size = sizeof(m);
+	ck_assert_int_eq(pl[0].be->cache_alloc(pl[0].ctx, &pool, &m), 0);
+	for (i = 0; i < NB * BS * NKV * HD; i++) {
+		x = x * 1664525u + 1013904223u;
+		((float *)m.k_base)[i] = (float)(x >> 8) / 16777216.0f - 0.5f;
+		x = x * 1664525u + 1013904223u;
+		((float *)m.v_base)[i] = (float)(x >> 8) / 16777216.0f - 0.5f;
+	}
+	for (i = 0; i < NS * NH * HD; i++)
+		qd[i] = sinf((float)i * 0.37f);
+	cq[0] = ck[0] = 0;
+	for (s = 0; s < NS; s++) {
+		int len = 1 + (s * 7) % (MB * BS); /* 1 .. 48 keys: whole, partial and single blocks */
+
+		for (i = 0; i < MB; i++)
+			tab[s * MB + i] = i < 3 ? 10 + i : (i < 3 + s % 5 ? 13 + i : (s * 13 + i * 7) % NB);
+		cq[s + 1] = s + 1;
+		ck[s + 1] = ck[s] + len;
+		cl[s] = len - 1;
+		sl[s] = -1; /* nothing appended: both calls read the same cache */
+	}
+	d = (struct pkv_attn_batch){
+		.abi_version = PKV_BACKEND_ABI_VERSION, .struct_size = sizeof(d),
+		.layer = 0, .num_seqs = NS, .total_q = NS, .act_dtype = PKV_DTYPE_F32,
+		.q = qd, .k_new = none, .v_new = none,
+		.q_stride_tok = NH * HD, .q_stride_head = HD, .kv_stride_tok = 0, .kv_stride_head = HD,
+		.o_stride_tok = NH * HD, .o_stride_head = HD,
+		.cu_seq_lens_q = cq, .cu_seq_lens_k = ck, .max_length_q = 1, .max_length_k = MB * BS,
+		.block_tables = tab, .max_blocks_per_seq = MB, .cache_seqlens = cl,
+		.slot_mapping = sl, .window_left = -1,
+	};
+	for (v = 0; v < 2; v++) {
+		d.o = od[v];
+		ck_assert_int_eq(pl[v].be->attend_decode(pl[v].ctx, &m, &d), 0);
+	}
+	for (i = 0; i < NS * NH * HD; i++)
+		ck_assert_msg(fabsf(od[0][i] - od[1][i]) <= 1e-5f, "row %d dim %d: cascade %g, plain %g", i / HD, i % HD,
+			      od[0][i], od[1][i]);
+	pl[0].be->cache_free(pl[0].ctx, &m);
+	pkv_plugin_unload(&pl[1]);
+	pkv_plugin_unload(&pl[0]);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cpu");
@@ -132,6 +226,8 @@ int main(void)
 	tcase_add_test(tc, layer_and_lengths_checked);
 	tcase_add_test(tc, copy_blocks_range_checked);
 	tcase_add_test(tc, cache_is_huge_page_aligned);
+	tcase_add_test(tc, cascade_option_checked);
+	tcase_add_test(tc, cascade_hostile_tables_match_plain);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_ENV);

@@ -56,7 +56,7 @@ tests_backend_check_host_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_backend_check_host_LDADD = src/loader/libpkvloader.la $(CHECK_LIBS)
 tests_backend_check_cpu_SOURCES = tests/backend/check_cpu.c
 tests_backend_check_cpu_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_backend_check_cpu_LDADD = src/loader/libpkvloader.la $(CHECK_LIBS)
+tests_backend_check_cpu_LDADD = src/loader/libpkvloader.la $(CHECK_LIBS) $(LIBM)
 
 # make check runs pkv-conformance (src/conformance) on the CPU plugin, once per kernel variant.
 TESTS += tests/backend/conformance-cpu tests/backend/conformance-cpu-fill
