@@ -220,7 +220,8 @@ struct worker {
 	 * The worker sleeps in epoll_wait on efd (its own eventfd: jobs, hang-ups,
 	 * stop) and on the doorbells of the rings it owns (edge-triggered, never
 	 * read: the client shares their file descriptions and could make a read
-	 * block). Whoever wakes it writes efd when `sleeping` is set.
+	 * block). worker_push writes efd when `sleeping` is set; worker_kick
+	 * always does.
 	 */
 	int efd, epfd;
 	struct job *head, *tail;      /* queued */
@@ -251,7 +252,7 @@ struct worker {
 int worker_start(struct pkv_daemon *d);
 void worker_stop(struct pkv_daemon *d);
 void worker_push(struct pkv_daemon *d, struct job *j);
-/* Wakes the worker if it sleeps (a ring it owns hung up, or rang the loop's doorbell read). Never blocks. */
+/* Wakes the worker, now or at its next sleep (a ring it owns hung up, or rang the loop's doorbell read). Never blocks. */
 void worker_kick(struct pkv_daemon *d);
 /* Query-key pairs times the head width of a step's attend: what its time grows with (set once per step). */
 double worker_attend_units(const struct pool *p, const struct pkv_step_meta *m);
