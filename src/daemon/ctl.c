@@ -59,6 +59,12 @@ int ctl_peer_is_admin(const struct pkv_daemon *d, int sock, uid_t uid)
 	return 0;
 }
 
+/* A pool counter the worker adds to atomically (attends, batches): read it the same way. */
+static uint64_t pool_counter(const uint64_t *c)
+{
+	return __atomic_load_n(c, __ATOMIC_RELAXED);
+}
+
 /* Whether the asking connection may see pool p: admins all, others those their uid is attached to. */
 static int pool_visible(const struct pkv_daemon *d, const struct session *who, const struct pool *p)
 {
@@ -162,7 +168,8 @@ static void do_status(struct pkv_daemon *d, const struct session *who, FILE *f, 
 					   "\"prefix_hit_rate\":%.4f,\"clients\":%u,\"attends\":%llu,"
 					   "\"batches\":%llu,", (unsigned long long)cs.lookup_tokens,
 					(unsigned long long)cs.hit_tokens, hit_rate(&cs), p->n_clients,
-					(unsigned long long)p->attends, (unsigned long long)p->batches);
+					(unsigned long long)pool_counter(&p->attends),
+					(unsigned long long)pool_counter(&p->batches));
 			fprintf(f, "\"shared_across_users\":%s}", (p->flags & PKV_WIRE_POOL_SHARED) ? "true" : "false");
 			first = 0;
 		}
@@ -203,8 +210,8 @@ static void do_status(struct pkv_daemon *d, const struct session *who, FILE *f, 
 		fprintf(f, "  prefix hits: %.1f%% (%llu of %llu tokens); %u sequences open; %u clients\n",
 			100.0 * hit_rate(&cs), (unsigned long long)cs.hit_tokens,
 			(unsigned long long)cs.lookup_tokens, cs.open_seqs, p->n_clients);
-		fprintf(f, "  attends: %llu in %llu backend calls\n", (unsigned long long)p->attends,
-			(unsigned long long)p->batches);
+		fprintf(f, "  attends: %llu in %llu backend calls\n", (unsigned long long)pool_counter(&p->attends),
+			(unsigned long long)pool_counter(&p->batches));
 	}
 	for (struct session *s = d->sessions; s; s = s->next)
 		if (s->role == PKV_ROLE_CLIENT && session_visible(who, s))
@@ -359,8 +366,8 @@ static void do_metrics(struct pkv_daemon *d, const struct session *who, FILE *f)
 			case 2: metric(f, m[i].name, p->name, NULL, (double)cs.lookup_tokens); break;
 			case 3: metric(f, m[i].name, p->name, NULL, (double)cs.hit_tokens); break;
 			case 4: metric(f, m[i].name, p->name, NULL, p->n_clients); break;
-			case 5: metric(f, m[i].name, p->name, NULL, (double)p->attends); break;
-			case 6: metric(f, m[i].name, p->name, NULL, (double)p->batches); break;
+			case 5: metric(f, m[i].name, p->name, NULL, (double)pool_counter(&p->attends)); break;
+			case 6: metric(f, m[i].name, p->name, NULL, (double)pool_counter(&p->batches)); break;
 			case 7: metric(f, m[i].name, p->name, NULL, (double)cs.evictions); break;
 			case 8: metric(f, m[i].name, p->name, NULL, (double)cs.cow_copies); break;
 			}

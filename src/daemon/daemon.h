@@ -109,6 +109,7 @@ struct session {
 	struct watch w_ctl, w_bell, w_cancel;
 	int armed;                    /* io_uring requests (cancels included) still pointing at this session */
 	uint64_t bell_buf;            /* target of the doorbell read */
+	int bell_armed;               /* the loop's doorbell read is in flight (not re-armed while the worker owns the ring) */
 	int closing;                  /* hung up: stop reading, release when idle */
 	int released;
 	/* shared region (clients) */
@@ -125,6 +126,7 @@ struct session {
 	struct pkv_step *step;
 	int step_poisoned;            /* its copy-on-write failed: commit must not publish */
 	struct pkv_step_meta meta;    /* the step's layout; read by attends on the ring's owner */
+	double step_units;            /* worker_attend_units() of meta, once per step (the worker's slicing and rate) */
 	struct pkv_step_req *step_reqs; /* private copies for length updates at commit */
 	uint32_t n_step_reqs;
 	int32_t *step_tokens;
@@ -132,9 +134,11 @@ struct session {
 	uint32_t inflight;            /* jobs on the worker (copies, ring ownership); release waits for 0 */
 	/*
 	 * Loop's view: the worker consumes this session's SQ ring (handed over
-	 * at an attend, handed back at any other opcode or when idle). Exactly
-	 * one thread consumes a ring at a time; the hand-offs go through the
-	 * worker's mutex, which orders everything either side wrote before.
+	 * at an attend, handed back at any other opcode, on hang-up or when
+	 * idle for long). Exactly one thread consumes a ring at a time; the
+	 * hand-offs go through the worker's mutex, which orders everything
+	 * either side wrote before. The ring's consumer alone sets and clears
+	 * its need-wakeup flag, and sleeps on its doorbell (worker.c).
 	 */
 	int worker_owned;
 	pthread_spinlock_t cq_lock;   /* the loop and the worker both post completions */
@@ -196,6 +200,7 @@ struct job {
 	uint64_t last_ns;             /* last SQE taken */
 	uint64_t ops, errors;
 	int in_batch, give_back;
+	int watched;                  /* its doorbell is in the worker's epoll set (the worker may sleep holding it) */
 	/*
 	 * A long attend run in slices (worker only): its rows [big_row, total_q)
 	 * are still to do; each slice is a varlen sub-batch of whole query rows,
@@ -210,8 +215,15 @@ struct job {
 
 struct worker {
 	pthread_t thread;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
+	pthread_mutex_t mu;           /* the job queues */
+	/*
+	 * The worker sleeps in epoll_wait on efd (its own eventfd: jobs, hang-ups,
+	 * stop) and on the doorbells of the rings it owns (edge-triggered, never
+	 * read: the client shares their file descriptions and could make a read
+	 * block). worker_push writes efd when `sleeping` is set; worker_kick
+	 * always does.
+	 */
+	int efd, epfd;
 	struct job *head, *tail;      /* queued */
 	struct job *done;             /* finished, for the loop */
 	struct job **owned;           /* worker only: JOB_POLLs of the rings it consumes */
@@ -222,6 +234,7 @@ struct worker {
 	cpu_set_t home;               /* worker only: its CPU mask at start */
 	int moved;                    /* worker only: it left a client's CPU (maybe_move) */
 	int stop, sleeping;
+	uint64_t last_take_ns;        /* worker only: when it last took an SQE from any ring */
 	unsigned spin_us;
 	unsigned gather_us;           /* longest wait for a lockstep batch to fill */
 	int coalesce;
@@ -239,6 +252,10 @@ struct worker {
 int worker_start(struct pkv_daemon *d);
 void worker_stop(struct pkv_daemon *d);
 void worker_push(struct pkv_daemon *d, struct job *j);
+/* Wakes the worker, now or at its next sleep (a ring it owns hung up, or rang the loop's doorbell read). Never blocks. */
+void worker_kick(struct pkv_daemon *d);
+/* Query-key pairs times the head width of a step's attend: what its time grows with (set once per step). */
+double worker_attend_units(const struct pool *p, const struct pkv_step_meta *m);
 /* Takes the finished jobs (loop thread). */
 struct job *worker_take_done(struct pkv_daemon *d);
 void job_free(struct job *j);

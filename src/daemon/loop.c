@@ -74,8 +74,10 @@ static int arm_timer(struct pkv_daemon *d)
 
 void loop_arm_session(struct pkv_daemon *d, struct session *s)
 {
-	if (!arm_read(d, s->sq_bell, &s->bell_buf, &s->w_bell))
+	if (!arm_read(d, s->sq_bell, &s->bell_buf, &s->w_bell)) {
 		s->armed++;
+		s->bell_armed = 1;
+	}
 }
 
 /* Connections of this uid, not counting s itself nor those already hanging up. */
@@ -270,14 +272,27 @@ static void on_ctl(struct pkv_daemon *d, struct session *s, struct io_uring_cqe 
 	}
 }
 
+/*
+ * A doorbell read completed. While the worker owns the ring it sleeps on
+ * this doorbell itself (worker.c): our read, still armed from before the
+ * hand-off, may have taken a count the worker's epoll then finds gone, so
+ * pass the wake-up on, and leave the doorbell to the worker until the ring
+ * comes back (process_done re-arms it). The loop is then woken once per
+ * hand-off, not once per attend.
+ */
 static void on_bell(struct pkv_daemon *d, struct session *s, struct io_uring_cqe *cqe)
 {
 	s->armed--;
+	s->bell_armed = 0;
 	if (cqe->res == -ECANCELED || s->closing)
 		return;
 	if (cqe->res < 0) {
 		pkv_warn("client %u: doorbell: %s", s->id, strerror(-cqe->res));
 		session_hangup(d, s);
+		return;
+	}
+	if (s->worker_owned) {
+		worker_kick(d);
 		return;
 	}
 	loop_arm_session(d, s);
@@ -406,6 +421,9 @@ static int process_done(struct pkv_daemon *d)
 		if (j->kind == JOB_POLL) {
 			/* The ring is ours again: its head (if any) is not an attend. */
 			s->worker_owned = 0;
+			/* Its doorbell too (the count the worker left unread completes this read at once). */
+			if (!s->closing && !s->bell_armed)
+				loop_arm_session(d, s);
 			s->inflight--;
 			s->ops += j->ops;
 			s->errors += j->errors;
@@ -500,8 +518,9 @@ static int prepare_sleep(struct pkv_daemon *d)
 static void wake_up(struct pkv_daemon *d)
 {
 	pkv_store_relaxed(&d->loop_sleeping, 0);
+	/* Not the worker's rings: it sets and clears their flags itself. */
 	for (struct session *s = d->sessions; s; s = s->next)
-		if (s->region && !s->closing)
+		if (s->region && !s->closing && !s->worker_owned)
 			pkv_ring_clear_wakeup(&s->sq);
 }
 

@@ -124,16 +124,36 @@ int session_post(struct session *s, uint64_t ud, int32_t res, uint64_t p0, uint6
 
 /* ---------------------------------------------------------------- sequences table */
 
+/*
+ * Kept sorted by sequence id: a step's end looks up each of its sequences
+ * (on the worker, between other clients' attends) in O(log n).
+ */
+static uint32_t seq_pos(const struct session *s, uint32_t seq)
+{
+	uint32_t lo = 0, hi = s->n_seqs;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (s->seqs[mid].seq < seq)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 static struct seq_ent *seq_find(struct session *s, uint32_t seq)
 {
-	for (uint32_t i = 0; i < s->n_seqs; i++)
-		if (s->seqs[i].seq == seq)
-			return &s->seqs[i];
-	return NULL;
+	uint32_t i = seq_pos(s, seq);
+
+	return i < s->n_seqs && s->seqs[i].seq == seq ? &s->seqs[i] : NULL;
 }
 
 static int seq_add(struct session *s, uint32_t seq, uint32_t len)
 {
+	uint32_t i;
+
 	if (s->n_seqs == s->cap_seqs) {
 		uint32_t c = s->cap_seqs ? s->cap_seqs * 2 : 16;
 		struct seq_ent *n = realloc(s->seqs, c * sizeof(*n));
@@ -143,7 +163,10 @@ static int seq_add(struct session *s, uint32_t seq, uint32_t len)
 		s->seqs = n;
 		s->cap_seqs = c;
 	}
-	s->seqs[s->n_seqs++] = (struct seq_ent){ seq, len };
+	i = seq_pos(s, seq);
+	memmove(&s->seqs[i + 1], &s->seqs[i], (size_t)(s->n_seqs - i) * sizeof(*s->seqs));
+	s->seqs[i] = (struct seq_ent){ seq, len };
+	s->n_seqs++;
 	return 0;
 }
 
@@ -151,8 +174,10 @@ static void seq_del(struct session *s, uint32_t seq)
 {
 	struct seq_ent *e = seq_find(s, seq);
 
-	if (e)
-		*e = s->seqs[--s->n_seqs];
+	if (e) {
+		s->n_seqs--;
+		memmove(e, e + 1, (size_t)(&s->seqs[s->n_seqs] - e) * sizeof(*e));
+	}
 }
 
 /* ---------------------------------------------------------------- handshake */
@@ -468,6 +493,7 @@ static void step_clear(struct session *s)
 	s->step = NULL;
 	s->step_poisoned = 0;
 	memset(&s->meta, 0, sizeof(s->meta));
+	s->step_units = 0;
 	free(s->step_reqs);
 	free(s->step_tokens);
 	s->step_reqs = NULL;
@@ -611,6 +637,7 @@ static int op_step_begin(struct pkv_daemon *d, struct session *s, const struct p
 	s->step_reqs = reqs;
 	s->n_step_reqs = e->n;
 	s->step_tokens = tokens;
+	s->step_units = worker_attend_units(s->pool, &s->meta);
 	reqs = NULL;
 	tokens = NULL;
 	s->pool->steps++;
@@ -1308,7 +1335,9 @@ void session_hangup(struct pkv_daemon *d, struct session *s)
 		}
 	}
 	/* Releasing waits for the worker to hand back our ring (attends write into our arena
-	 * and into blocks this client holds) and for our copies. */
+	 * and into blocks this client holds) and for our copies; it may sleep holding it. */
+	if (s->worker_owned)
+		worker_kick(d);
 	if (!s->inflight)
 		session_release(d, s);
 }

@@ -5,6 +5,8 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 #include "common/barrier.h"
 #include "common/log.h"
@@ -31,8 +33,7 @@ void job_free(struct job *j)
 /* Calls smaller than this are mostly fixed cost: they do not teach the rate. */
 #define UNITS_TO_MEASURE 16384.0
 
-/* Query-key pairs times the head width: what an attend's time grows with. */
-static double attend_cost(const struct pool *p, const struct pkv_step_meta *m)
+double worker_attend_units(const struct pool *p, const struct pkv_step_meta *m)
 {
 	double u = 0;
 
@@ -245,6 +246,38 @@ static void finish(struct pkv_daemon *d, struct job *j)
 			pkv_err("worker: cannot wake the loop: %s", strerror(errno));
 }
 
+/*
+ * Puts s's doorbell in the worker's epoll set, edge-triggered: every write
+ * of the client wakes us, and we never read the eventfd (the client shares
+ * its file description and could make a read block). Its count is read
+ * again by the loop once the ring is back. Without room in the set (the
+ * user's epoll watch limit), the ring goes back to the loop when idle, as
+ * it did before the worker could sleep on it.
+ */
+static int watch_bell(struct worker *w, const struct session *s)
+{
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.u64 = 1 };
+
+	if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, s->sq_bell, &ev)) {
+		pkv_dbg("worker: cannot watch the doorbell of client %u: %s", s->id, strerror(errno));
+		return 0;
+	}
+	return 1;
+}
+
+/*
+ * Before a ring goes back: out of the epoll set (the registration would
+ * outlive our descriptor, since the client holds the file open) and its
+ * flag cleared, since the loop sets its own when it sleeps.
+ */
+static void release_ring(struct worker *w, struct job *o)
+{
+	if (o->watched && epoll_ctl(w->epfd, EPOLL_CTL_DEL, o->s->sq_bell, NULL))
+		pkv_err("worker: cannot unwatch the doorbell of client %u: %s", o->s->id, strerror(errno));
+	o->watched = 0;
+	pkv_ring_clear_wakeup(&o->s->sq);
+}
+
 static int own(struct worker *w, struct job *j)
 {
 	if (w->n_owned == w->cap_owned) {
@@ -258,6 +291,7 @@ static int own(struct worker *w, struct job *j)
 	}
 	j->last_ns = pkv_now_ns();
 	j->in_batch = j->give_back = 0;
+	j->watched = watch_bell(w, j->s);
 	w->owned[w->n_owned++] = j;
 	return 0;
 }
@@ -303,7 +337,7 @@ static void absorb(struct pkv_daemon *d)
 	}
 }
 
-enum head { HEAD_EMPTY, HEAD_ATTEND, HEAD_STEP, HEAD_OTHER, HEAD_BAD };
+enum head { HEAD_EMPTY, HEAD_FULL, HEAD_ATTEND, HEAD_STEP, HEAD_OTHER, HEAD_BAD };
 
 /* Looks at the next SQE of an owned ring (copied out of shared memory into e). */
 static enum head head_of(struct session *s, struct pkv_sqe *e)
@@ -321,7 +355,7 @@ static enum head head_of(struct session *s, struct pkv_sqe *e)
 	if (avail < 0 || space < 0)
 		return HEAD_BAD;
 	if (space == 0)
-		return HEAD_EMPTY; /* no room for the completion: the client reaps first */
+		return HEAD_FULL; /* no room for the completion: only a client that broke the protocol */
 	pkv_ring_peek_copy(&s->sq, e);
 	if (e->opcode == PKV_OP_ATTEND)
 		return HEAD_ATTEND;
@@ -488,6 +522,28 @@ static int merge_too_big(const struct job *b, const struct pkv_step_meta *m)
 }
 
 /*
+ * How long an owned ring may sit idle before it goes back to the loop.
+ * While its doorbell is watched the worker sleeps holding it, so keeping
+ * it costs nothing and saves the loop's wake-up and hand-off at the next
+ * attend: through an open step (a layer's matmuls between attends), and
+ * for a grace period after it (sampling, the next step's begin). A ring
+ * that stays quiet longer (a client that stopped, or went on to other
+ * work) goes back. An unwatched ring keeps the old rule: spin_us.
+ */
+#define KEEP_STEP_NS 1000000000ull
+#define KEEP_GRACE_NS 50000000ull
+
+static uint64_t keep_ns(const struct worker *w, const struct job *o)
+{
+	uint64_t spin = (uint64_t)w->spin_us * 1000, k;
+
+	if (!o->watched)
+		return spin;
+	k = o->s->step ? KEEP_STEP_NS : KEEP_GRACE_NS;
+	return k > spin ? k : spin;
+}
+
+/*
  * One sweep over the owned rings, starting at a rotating index: takes the
  * head attend of every ring whose head matches the first one's pool and
  * layer (coalescing; only the first with coalescing off), while the batch's
@@ -498,7 +554,7 @@ static int merge_too_big(const struct job *b, const struct pkv_step_meta *m)
 static int collect(struct pkv_daemon *d, struct job *b)
 {
 	struct worker *w = &d->worker;
-	uint64_t now = pkv_now_ns(), idle = (uint64_t)w->spin_us * 1000;
+	uint64_t now = pkv_now_ns();
 	int n = 0;
 
 	if (w->n_owned)
@@ -512,11 +568,21 @@ static int collect(struct pkv_daemon *d, struct job *b)
 
 		if (o->in_batch || o->give_back)
 			continue;
+		/* Its memory faulted (the loop learns why from the handler's slot). */
+		if (pkv_sigbus_faulted(o->s->bus_slot)) {
+			o->res = -EFAULT;
+			o->give_back = 1;
+			continue;
+		}
 		pkv_ring_set_cpu(&o->s->sq, w->cpu1);
 		h = head_of(o->s, &e);
 		if (h == HEAD_EMPTY) {
-			if (now - o->last_ns > idle)
-				o->give_back = 1; /* idle: the loop sleeps on its doorbell */
+			if (now - o->last_ns > keep_ns(w, o))
+				o->give_back = 1; /* idle for long: the loop sleeps on its doorbell */
+			continue;
+		}
+		if (h == HEAD_FULL) {
+			o->give_back = 1; /* the loop waits for it to reap, as it always did */
 			continue;
 		}
 		if (h == HEAD_STEP) {
@@ -529,7 +595,7 @@ static int collect(struct pkv_daemon *d, struct job *b)
 			o->give_back = 1;
 			continue;
 		}
-		est = w->slice_ns ? attend_cost(o->s->pool, &o->s->meta) * ns_per_unit(o->s->pool) : 0;
+		est = w->slice_ns ? o->s->step_units * ns_per_unit(o->s->pool) : 0;
 		/* A decode step (one row per sequence) is what the slices protect: never sliced itself. */
 		if (est > (double)w->slice_ns && !o->s->meta.decode_only) {
 			if (!take(o, &e, &it))
@@ -647,7 +713,7 @@ static void run_batch(struct pkv_daemon *d, struct job *b)
 	double units = 0;
 
 	for (uint32_t i = 0; i < b->n_items; i++)
-		units += attend_cost(b->pool, b->items[i].meta);
+		units += b->items[i].s->step_units;
 	b->pool->last_batch_items = b->n_items;
 	w->last_short_ns = pkv_now_ns();
 	pthread_mutex_lock(&d->backend_mu);
@@ -865,10 +931,12 @@ static void give_back(struct pkv_daemon *d)
 	for (uint32_t i = 0; i < w->n_owned; i++) {
 		struct job *o = w->owned[i];
 
-		if (o->give_back)
+		if (o->give_back) {
+			release_ring(w, o);
 			finish(d, o);
-		else
+		} else {
 			w->owned[k++] = o;
+		}
 	}
 	w->n_owned = k;
 }
@@ -946,10 +1014,70 @@ static int client_here(const struct worker *w)
 	return 0;
 }
 
+/* Empties our own eventfd after a wake-up (it is ours alone and non-blocking). */
+static void drain_efd(struct worker *w)
+{
+	uint64_t v;
+
+	if (read(w->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		pkv_err("worker: cannot read its eventfd: %s", strerror(errno));
+}
+
+/*
+ * Sleeps until a job, a hang-up or a doorbell of an owned ring, or until the
+ * first owned ring's keep time runs out (the next poll hands it back). The
+ * flags announce the sleep to the clients, which then ring; the re-check of
+ * each ring after its flag, and of the queue after `sleeping`, closes the
+ * race with a submit or a push in between (full fences both sides).
+ */
+static void sleep_on_rings(struct pkv_daemon *d)
+{
+	struct worker *w = &d->worker;
+	struct epoll_event ev[8];
+	uint64_t now = pkv_now_ns(), until = UINT64_MAX;
+	int work = 0, timeout = -1, n;
+
+	for (uint32_t i = 0; i < w->n_owned; i++) {
+		struct job *o = w->owned[i];
+		uint64_t t;
+
+		/* A ring that cannot wake us (or is being sliced, or broken) is polled, not slept on. */
+		if (!o->watched || o->big_on || o->give_back) {
+			work = 1;
+			break;
+		}
+		t = o->last_ns + keep_ns(w, o);
+		until = t < until ? t : until;
+		if (pkv_ring_prepare_sleep(&o->s->sq) != 0)
+			work = 1;
+	}
+	pkv_store_relaxed(&w->sleeping, 1);
+	/* Pairs with the fence in worker_push/worker_kick: we see their job or they see the flag. */
+	pkv_smp_mb();
+	if (pkv_load_acquire(&w->head) || pkv_load_relaxed(&w->stop))
+		work = 1;
+	if (!work && w->n_owned) {
+		if (until <= now)
+			work = 1;
+		else if (until != UINT64_MAX)
+			timeout = (int)((until - now + 999999) / 1000000);
+	}
+	if (!work) {
+		n = epoll_wait(w->epfd, ev, 8, timeout);
+		for (int i = 0; i < n; i++)
+			if (ev[i].data.u64 == 0)
+				drain_efd(w);
+	}
+	pkv_store_relaxed(&w->sleeping, 0);
+	for (uint32_t i = 0; i < w->n_owned; i++)
+		pkv_ring_clear_wakeup(&w->owned[i]->s->sq);
+}
+
 static void *worker_main(void *arg)
 {
 	struct pkv_daemon *d = arg;
 	struct worker *w = &d->worker;
+	uint64_t spin_ns = (uint64_t)w->spin_us * 1000;
 	unsigned quiet = 0;
 
 	if (sched_getaffinity(0, sizeof(w->home), &w->home))
@@ -961,26 +1089,38 @@ static void *worker_main(void *arg)
 			/* Hot: poll the rings ourselves; the loop may sleep meanwhile. */
 			if (poll_rings(d)) {
 				quiet = 0;
+				w->last_take_ns = pkv_now_ns();
 				maybe_move(w);
 				continue;
 			}
-			pkv_cpu_relax();
+			if (!w->n_owned)
+				continue;
 			/*
-			 * Give the core away often when a client we poll for runs on
-			 * this CPU (or says nothing): it must run to submit its next
-			 * attend. Otherwise only now and then (a backend thread, the
-			 * loop), since a yield may hand the core to another process.
+			 * Spin spin_us after the last SQE while a core idles: a
+			 * lockstep client's next attend often comes within it. Then
+			 * (at once on a busy machine) sleep holding the rings: the
+			 * next attend costs one wake-up, client to worker, and the
+			 * loop stays out of it.
 			 */
-			++quiet;
-			/* No core idles: every spin is taken from a process with work, so yield each round. */
-			if (!pkv_spin_worthwhile() ||
-			    ((quiet & 15) == 15 && (client_here(w) || (!w->moved && (quiet & 255) == 255))))
-				sched_yield();
+			if (pkv_now_ns() - w->last_take_ns < spin_ns && pkv_spin_worthwhile()) {
+				pkv_cpu_relax();
+				/*
+				 * Give the core away often when a client we poll for runs on
+				 * this CPU (or says nothing): it must run to submit its next
+				 * attend. Otherwise only now and then (a backend thread, the
+				 * loop), since a yield may hand the core to another process.
+				 */
+				++quiet;
+				if ((quiet & 15) == 15 && (client_here(w) || (!w->moved && (quiet & 255) == 255)))
+					sched_yield();
+				continue;
+			}
+			sleep_on_rings(d);
 			continue;
 		}
 		go_home(w);
 		{
-			uint64_t end = pkv_now_ns() + (uint64_t)w->spin_us * 1000;
+			uint64_t end = pkv_now_ns() + spin_ns;
 
 			/* Spin briefly (while a core idles): the next ring or copy usually arrives within microseconds. */
 			if (!pkv_spin_worthwhile())
@@ -992,17 +1132,13 @@ static void *worker_main(void *arg)
 					sched_yield();
 			}
 		}
-		pthread_mutex_lock(&w->mu);
-		if (!w->head && !w->stop) {
-			w->sleeping = 1;
-			pthread_cond_wait(&w->cv, &w->mu);
-			w->sleeping = 0;
-		}
-		pthread_mutex_unlock(&w->mu);
+		sleep_on_rings(d);
 	}
 	/* Stopping: the loop has released every session; hand back whatever is left. */
-	for (uint32_t i = 0; i < w->n_owned; i++)
+	for (uint32_t i = 0; i < w->n_owned; i++) {
+		release_ring(w, w->owned[i]);
 		finish(d, w->owned[i]);
+	}
 	w->n_owned = 0;
 	return NULL;
 }
@@ -1010,6 +1146,7 @@ static void *worker_main(void *arg)
 int worker_start(struct pkv_daemon *d)
 {
 	struct worker *w = &d->worker;
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 0 };
 	int r;
 
 	w->d = d;
@@ -1021,20 +1158,48 @@ int worker_start(struct pkv_daemon *d)
 	pkv_host_set_shared_cpus(d->host, 1);
 	/* The gate opens /proc/loadavg on first use: do it now, not in the middle of serving (nor when fds run short). */
 	(void)pkv_spin_worthwhile();
+	w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	w->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (w->efd < 0 || w->epfd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->efd, &ev)) {
+		r = -errno;
+		goto err_fds;
+	}
 	pthread_mutex_init(&w->mu, NULL);
-	pthread_cond_init(&w->cv, NULL);
-	r = pthread_create(&w->thread, NULL, worker_main, d);
-	return -r;
+	r = -pthread_create(&w->thread, NULL, worker_main, d);
+	if (r) {
+		pthread_mutex_destroy(&w->mu);
+		goto err_fds;
+	}
+	return 0;
+err_fds:
+	if (w->efd >= 0)
+		close(w->efd);
+	if (w->epfd >= 0)
+		close(w->epfd);
+	w->efd = w->epfd = -1;
+	return r;
+}
+
+/*
+ * Unconditional: what the kick is for (a hang-up, a doorbell count the
+ * loop's read took before the worker's epoll saw it) is not re-checked by
+ * the worker after it announces its sleep, so the eventfd must stay
+ * readable until the worker drains it.
+ */
+void worker_kick(struct pkv_daemon *d)
+{
+	uint64_t one = 1;
+
+	if (write(d->worker.efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		pkv_err("worker: cannot be woken: %s", strerror(errno));
 }
 
 void worker_stop(struct pkv_daemon *d)
 {
 	struct worker *w = &d->worker;
 
-	pthread_mutex_lock(&w->mu);
 	pkv_store_relaxed(&w->stop, 1);
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->mu);
+	worker_kick(d);
 	pthread_join(w->thread, NULL);
 	while (w->head) {
 		struct job *j = w->head;
@@ -1052,7 +1217,9 @@ void worker_stop(struct pkv_daemon *d)
 	free(w->batch);
 	free(w->scratch);
 	pthread_mutex_destroy(&w->mu);
-	pthread_cond_destroy(&w->cv);
+	close(w->efd);
+	close(w->epfd);
+	w->efd = w->epfd = -1;
 }
 
 void worker_push(struct pkv_daemon *d, struct job *j)
@@ -1066,9 +1233,11 @@ void worker_push(struct pkv_daemon *d, struct job *j)
 	else
 		pkv_store_release(&w->head, j);
 	w->tail = j;
-	if (w->sleeping)
-		pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
+	/* Pairs with the fence in sleep_on_rings: it sees our job on its re-check, or we see it sleep. */
+	pkv_smp_mb();
+	if (pkv_load_relaxed(&w->sleeping))
+		worker_kick(d);
 }
 
 struct job *worker_take_done(struct pkv_daemon *d)

@@ -161,7 +161,9 @@ void ref_attend(const int32_t *toks, uint32_t n, uint32_t p0, uint32_t layer, fl
 		}
 }
 
-int run_step(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t p0, uint32_t k, float *out)
+unsigned run_step_pause_us;
+
+int attend_layer(struct pkv_client *c, const int32_t *toks, uint32_t p0, uint32_t k, uint32_t l, float *out)
 {
 	size_t qn = (size_t)k * T_HEADS * T_DIM, kn = (size_t)k * T_KV_HEADS * T_DIM;
 	float *q = pkv_alloc(c, qn * 4), *kk = pkv_alloc(c, kn * 4), *v = pkv_alloc(c, kn * 4),
@@ -170,35 +172,44 @@ int run_step(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t p
 
 	if (!q || !kk || !v || !o)
 		goto out;
-	r = pkv_step_begin(c, &seq, &k, toks + p0, 1);
-	if (r)
-		goto out;
-	for (uint32_t l = 0; l < T_LAYERS; l++) {
-		for (uint32_t t = 0; t < k; t++) {
-			for (uint32_t h = 0; h < T_HEADS; h++)
-				for (uint32_t x = 0; x < T_DIM; x++)
-					q[(t * T_HEADS + h) * T_DIM + x] = act_q(toks[p0 + t], p0 + t, l, h, x);
-			for (uint32_t h = 0; h < T_KV_HEADS; h++)
-				for (uint32_t x = 0; x < T_DIM; x++) {
-					kk[(t * T_KV_HEADS + h) * T_DIM + x] = act_k(toks[p0 + t], p0 + t, l, h, x);
-					v[(t * T_KV_HEADS + h) * T_DIM + x] = act_v(toks[p0 + t], p0 + t, l, h, x);
-				}
-		}
-		r = pkv_attend(c, l, q, kk, v, o);
-		if (r) {
-			pkv_step_abort(c);
-			goto out;
-		}
-		if (out)
-			memcpy(out + l * qn, o, qn * 4);
+	for (uint32_t t = 0; t < k; t++) {
+		for (uint32_t h = 0; h < T_HEADS; h++)
+			for (uint32_t x = 0; x < T_DIM; x++)
+				q[(t * T_HEADS + h) * T_DIM + x] = act_q(toks[p0 + t], p0 + t, l, h, x);
+		for (uint32_t h = 0; h < T_KV_HEADS; h++)
+			for (uint32_t x = 0; x < T_DIM; x++) {
+				kk[(t * T_KV_HEADS + h) * T_DIM + x] = act_k(toks[p0 + t], p0 + t, l, h, x);
+				v[(t * T_KV_HEADS + h) * T_DIM + x] = act_v(toks[p0 + t], p0 + t, l, h, x);
+			}
 	}
-	r = pkv_step_end(c);
+	if (run_step_pause_us)
+		usleep(run_step_pause_us);
+	r = pkv_attend(c, l, q, kk, v, o);
+	if (!r && out)
+		memcpy(out, o, qn * 4);
 out:
 	pkv_free(c, q);
 	pkv_free(c, kk);
 	pkv_free(c, v);
 	pkv_free(c, o);
 	return r;
+}
+
+int run_step(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t p0, uint32_t k, float *out)
+{
+	size_t qn = (size_t)k * T_HEADS * T_DIM;
+	int r = pkv_step_begin(c, &seq, &k, toks + p0, 1);
+
+	if (r)
+		return r;
+	for (uint32_t l = 0; l < T_LAYERS; l++) {
+		r = attend_layer(c, toks, p0, k, l, out ? out + l * qn : NULL);
+		if (r) {
+			pkv_step_abort(c);
+			return r;
+		}
+	}
+	return pkv_step_end(c);
 }
 
 float max_diff(const float *a, const float *b, size_t n)

@@ -54,6 +54,12 @@ void ref_attend(const int32_t *toks, uint32_t n, uint32_t p0, uint32_t layer, fl
  */
 int run_step(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t p0, uint32_t k, float *out);
 /*
+ * One layer's attend of positions p0..p0+k-1 of toks in the open step; O into out[k][H][D] (may be NULL).
+ * It sleeps run_step_pause_us first (a client computing the layer; 0 unless a test sets it).
+ */
+int attend_layer(struct pkv_client *c, const int32_t *toks, uint32_t p0, uint32_t k, uint32_t layer, float *out);
+extern unsigned run_step_pause_us;
+/*
  * Runs positions n_cached..n-1 of toks as one step (run_step) and returns the
  * largest difference of any layer's output from ref_attend (INFINITY when the
  * step failed); the outputs go to got_out[layer][k][H][D] when non-NULL.

@@ -136,3 +136,10 @@ TESTS += tests/daemon/check_step_worker
 tests_daemon_check_step_worker_SOURCES = tests/daemon/check_step_worker.c
 tests_daemon_check_step_worker_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_daemon_check_step_worker_LDADD = $(DAEMON_TEST_LIBS)
+
+# The worker sleeping on the doorbells of the rings it holds (a default daemon).
+check_PROGRAMS += tests/daemon/check_ring_keep
+TESTS += tests/daemon/check_ring_keep
+tests_daemon_check_ring_keep_SOURCES = tests/daemon/check_ring_keep.c
+tests_daemon_check_ring_keep_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_ring_keep_LDADD = $(DAEMON_TEST_LIBS)

@@ -1,0 +1,380 @@
+/* SPDX-License-Identifier: MIT */
+/* The worker sleeps holding the rings it owns: results, the loop out of the decode path, release, hostile doorbells, leaks. */
+#include "config.h"
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/wait.h>
+#include <pagedkv/pagedkv.h>
+#include "harness.h"
+#include "suite_main.h"
+
+/* A default daemon: the worker spins spin_us (50 us) after an SQE, then sleeps holding the ring. */
+static struct dmn D;
+
+static void setup(void)
+{
+	ck_assert_int_eq(dmn_start(&D, NULL), 0);
+	run_step_pause_us = 0;
+}
+
+static void teardown(void)
+{
+	run_step_pause_us = 0;
+	if (D.pid > 0)
+		ck_assert_int_eq(dmn_stop(&D), 0);
+	dmn_cleanup(&D);
+}
+
+static void make_prompt(int32_t *t, uint32_t n, int32_t seed)
+{
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = (int32_t)((seed * 41 + i * 13) % 400);
+}
+
+/* A field of a /proc status file ("voluntary_ctxt_switches:"), or -1. */
+static long proc_field(const char *path, const char *name)
+{
+	char line[256];
+	long v = -1;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, name, strlen(name))) {
+			v = strtol(line + strlen(name), NULL, 10);
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
+/* How often the daemon's event loop (its main thread) went to sleep. */
+static long loop_sleeps(void)
+{
+	char path[96];
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)D.pid, (int)D.pid);
+	return proc_field(path, "voluntary_ctxt_switches:");
+}
+
+/* Descriptors open in the daemon, and the watches of its epoll sets (the worker's: its eventfd + doorbells). */
+static void daemon_fds(int *fds, int *watches)
+{
+	char path[320], link[64];
+	struct dirent *e;
+	DIR *dir;
+
+	*fds = *watches = 0;
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)D.pid);
+	dir = opendir(path);
+	ck_assert_ptr_nonnull(dir);
+	while ((e = readdir(dir))) {
+		ssize_t n;
+
+		if (e->d_name[0] == '.')
+			continue;
+		(*fds)++;
+		snprintf(path, sizeof(path), "/proc/%d/fd/%s", (int)D.pid, e->d_name);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = 0;
+		if (strcmp(link, "anon_inode:[eventpoll]"))
+			continue;
+		{
+			char line[256];
+			FILE *f;
+
+			snprintf(path, sizeof(path), "/proc/%d/fdinfo/%s", (int)D.pid, e->d_name);
+			f = fopen(path, "r");
+			if (!f)
+				continue;
+			while (fgets(line, sizeof(line), f))
+				*watches += !strncmp(line, "tfd:", 4);
+			fclose(f);
+		}
+	}
+	closedir(dir);
+}
+
+/* SQEs the loop has accounted for the daemon's (only) client: the worker's count joins when it hands the ring back. */
+static long client_ops(void)
+{
+	char out[8192], *p;
+
+	ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, out, sizeof(out)), 0);
+	p = strstr(out, "\"clients\":[");
+	ck_assert_ptr_nonnull(p);
+	p = strstr(p, "\"ops\":");
+	ck_assert_ptr_nonnull(p);
+	return strtol(p + 6, NULL, 10);
+}
+
+/* One layer of the open step at position p of toks, checked against the reference. */
+static float layer_and_check(struct pkv_client *c, const int32_t *toks, uint32_t p, uint32_t layer)
+{
+	size_t qn = (size_t)T_HEADS * T_DIM;
+	float got[T_HEADS * T_DIM], ref[T_HEADS * T_DIM];
+
+	if (attend_layer(c, toks, p, 1, layer, got))
+		return INFINITY;
+	ref_attend(toks, p + 1, p, layer, ref);
+	return max_diff(got, ref, qn);
+}
+
+START_TEST(test_kept_ring_serves_steps_without_the_loop)
+{
+	struct pkv_client *c = test_client(D.sock, "p", 4 << 20, 5000);
+	int32_t toks[64];
+	uint32_t seq, nc;
+	long before, after;
+
+	ck_assert_ptr_nonnull(c);
+	make_prompt(toks, 64, 1);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 20, &seq, &nc), 0);
+	ck_assert_float_le(step_and_check(c, seq, toks, 20, 0, NULL), 1e-5f);
+	ck_assert_float_le(step_and_check(c, seq, toks, 21, 20, NULL), 1e-5f);
+	/*
+	 * Each layer's attend comes 1 ms after the last completion, far past
+	 * the worker's spin: it sleeps holding the ring, and the client's
+	 * doorbell wakes it, not the loop. Handing the ring back when idle (as
+	 * before) woke the loop at least once per attend: 80 here.
+	 */
+	before = loop_sleeps();
+	ck_assert_int_ge(before, 0);
+	run_step_pause_us = 1000;
+	for (uint32_t n = 22; n <= 61; n++)
+		ck_assert_float_le(step_and_check(c, seq, toks, n, n - 1, NULL), 1e-5f);
+	run_step_pause_us = 0;
+	after = loop_sleeps();
+	ck_assert_msg(after - before < 20, "the loop slept %ld times during 80 attends", after - before);
+	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
+	pkv_disconnect(c);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
+}
+END_TEST
+
+START_TEST(test_ring_idle_mid_step_goes_back_and_still_serves)
+{
+	struct pkv_client *c = test_client(D.sock, "p", 4 << 20, 5000);
+	int32_t toks[32];
+	uint32_t seq, nc, one = 1;
+	long ops = 0;
+	int back = 0;
+
+	ck_assert_ptr_nonnull(c);
+	make_prompt(toks, 32, 2);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 20, &seq, &nc), 0);
+	ck_assert_float_le(step_and_check(c, seq, toks, 20, 0, NULL), 1e-5f);
+	ck_assert_int_eq(pkv_step_begin(c, &seq, &one, toks + 20, 1), 0);
+	ck_assert_float_le(layer_and_check(c, toks, 20, 0), 1e-5f);
+	/*
+	 * The client stops mid-step. Its ring goes back to the loop after the
+	 * worker's keep time (1 s in a step): the worker's SQE count then joins
+	 * the connection's.
+	 */
+	ops = client_ops();
+	for (int t = 0; t < 100 && !back; t++) {
+		usleep(50000);
+		back = client_ops() > ops;
+	}
+	ck_assert_msg(back, "the worker kept an idle ring for 5 s");
+	/* The step goes on through the loop's hand-off as before. */
+	ck_assert_float_le(layer_and_check(c, toks, 20, 1), 1e-5f);
+	ck_assert_int_eq(pkv_step_end(c), 0);
+	ck_assert_float_le(step_and_check(c, seq, toks, 22, 21, NULL), 1e-5f);
+	pkv_disconnect(c);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
+}
+END_TEST
+
+START_TEST(test_hang_up_mid_step_releases_the_ring)
+{
+	int32_t toks[32];
+	uint32_t seq, nc, one = 1;
+
+	make_prompt(toks, 32, 3);
+	for (int i = 0; i < 5; i++) {
+		struct pkv_client *c = test_client(D.sock, "p", 4 << 20, 5000);
+
+		ck_assert_ptr_nonnull(c);
+		ck_assert_int_eq(pkv_seq_open(c, toks, 20, &seq, &nc), 0);
+		ck_assert_float_le(step_and_check(c, seq, toks, 20, nc, NULL), 1e-5f);
+		ck_assert_int_eq(pkv_step_begin(c, &seq, &one, toks + 20, 1), 0);
+		ck_assert_float_le(layer_and_check(c, toks, 20, 0), 1e-5f);
+		/* Gone mid-step, its ring on the sleeping worker: the step is aborted and everything released. */
+		pkv_disconnect(c);
+		ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
+	}
+	/* The same prompt opens from the cache (its committed blocks survived the aborts). */
+	{
+		struct pkv_client *c = test_client(D.sock, "p", 4 << 20, 5000);
+
+		ck_assert_ptr_nonnull(c);
+		ck_assert_int_eq(pkv_seq_open(c, toks, 21, &seq, &nc), 0);
+		ck_assert_uint_ge(nc, 16);
+		pkv_disconnect(c);
+	}
+}
+END_TEST
+
+/* The eventfds of this process, as a bit set over the first 256 descriptors. */
+static void own_eventfds(unsigned char *set)
+{
+	char path[64], link[64];
+
+	memset(set, 0, 256);
+	for (int fd = 0; fd < 256; fd++) {
+		ssize_t n;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = 0;
+		set[fd] = !strcmp(link, "anon_inode:[eventfd]");
+	}
+}
+
+/*
+ * A client whose ring the worker holds mid-step turns hostile on its
+ * doorbell: it makes the shared file description blocking, rings it
+ * without submitting anything, and eats the count. The worker never reads
+ * or writes that descriptor, so nothing of this can block it, and another
+ * client's steps go on being served, with the right results.
+ */
+START_TEST(test_hostile_doorbell_leaves_others_served)
+{
+	unsigned char before[256], after[256];
+	struct pkv_client *h, *c;
+	int32_t toks[64], htoks[32];
+	uint32_t seq, hseq, nc, one = 1;
+	int bell = -1, st;
+	pid_t pid;
+
+	own_eventfds(before);
+	h = test_client(D.sock, "p", 4 << 20, 5000);
+	ck_assert_ptr_nonnull(h);
+	own_eventfds(after);
+	for (int fd = 0; fd < 256; fd++)
+		if (after[fd] && !before[fd])
+			bell = fd;
+	ck_assert_int_ge(bell, 0);
+	make_prompt(htoks, 32, 4);
+	ck_assert_int_eq(pkv_seq_open(h, htoks, 20, &hseq, &nc), 0);
+	ck_assert_float_le(step_and_check(h, hseq, htoks, 20, 0, NULL), 1e-5f);
+	ck_assert_int_eq(pkv_step_begin(h, &hseq, &one, htoks + 20, 1), 0);
+	ck_assert_float_le(layer_and_check(h, htoks, 20, 0), 1e-5f);
+
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		uint64_t v = 1;
+
+		if (fcntl(bell, F_SETFL, 0))
+			_exit(2);
+		for (;;) {
+			if (write(bell, &v, sizeof(v)) != sizeof(v) || read(bell, &v, sizeof(v)) != sizeof(v))
+				_exit(3);
+			v = 1;
+		}
+	}
+	c = test_client(D.sock, "p", 4 << 20, 5000);
+	ck_assert_ptr_nonnull(c);
+	make_prompt(toks, 64, 5);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 20, &seq, &nc), 0);
+	ck_assert_float_le(step_and_check(c, seq, toks, 20, 0, NULL), 1e-5f);
+	run_step_pause_us = 500;
+	for (uint32_t n = 21; n <= 50; n++)
+		ck_assert_float_le(step_and_check(c, seq, toks, n, n - 1, NULL), 1e-5f);
+	run_step_pause_us = 0;
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFSIGNALED(st), "the hostile child stopped by itself (status %d)", child_status(st));
+	/* The hostile one's own step still completes once it submits. */
+	ck_assert_float_le(layer_and_check(h, htoks, 20, 1), 1e-5f);
+	ck_assert_int_eq(pkv_step_end(h), 0);
+	pkv_disconnect(h);
+	pkv_disconnect(c);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
+}
+END_TEST
+
+START_TEST(test_many_connections_leak_no_fds_nor_watches)
+{
+	int32_t toks[32];
+	uint32_t seq, nc, one = 1;
+	int fds0, w0, fds1, w1;
+
+	make_prompt(toks, 32, 6);
+	/* A first client, so that whatever a daemon opens once (a pool, its backend) is open before counting. */
+	{
+		struct pkv_client *c = test_client(D.sock, "p", 4 << 20, 5000);
+
+		ck_assert_ptr_nonnull(c);
+		ck_assert_int_eq(pkv_seq_open(c, toks, 20, &seq, &nc), 0);
+		ck_assert_float_le(step_and_check(c, seq, toks, 20, 0, NULL), 1e-5f);
+		pkv_disconnect(c);
+		ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
+	}
+	for (int t = 0; t < 50; t++) {
+		daemon_fds(&fds0, &w0); /* settled: the audit's connection closed */
+		usleep(10000);
+	}
+	daemon_fds(&fds0, &w0);
+	ck_assert_int_ge(w0, 1); /* the worker's own eventfd */
+	for (int i = 0; i < 40; i++) {
+		struct pkv_client *c = test_client(D.sock, "p", 4 << 20, 5000);
+
+		ck_assert_ptr_nonnull(c);
+		ck_assert_int_eq(pkv_seq_open(c, toks, 20, &seq, &nc), 0);
+		ck_assert_float_le(step_and_check(c, seq, toks, 21, nc, NULL), 1e-5f);
+		/* Half of them leave mid-step, the ring on the worker. */
+		if (i & 1) {
+			ck_assert_int_eq(pkv_step_begin(c, &seq, &one, toks + 21, 1), 0);
+			ck_assert_float_le(layer_and_check(c, toks, 21, 0), 1e-5f);
+		}
+		pkv_disconnect(c);
+	}
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
+	/* The last control connection (the audit's) closes asynchronously. */
+	for (int t = 0; t < 500; t++) {
+		daemon_fds(&fds1, &w1);
+		if (fds1 <= fds0 && w1 <= w0)
+			break;
+		usleep(10000);
+	}
+	ck_assert_int_le(fds1, fds0);
+	ck_assert_int_eq(w1, w0);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("ring_keep");
+	TCase *t = tcase_create("keep");
+
+	tcase_add_checked_fixture(t, setup, teardown);
+	tcase_set_timeout(t, 60);
+	tcase_add_test(t, test_kept_ring_serves_steps_without_the_loop);
+	tcase_add_test(t, test_ring_idle_mid_step_goes_back_and_still_serves);
+	tcase_add_test(t, test_hang_up_mid_step_releases_the_ring);
+	tcase_add_test(t, test_hostile_doorbell_leaves_others_served);
+	tcase_add_test(t, test_many_connections_leak_no_fds_nor_watches);
+	suite_add_tcase(s, t);
+	return s;
+}
+
+int main(void)
+{
+	return suite_main(suite());
+}
