@@ -235,6 +235,8 @@ struct worker {
 	int moved;                    /* worker only: it left a client's CPU (maybe_move) */
 	int stop, sleeping;
 	uint64_t last_take_ns;        /* worker only: when it last took an SQE from any ring */
+	uint64_t idle_from_ns;        /* worker only: when its rings went quiet (0: not quiet) */
+	uint64_t gap_ns;              /* worker only: learned quiet gap before the next SQE (worker.c) */
 	unsigned spin_us;
 	unsigned gather_us;           /* longest wait for a lockstep batch to fill */
 	int coalesce;

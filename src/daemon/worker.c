@@ -1073,6 +1073,38 @@ static void sleep_on_rings(struct pkv_daemon *d)
 		pkv_ring_clear_wakeup(&w->owned[i]->s->sq);
 }
 
+/*
+ * How long to spin for the next SQE before sleeping. spin_us, or while a
+ * held ring has a step open, about the gap its client has been leaving
+ * between attends (a layer's matmuls, learned in w->gap_ns), at most
+ * HOLD_SPIN_MAX_NS: when a core would otherwise idle, spinning through the
+ * gap saves the wake-up of a sleeping vCPU at every attend, which on a VM
+ * costs more than the wake-up itself.
+ */
+#define HOLD_SPIN_MAX_NS 2000000ull
+
+static uint64_t idle_spin_ns(const struct worker *w, uint64_t spin_ns)
+{
+	uint64_t want = w->gap_ns + w->gap_ns / 4 + 20000;
+
+	if (!w->gap_ns || want <= spin_ns)
+		return spin_ns;
+	for (uint32_t i = 0; i < w->n_owned; i++)
+		if (w->owned[i]->s->step)
+			return want < HOLD_SPIN_MAX_NS ? want : HOLD_SPIN_MAX_NS;
+	return spin_ns;
+}
+
+/* Learns the gap between an idle start and the next SQE (exponential average; long gaps are pauses). */
+static void learn_gap(struct worker *w, uint64_t now)
+{
+	uint64_t g = now - w->idle_from_ns;
+
+	if (w->idle_from_ns && g < 2 * HOLD_SPIN_MAX_NS)
+		w->gap_ns = w->gap_ns ? (7 * w->gap_ns + g) / 8 : g;
+	w->idle_from_ns = 0;
+}
+
 static void *worker_main(void *arg)
 {
 	struct pkv_daemon *d = arg;
@@ -1090,11 +1122,14 @@ static void *worker_main(void *arg)
 			if (poll_rings(d)) {
 				quiet = 0;
 				w->last_take_ns = pkv_now_ns();
+				learn_gap(w, w->last_take_ns);
 				maybe_move(w);
 				continue;
 			}
 			if (!w->n_owned)
 				continue;
+			if (!w->idle_from_ns)
+				w->idle_from_ns = pkv_now_ns();
 			/*
 			 * Spin spin_us after the last SQE while a core idles: a
 			 * lockstep client's next attend often comes within it. Then
@@ -1102,7 +1137,7 @@ static void *worker_main(void *arg)
 			 * next attend costs one wake-up, client to worker, and the
 			 * loop stays out of it.
 			 */
-			if (pkv_now_ns() - w->last_take_ns < spin_ns && pkv_spin_worthwhile()) {
+			if (pkv_now_ns() - w->last_take_ns < idle_spin_ns(w, spin_ns) && pkv_spin_worthwhile()) {
 				pkv_cpu_relax();
 				/*
 				 * Give the core away often when a client we poll for runs on
