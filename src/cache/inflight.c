@@ -202,12 +202,17 @@ int pkv_inflight_check(struct pkv_cache *c, struct seq *s, const struct pkv_step
 		c->blocked_seq = pkv_seq_handle(c, s);
 		return -ESTALE;
 	}
-	while (s->wait_lo < s->wait_hi && !c->blk[s->tab[s->wait_lo]].pending)
-		s->wait_lo++;
-	if (s->wait_lo < s->wait_hi && lapse(c, s->tab[s->wait_lo]) && s->cut) {
-		s->cut = 0;
-		c->blocked_seq = pkv_seq_handle(c, s);
-		return -ESTALE;
+	for (int tries = 0; tries < 2; tries++) {
+		while (s->wait_lo < s->wait_hi && !c->blk[s->tab[s->wait_lo]].pending)
+			s->wait_lo++;
+		if (s->wait_lo == s->wait_hi || !lapse(c, s->tab[s->wait_lo]))
+			break;
+		/* The lapse cut s back (it held the withdrawn blocks): say so now, as for any withdrawal. */
+		if (s->cut) {
+			s->cut = 0;
+			c->blocked_seq = pkv_seq_handle(c, s);
+			return -ESTALE;
+		}
 	}
 	if (s->wait_lo < s->wait_hi) {
 		c->blocked_seq = pkv_seq_handle(c, s);

@@ -3,6 +3,7 @@
  * aborts, truncates, forks and dying owners; audit after every operation, and every step reads only KV
  * that was written for exactly its own token prefix. */
 #include <stdio.h>
+#include <time.h>
 #include "helpers.h"
 
 #define NB 48       /* small pool: claims compete with steps for blocks */
@@ -158,7 +159,8 @@ static void op_other(void)
 START_TEST(random_bursts_never_read_foreign_kv)
 {
 	struct pkv_geometry g = test_geom(NB);
-	struct pkv_cache_limits lim = { .inflight_claims = 1 };
+	/* Runs 2 and 3: claims lapse after 1 ms without progress, so lapses land anywhere in the run. */
+	struct pkv_cache_limits lim = { .inflight_claims = 1, .inflight_lapse_ms = _i >= 2 ? 1 : 0 };
 	struct pkv_cache_stats st;
 	unsigned long ops = getenv("PKV_RANDOM_OPS") ? strtoul(getenv("PKV_RANDOM_OPS"), NULL, 10) : 20000;
 
@@ -171,6 +173,9 @@ START_TEST(random_bursts_never_read_foreign_kv)
 	for (unsigned long i = 0; i < ops; i++) {
 		uint32_t k = rnd(10);
 
+		/* Lapse runs: now and then time passes, so the stalled producers' claims lapse. */
+		if (lim.inflight_lapse_ms && rnd(10) == 0)
+			nanosleep(&(struct timespec){ 0, 1500000 }, NULL);
 		if (k < 3)
 			op_open();
 		else if (k < 8)
@@ -183,6 +188,9 @@ START_TEST(random_bursts_never_read_foreign_kv)
 	pkv_cache_stats(C, &st);
 	ck_assert_uint_gt(st.inflight_hit_tokens, 0);
 	ck_assert_uint_gt(st.withdrawn_blocks, 0);
+	if (_i >= 2)
+		ck_assert_uint_gt(st.lapsed_claims, 0);
+	fprintf(stderr, "inflight random: %llu claims lapsed\n", (unsigned long long)st.lapsed_claims);
 	pkv_cache_destroy(C);
 }
 END_TEST
