@@ -1128,8 +1128,11 @@ static void *worker_main(void *arg)
 			}
 			if (!w->n_owned)
 				continue;
-			if (!w->idle_from_ns)
+			/* Gone quiet: how long to spin is decided once, not per turn of the spin. */
+			if (!w->idle_from_ns) {
 				w->idle_from_ns = pkv_now_ns();
+				w->idle_spin_ns = idle_spin_ns(w, spin_ns);
+			}
 			/*
 			 * Spin spin_us after the last SQE while a core idles: a
 			 * lockstep client's next attend often comes within it. Then
@@ -1137,7 +1140,7 @@ static void *worker_main(void *arg)
 			 * next attend costs one wake-up, client to worker, and the
 			 * loop stays out of it.
 			 */
-			if (pkv_now_ns() - w->last_take_ns < idle_spin_ns(w, spin_ns) && pkv_spin_worthwhile()) {
+			if (pkv_now_ns() - w->last_take_ns < w->idle_spin_ns && pkv_spin_worthwhile()) {
 				pkv_cpu_relax();
 				/*
 				 * Give the core away often when a client we poll for runs on
