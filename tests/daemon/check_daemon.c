@@ -34,12 +34,6 @@ static struct pkv_client *connect_attach(const char *pool)
 	return test_client(D.sock, pool, 4 << 20, 5000);
 }
 
-static void make_prompt(int32_t *t, uint32_t n, int32_t seed)
-{
-	for (uint32_t i = 0; i < n; i++)
-		t[i] = (int32_t)((seed * 131 + i * 17) % 500);
-}
-
 START_TEST(test_attach_step_attend_matches_reference)
 {
 	struct pkv_client *c = connect_attach("p");

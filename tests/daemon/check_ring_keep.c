@@ -33,12 +33,6 @@ static void teardown(void)
 	dmn_cleanup(&D);
 }
 
-static void make_prompt(int32_t *t, uint32_t n, int32_t seed)
-{
-	for (uint32_t i = 0; i < n; i++)
-		t[i] = (int32_t)((seed * 41 + i * 13) % 400);
-}
-
 /* A field of a /proc status file ("voluntary_ctxt_switches:"), or -1. */
 static long proc_field(const char *path, const char *name)
 {

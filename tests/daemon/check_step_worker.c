@@ -31,12 +31,6 @@ static void teardown(void)
 	dmn_cleanup(&D);
 }
 
-static void make_prompt(int32_t *t, uint32_t n, int32_t seed)
-{
-	for (uint32_t i = 0; i < n; i++)
-		t[i] = (int32_t)((seed * 37 + i * 11) % 400);
-}
-
 START_TEST(test_decode_steps_on_the_worker_match_reference)
 {
 	struct pkv_client *c = test_client(D.sock, "p", 4 << 20, 5000);

@@ -371,3 +371,9 @@ float step_and_check(struct pkv_client *c, uint32_t seq, const int32_t *toks, ui
 	free(ref);
 	return worst;
 }
+
+void make_prompt(int32_t *t, uint32_t n, int32_t seed)
+{
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = (int32_t)((seed * 131 + i * 17) % 500);
+}

@@ -52,6 +52,8 @@ void ref_attend(const int32_t *toks, uint32_t n, uint32_t p0, uint32_t layer, fl
  * Runs one step for one sequence through the daemon: positions p0..p0+k-1
  * of toks, every layer; writes O into out[layer][k][H][D] (may be NULL).
  */
+/* n deterministic token ids of a test prompt; different seeds give different prompts. */
+void make_prompt(int32_t *t, uint32_t n, int32_t seed);
 int run_step(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t p0, uint32_t k, float *out);
 /*
  * One layer's attend of positions p0..p0+k-1 of toks in the open step; O into out[k][H][D] (may be NULL).
