@@ -44,7 +44,8 @@ int session_open(struct session *s, const struct session_opts *o, char *err, siz
 			snprintf(err, errlen, "in-process attention: %s", strerror(-r));
 	} else {
 #ifdef PKV_HAVE_CLIENT
-		struct pkv_connect_opts co = { .socket_path = o->socket };
+		/* Our pool's threads compute between attends: the daemon leaves their CPUs to them. */
+		struct pkv_connect_opts co = { .socket_path = o->socket, .compute_threads = (uint32_t)tpool_size(s->tp) };
 		struct pkv_pool_params pp = { .geo = geo, .act_dtype = PKV_DTYPE_F32, .model_id = s->m.model_id,
 					      .window_left = -1 };
 		if (o->pool)

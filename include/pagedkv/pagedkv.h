@@ -43,7 +43,13 @@ struct pkv_connect_opts {
 	size_t arena_bytes;      /* 0: 64 MiB */
 	uint32_t spin_us;        /* busy-poll this long for a completion before sleeping; 0: 50 us
 	                            (the environment's PAGEDKV_SPIN_US overrides) */
-	uint32_t reserved0;
+	/*
+	 * How many threads the caller computes on between its attends (its
+	 * thread pool's size); 0: unknown. A hint: the daemon spins for the
+	 * next attend only on CPUs these leave idle, and otherwise sleeps at
+	 * once, so that it never holds a core the caller's threads wait for.
+	 */
+	uint32_t compute_threads;
 	/*
 	 * Optional: when pkv_connect fails, why, as one line: the daemon's own
 	 * reason when it refused us (version, quota, ...), else what went wrong

@@ -24,6 +24,8 @@
 #define DEFAULT_ARENA (64u << 20)
 #define DEFAULT_TIMEOUT_MS 10000u
 #define DEFAULT_SPIN_US 50u
+/* The longest spin for a completion, however long completions have been taking. */
+#define WAIT_SPIN_MAX_NS 2000000ull
 #define RING_ENTRIES 256u
 #define MAX_DONE 256u
 /* Longest futex sleep between looks at the socket for a dead daemon. */
@@ -49,6 +51,7 @@ struct pkv_client {
 	struct pkv_arena alloc;
 	uint32_t timeout_ms, spin_us;
 	uint64_t spin_ns;      /* learned spin budget: halves when a spin ends asleep, doubles when it pays */
+	uint64_t wait_ns;      /* how long completions have been taking (exponential average) */
 	uint64_t next_ud;
 	uint32_t inflight;     /* SQEs whose CQE we have not consumed yet */
 	int dead;              /* 0, or the error every call now returns */
@@ -255,6 +258,7 @@ int pkv_connect(const struct pkv_connect_opts *caller_opts, struct pkv_client **
 	r = make_region(c, opts->arena_bytes ? opts->arena_bytes : DEFAULT_ARENA);
 	if (r)
 		goto err;
+	pkv_ring_set_threads(&c->cq, opts->compute_threads);
 	c->sq_bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (c->sq_bell < 0) {
 		r = -errno;
@@ -517,15 +521,23 @@ static int sleep_cq(struct pkv_client *c, int ms)
  * learns from the outcomes: a spin that ended asleep halves it (down to a
  * sixteenth of spin_us, so that it can learn back), one that saw its
  * completion doubles it (up to spin_us).
+ *
+ * While completions come back about wait_ns after the request (a decode
+ * attend over a long context takes longer than spin_us), spin about that
+ * long instead, at most WAIT_SPIN_MAX_NS: on a core nobody else wants it
+ * saves putting this thread to sleep and waking it at every attend, which
+ * costs more than the sleep's length on a VM whose idle vCPU must be woken.
  */
 static uint64_t spin_budget(struct pkv_client *c)
 {
-	uint64_t max = (uint64_t)c->spin_us * 1000ull;
+	uint64_t max = (uint64_t)c->spin_us * 1000ull, want = c->wait_ns + c->wait_ns / 4 + 10000;
 
 	if (!max || !pkv_spin_worthwhile())
 		return 0;
 	if (!c->spin_ns || c->spin_ns > max)
 		c->spin_ns = max;
+	if (c->wait_ns && want > c->spin_ns)
+		return want < WAIT_SPIN_MAX_NS ? want : WAIT_SPIN_MAX_NS;
 	return c->spin_ns;
 }
 
@@ -592,6 +604,13 @@ static int wait_cqe(struct pkv_client *c, uint64_t ud, struct pkv_cqe *out)
 got:
 	if (budget && !slept && iter > 1)
 		spin_learn(c, 1);
+	{
+		uint64_t took = pkv_now_ns() - start;
+
+		/* Longer waits are pauses (a prefill, a busy daemon): they say nothing about the next one. */
+		if (took < 2 * WAIT_SPIN_MAX_NS)
+			c->wait_ns = c->wait_ns ? (7 * c->wait_ns + took) / 8 : took;
+	}
 	return 0;
 }
 

@@ -131,6 +131,12 @@ struct pkv_shm_hdr {
  * side (an eventfd's file description is shared and can be made blocking).
  */
 #define PKV_RING_WAKE_OFF (PKV_RING_FLAGS_OFF + 8u)
+/*
+ * consumer-owned, three words after flags: how many threads the consumer
+ * computes on between its polls (a spin hint, see ring.h). On the CQ: the
+ * client's pkv_connect_opts.compute_threads.
+ */
+#define PKV_RING_THREADS_OFF (PKV_RING_FLAGS_OFF + 12u)
 #define PKV_RING_CTL_SIZE 192u
 
 /* The consumer is (about to be) asleep: wake it after publishing (SQ eventfd, CQ futex). */

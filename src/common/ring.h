@@ -30,6 +30,7 @@ struct pkv_ring {
 	uint32_t *sh_flags; /* shared: consumer's PKV_RING_NEED_WAKEUP */
 	uint32_t *sh_cpu;   /* shared: consumer's CPU hint (CPU + 1, 0 unknown); NULL when it has no room */
 	uint32_t *sh_wake;  /* shared: producer's wake word (futex), flags + 8 (checked by pkv_region_check) */
+	uint32_t *sh_threads; /* shared: consumer's compute-threads hint, flags + 12; NULL when it has no room */
 	uint8_t *sh_entries;
 	uint32_t entries, mask, esize;
 	uint32_t local;     /* our own index: tail when producing, head when consuming */
@@ -48,6 +49,10 @@ static inline void pkv_ring_bind(struct pkv_ring *r, void *ctl, void *entries, u
 	    h->ring_flags_off + 4 != h->ring_tail_off)
 		r->sh_cpu = (uint32_t *)((uint8_t *)ctl + h->ring_flags_off + 4);
 	r->sh_wake = (uint32_t *)((uint8_t *)ctl + h->ring_flags_off + 8);
+	r->sh_threads = NULL;
+	if (h->ring_flags_off + 16 <= PKV_RING_CTL_SIZE && h->ring_flags_off + 12 != h->ring_head_off &&
+	    h->ring_flags_off + 12 != h->ring_tail_off)
+		r->sh_threads = (uint32_t *)((uint8_t *)ctl + h->ring_flags_off + 12);
 	r->sh_entries = entries;
 	r->entries = n;
 	r->mask = n - 1;
@@ -195,6 +200,23 @@ static inline void pkv_ring_set_cpu(struct pkv_ring *r, uint32_t cpu1)
 static inline uint32_t pkv_ring_peer_cpu(const struct pkv_ring *r)
 {
 	return r->sh_cpu ? pkv_load_relaxed(r->sh_cpu) : 0;
+}
+
+/*
+ * The consumer's compute threads: how many CPUs it keeps busy between its
+ * polls. A producer that would spin for the consumer's next request leaves
+ * those CPUs to it. Only a hint, as the CPU above.
+ */
+static inline void pkv_ring_set_threads(struct pkv_ring *r, uint32_t n)
+{
+	if (r->sh_threads)
+		pkv_store_relaxed(r->sh_threads, n);
+}
+
+/* Producer: the consumer's compute threads, 0 when unknown (any value: the peer writes it). */
+static inline uint32_t pkv_ring_peer_threads(const struct pkv_ring *r)
+{
+	return r->sh_threads ? pkv_load_relaxed(r->sh_threads) : 0;
 }
 
 #endif

@@ -232,6 +232,7 @@ struct worker {
 	uint32_t cap_batch;
 	uint32_t cpu1;                /* worker only: CPU + 1 of the current poll */
 	cpu_set_t home;               /* worker only: its CPU mask at start */
+	uint32_t ncpu;                /* worker only: CPUs in home (at least 1) */
 	int moved;                    /* worker only: it left a client's CPU (maybe_move) */
 	int stop, sleeping;
 	uint64_t last_take_ns;        /* worker only: when it last took an SQE from any ring */

@@ -1095,6 +1095,28 @@ static uint64_t idle_spin_ns(const struct worker *w, uint64_t spin_ns)
 	return spin_ns;
 }
 
+/*
+ * The CPUs the clients of the held rings with a step open compute on
+ * between their attends: each one's hint (pkv_connect_opts.compute_threads),
+ * 1 when it gave none. When they cover every CPU we may run on, a spin of
+ * ours takes a core from a client thread that wakes as soon as its attend
+ * completes (a multi-threaded client's pool starts the next matmul at once):
+ * on 2 CPUs, a 2-thread client's second thread waited ~0.1 ms per layer for
+ * the worker's spin to end.
+ */
+static uint32_t clients_threads(const struct worker *w)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < w->n_owned && n < w->ncpu; i++)
+		if (w->owned[i]->s->step) {
+			uint32_t t = pkv_ring_peer_threads(&w->owned[i]->s->cq);
+
+			n += !t ? 1 : t < w->ncpu ? t : w->ncpu;
+		}
+	return n;
+}
+
 /* Learns the gap between an idle start and the next SQE (exponential average; long gaps are pauses). */
 static void learn_gap(struct worker *w, uint64_t now)
 {
@@ -1112,8 +1134,10 @@ static void *worker_main(void *arg)
 	uint64_t spin_ns = (uint64_t)w->spin_us * 1000;
 	unsigned quiet = 0;
 
+	pthread_setname_np(pthread_self(), "pkv-worker");
 	if (sched_getaffinity(0, sizeof(w->home), &w->home))
 		CPU_ZERO(&w->home); /* never move then */
+	w->ncpu = CPU_COUNT(&w->home) ? (uint32_t)CPU_COUNT(&w->home) : 1;
 
 	while (!pkv_load_relaxed(&w->stop)) {
 		absorb(d);
@@ -1130,8 +1154,11 @@ static void *worker_main(void *arg)
 				continue;
 			/* Gone quiet: how long to spin is decided once, not per turn of the spin. */
 			if (!w->idle_from_ns) {
+				int claimed = clients_threads(w) >= w->ncpu;
+
 				w->idle_from_ns = pkv_now_ns();
-				w->idle_spin_ns = idle_spin_ns(w, spin_ns);
+				w->idle_spin_ns = claimed ? 0 : idle_spin_ns(w, spin_ns);
+				pkv_host_set_cpus_claimed(d->host, claimed);
 			}
 			/*
 			 * Spin spin_us after the last SQE while a core idles: a

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Host services for plugins: logging, aligned allocation and a persistent thread pool. */
+#include "config.h"
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -51,6 +52,7 @@ struct pkv_host {
 	atomic_int caller_waiting;
 	atomic_int stop;
 	atomic_int shared_cpus;      /* pkv_host_set_shared_cpus */
+	atomic_int cpus_claimed;     /* pkv_host_set_cpus_claimed */
 	uint32_t tag;                /* caller-only: last job tag */
 };
 
@@ -169,11 +171,20 @@ static void *worker_main(void *p)
 
 	free(wa);
 	in_pool = 1;
+	{
+		char name[16];
+
+		/* Named for top -H and perf: which thread of the daemon is busy. */
+		snprintf(name, sizeof(name), "pkv-backend%u", index);
+		pthread_setname_np(pthread_self(), name);
+	}
 	for (;;) {
 		uint32_t g = atomic_load_explicit(&h->gen, memory_order_acquire);
 
 		if (g == seen && !atomic_load(&h->stop)) {
-			uint64_t until = pkv_now_ns() + spin_ns(h);
+			/* Not while clients compute on every CPU: they want this one back now. */
+			uint64_t until = pkv_now_ns() +
+					 (atomic_load_explicit(&h->cpus_claimed, memory_order_relaxed) ? 0 : spin_ns(h));
 			unsigned spins = 0;
 
 			/* Spin briefly: the next layer's call usually follows within microseconds. */
@@ -365,6 +376,12 @@ void pkv_host_set_shared_cpus(struct pkv_host *h, int on)
 {
 	if (h)
 		atomic_store(&h->shared_cpus, !!on);
+}
+
+void pkv_host_set_cpus_claimed(struct pkv_host *h, int on)
+{
+	if (h && atomic_load_explicit(&h->cpus_claimed, memory_order_relaxed) != !!on)
+		atomic_store_explicit(&h->cpus_claimed, !!on, memory_order_relaxed);
 }
 
 void pkv_host_set_log_level(struct pkv_host *h, int level)

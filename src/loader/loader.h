@@ -36,6 +36,12 @@ void pkv_host_set_log_level(struct pkv_host *h, int level);
  * themselves leave it off.
  */
 void pkv_host_set_shared_cpus(struct pkv_host *h, int on);
+/*
+ * Whether the clients being served compute on every CPU between their
+ * attends (their compute-threads hints): the pool threads then go to sleep
+ * as soon as a job is done instead of spinning for the next one.
+ */
+void pkv_host_set_cpus_claimed(struct pkv_host *h, int on);
 
 /* One loaded and initialised backend. */
 struct pkv_plugin {

@@ -889,6 +889,7 @@ static void *tier_thread(void *arg)
 	struct pkv_tier *t = arg;
 	unsigned qd = t->cfg.queue_depth;
 
+	pthread_setname_np(pthread_self(), "pkv-tier");
 	pthread_mutex_lock(&t->mu);
 	for (;;) {
 		uint64_t now = pkv_now_ns(), wake = expire(t, now);

@@ -110,6 +110,29 @@ START_TEST(test_sleep_handshake)
 }
 END_TEST
 
+/* The spin hints: each in a word of its own after flags, seen by the other side; none where the layout has no room. */
+START_TEST(test_hints_reach_the_peer)
+{
+	struct pair p;
+	struct pkv_ring r;
+
+	make_pair(&p, 0);
+	ck_assert_uint_eq(pkv_ring_peer_threads(&p.prod), 0);
+	pkv_ring_set_threads(&p.cons, 3);
+	pkv_ring_set_cpu(&p.cons, 2);
+	ck_assert_uint_eq(pkv_ring_peer_threads(&p.prod), 3);
+	ck_assert_uint_eq(pkv_ring_peer_cpu(&p.prod), 2);
+	ck_assert_uint_eq(*p.prod.sh_wake, 0); /* the wake word is not a hint's */
+	/* A layout that puts the head where the threads hint would go: no hint, and no write there. */
+	p.h.ring_head_off = p.h.ring_flags_off + 12;
+	pkv_ring_bind(&r, p.mem + p.h.sq_ring_off, p.mem + p.h.sq_sqes_off, 8, sizeof(struct pkv_sqe), &p.h);
+	ck_assert_ptr_null(r.sh_threads);
+	pkv_ring_set_threads(&r, 9);
+	ck_assert_uint_eq(pkv_ring_peer_threads(&r), 0);
+	free(p.mem);
+}
+END_TEST
+
 START_TEST(test_layout_passes_its_own_check)
 {
 	struct pkv_shm_hdr h;
@@ -142,6 +165,7 @@ int main(void)
 	tcase_add_test(t, test_spsc_two_threads_across_wrap);
 	tcase_add_test(t, test_impossible_indices_detected);
 	tcase_add_test(t, test_sleep_handshake);
+	tcase_add_test(t, test_hints_reach_the_peer);
 	tcase_add_test(t, test_layout_passes_its_own_check);
 	suite_add_tcase(s, t);
 	sr = srunner_create(s);

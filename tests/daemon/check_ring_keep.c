@@ -157,6 +157,88 @@ START_TEST(test_kept_ring_serves_steps_without_the_loop)
 }
 END_TEST
 
+/* The daemon's worker thread (named pkv-worker), or -1. */
+static int worker_tid(void)
+{
+	char path[320], comm[32];
+	struct dirent *e;
+	int tid = -1;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)D.pid);
+	dir = opendir(path);
+	if (!dir)
+		return -1;
+	while (tid < 0 && (e = readdir(dir))) {
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)D.pid, e->d_name);
+		if ((f = fopen(path, "r"))) {
+			if (fgets(comm, sizeof(comm), f) && !strncmp(comm, "pkv-worker", 10))
+				tid = atoi(e->d_name);
+			fclose(f);
+		}
+	}
+	closedir(dir);
+	return tid;
+}
+
+START_TEST(test_client_on_every_cpu_is_not_spun_for)
+{
+	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 4 << 20, .timeout_ms = 5000,
+				      .compute_threads = 4096 };
+	struct pkv_pool_params pp;
+	struct pkv_client *c;
+	int32_t toks[64];
+	uint32_t seq, nc;
+	long before, after;
+	char path[96];
+	int tid;
+
+	/*
+	 * A daemon whose spin gate always says a core is idle: its worker
+	 * would spin through the client's gaps on any machine, so only the
+	 * hint can make it sleep.
+	 */
+	ck_assert_int_eq(dmn_stop(&D), 0);
+	dmn_cleanup(&D);
+	setenv("PAGEDKV_SPIN_POLICY", "always", 1);
+	ck_assert_int_eq(dmn_start(&D, NULL), 0);
+	unsetenv("PAGEDKV_SPIN_POLICY");
+	tid = worker_tid();
+	ck_assert_int_gt(tid, 0);
+	o.socket_path = D.sock;
+	ck_assert_int_eq(pkv_connect(&o, &c), 0);
+	test_pool_params(&pp, "p");
+	ck_assert_int_eq(pkv_pool_attach(c, &pp), 0);
+	make_prompt(toks, 64, 3);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 20, &seq, &nc), 0);
+	ck_assert_float_le(step_and_check(c, seq, toks, 20, 0, NULL), 1e-5f);
+	/*
+	 * The client says it computes on more threads than there are CPUs:
+	 * between its attends (200 us apart, within the gap the worker would
+	 * otherwise learn and spin through on an idle core) the worker must
+	 * leave the CPUs to it and sleep after every attend. Without the hint
+	 * it slept 1-2 times in all here.
+	 */
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)D.pid, tid);
+	run_step_pause_us = 200;
+	before = proc_field(path, "voluntary_ctxt_switches:");
+	ck_assert_int_ge(before, 0);
+	for (uint32_t n = 21; n <= 60; n++)
+		ck_assert_float_le(step_and_check(c, seq, toks, n, n - 1, NULL), 1e-5f);
+	after = proc_field(path, "voluntary_ctxt_switches:");
+	run_step_pause_us = 0;
+	ck_assert_msg(after - before >= 40, "the worker slept %ld times over 80 attends 200 us apart",
+		      after - before);
+	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
+	pkv_disconnect(c);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
+}
+END_TEST
+
 START_TEST(test_ring_idle_mid_step_goes_back_and_still_serves)
 {
 	struct pkv_client *c = test_client(D.sock, "p", 4 << 20, 5000);
@@ -360,6 +442,7 @@ static Suite *suite(void)
 	tcase_add_checked_fixture(t, setup, teardown);
 	tcase_set_timeout(t, 60);
 	tcase_add_test(t, test_kept_ring_serves_steps_without_the_loop);
+	tcase_add_test(t, test_client_on_every_cpu_is_not_spun_for);
 	tcase_add_test(t, test_ring_idle_mid_step_goes_back_and_still_serves);
 	tcase_add_test(t, test_hang_up_mid_step_releases_the_ring);
 	tcase_add_test(t, test_hostile_doorbell_leaves_others_served);
