@@ -153,6 +153,13 @@ struct pkv_stats {
 	uint32_t client_sleeps;        /* waits that slept on the completion futex */
 	uint32_t client_lost_wakeups;  /* sleeps that timed out with a completion posted and the wake word
 	                                  never bumped: the daemon forgot a wake-up (0 when correct) */
+	/*
+	 * Appended after version 2: where this connection's pkv_attend calls
+	 * spent their time. wait: submit to completion, as this client saw it;
+	 * backend: inside the daemon's backend (its share of a merged call), as
+	 * the daemon measured it. The difference is the hand-off both ways.
+	 */
+	uint64_t attends, attend_wait_ns, attend_backend_ns;
 };
 
 #define PKV_STATS_INIT { .struct_size = sizeof(struct pkv_stats) }

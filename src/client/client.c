@@ -66,6 +66,7 @@ struct pkv_client {
 	uint32_t blocked_seq;     /* named by the last step_begin that failed -EAGAIN/-ESTALE */
 	int open_settled;         /* opens find only committed prefixes ($PAGEDKV_INFLIGHT_SHARING=0) */
 	uint32_t sleeps, lost_wakeups;  /* pkv_stats' client_* counters */
+	uint64_t attends, attend_wait_ns, attend_backend_ns; /* pkv_stats' attend_* (pkv_attend only) */
 };
 
 
@@ -809,10 +810,24 @@ int pkv_wait(struct pkv_client *c, uint64_t ticket)
 int pkv_attend(struct pkv_client *c, uint32_t layer, const void *q, const void *k,
 	       const void *v, void *o)
 {
-	uint64_t t;
+	uint64_t t, t0 = pkv_now_ns();
+	struct pkv_cqe cqe;
 	int r = pkv_attend_async(c, layer, q, k, v, o, &t);
 
-	return r ? r : pkv_wait(c, t);
+	if (r)
+		return r;
+	r = wait_cqe(c, t, &cqe);
+	if (r)
+		return r;
+	if (cqe.res < 0) {
+		fetch_err(c);
+		return cqe.res;
+	}
+	/* payload[0]: the daemon's backend time for this attend (a hint from the peer, as everything shared). */
+	c->attends++;
+	c->attend_wait_ns += pkv_now_ns() - t0;
+	c->attend_backend_ns += cqe.payload[0];
+	return cqe.res;
 }
 
 int pkv_step_end(struct pkv_client *c)
@@ -892,6 +907,9 @@ int pkv_stats(struct pkv_client *c, struct pkv_stats *st)
 	all.prefix_hit_tokens = w.prefix_hit_tokens;
 	all.client_sleeps = c->sleeps;
 	all.client_lost_wakeups = c->lost_wakeups;
+	all.attends = c->attends;
+	all.attend_wait_ns = c->attend_wait_ns;
+	all.attend_backend_ns = c->attend_backend_ns;
 	/* Only as much as the caller's struct holds: an older caller's is smaller. */
 	all.struct_size = size < sizeof(all) ? size : (uint32_t)sizeof(all);
 	memcpy(st, &all, all.struct_size);

@@ -210,6 +210,7 @@ struct job {
 	struct attend_item big;
 	uint32_t big_row;
 	uint64_t big_served_ns;       /* when it last ran a slice (round robin) */
+	uint64_t big_backend_ns;      /* its slices' time in the backend so far */
 	int32_t *big_arrays;          /* cu_q, cu_k, cache_seqlens of the current slice */
 };
 

@@ -709,7 +709,7 @@ static void run_batch(struct pkv_daemon *d, struct job *b)
 	uint64_t seqs = 0;
 	int32_t res;
 
-	uint64_t t0;
+	uint64_t t0, ns;
 	double units = 0;
 
 	for (uint32_t i = 0; i < b->n_items; i++)
@@ -719,7 +719,8 @@ static void run_batch(struct pkv_daemon *d, struct job *b)
 	pthread_mutex_lock(&d->backend_mu);
 	t0 = pkv_now_ns();
 	res = run_attend(w, b);
-	measured(b->pool, units, pkv_now_ns() - t0);
+	ns = pkv_now_ns() - t0;
+	measured(b->pool, units, ns);
 	pthread_mutex_unlock(&d->backend_mu);
 	w->batches++;
 	w->merged_items += b->n_items;
@@ -730,7 +731,9 @@ static void run_batch(struct pkv_daemon *d, struct job *b)
 			pkv_cache_step_layer_done(b->items[i].s->step, b->layer);
 		b->items[i].owner->in_batch = 0;
 		seqs += b->items[i].meta->num_seqs;
-		post(b->items[i].owner, b->items[i].user_data, res);
+		/* Each its share of the call's time (by work): the client tells hand-off from backend time. */
+		post_p(b->items[i].owner, b->items[i].user_data, res,
+		       units > 0 ? (uint64_t)((double)ns * b->items[i].s->step_units / units) : ns / b->n_items, 0);
 	}
 	__atomic_fetch_add(&b->pool->attends, b->n_items, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&b->pool->batches, 1, __ATOMIC_RELAXED);
@@ -759,7 +762,8 @@ static void end_big(struct job *o, int32_t res)
 	/* Every slice wrote its rows' K/V in this layer: the step may now count it (step_end checks). */
 	if (!res)
 		pkv_cache_step_layer_done(o->s->step, o->layer);
-	post(o, o->big.user_data, res);
+	post_p(o, o->big.user_data, res, o->big_backend_ns, 0);
+	o->big_backend_ns = 0;
 	__atomic_fetch_add(&p->attends, 1, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&p->batches, 1, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&p->batch_seqs, o->big.meta->num_seqs, __ATOMIC_RELAXED);
@@ -847,6 +851,7 @@ static void run_slice(struct pkv_daemon *d, struct job *o)
 	t0 = pkv_now_ns();
 	res = pkv_dispatch_attend(&p->disp, &b);
 	o->big_served_ns = pkv_now_ns();
+	o->big_backend_ns += o->big_served_ns - t0;
 	measured(p, units, o->big_served_ns - t0);
 	pthread_mutex_unlock(&d->backend_mu);
 	w->slices++;

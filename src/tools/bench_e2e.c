@@ -55,25 +55,48 @@ static int32_t *make_prompt(const struct tokenizer *t, uint32_t n, unsigned salt
 	return ids;
 }
 
-static struct conv *run_one(struct engine *e, const int32_t *ids, uint32_t n, uint32_t max_new)
+static struct conv *run_one(struct engine *e, const int32_t *ids, uint32_t n, uint32_t max_new,
+			    conv_token_fn fn, void *arg)
 {
 	struct sampler smp;
 	sampler_init(&smp, 0, 0, 1, 1);
-	struct conv *c = engine_conv_new(e, &smp, NULL, NULL);
+	struct conv *c = engine_conv_new(e, &smp, fn, arg);
 	if (!c || engine_submit(e, c, ids, n, max_new) || engine_run(e) < 0 || c->state != CONV_DONE)
 		return NULL;
 	return c;
 }
 
-/* A model that meets EOS early would end the decode run: suppress by a large max and measure what ran. */
-static int single_stream(struct session *s, const struct opts *o, unsigned salt, double *prefill, double *decode)
+/* The attention side's counters when the first token came: the decode attends are what follows. */
+struct first_mark {
+	struct pkv_attn *attn;
+	struct pkv_stats st;
+	int taken;
+};
+
+static void mark_first(struct conv *cv, int32_t tok, void *arg)
+{
+	struct first_mark *m = arg;
+
+	(void)cv, (void)tok;
+	if (!m->taken && m->attn->ops->stats)
+		m->taken = !m->attn->ops->stats(m->attn->ctx, &m->st);
+}
+
+/*
+ * A model that meets EOS early would end the decode run: suppress by a large max and measure what ran.
+ * Through the daemon also: the decode attends' mean round trip and the daemon's backend time in it (µs).
+ */
+static int single_stream(struct session *s, const struct opts *o, unsigned salt, double *prefill, double *decode,
+			 double *attend_us, double *backend_us)
 {
 	struct engine e;
+	struct first_mark m = { .attn = &s->attn, .st = PKV_STATS_INIT };
+	struct pkv_stats end = PKV_STATS_INIT;
 	int n;
 	int32_t *ids = make_prompt(&s->tok, o->prompt_len, salt, &n);
 	if (!ids || engine_init(&e, &s->lc, &s->tok, 256, 1))
 		return -ENOMEM;
-	struct conv *c = run_one(&e, ids, (uint32_t)n, o->decode_len);
+	struct conv *c = run_one(&e, ids, (uint32_t)n, o->decode_len, mark_first, &m);
 	free(ids);
 	if (!c) {
 		engine_free(&e);
@@ -81,6 +104,13 @@ static int single_stream(struct session *s, const struct opts *o, unsigned salt,
 	}
 	*prefill = n / (c->t_first - c->t_submit);
 	*decode = c->n_gen > 1 ? (c->n_gen - 1) / (c->t_done - c->t_first) : 0;
+	*attend_us = *backend_us = 0;
+	if (m.taken && !s->attn.ops->stats(s->attn.ctx, &end) && end.attends > m.st.attends) {
+		double k = (double)(end.attends - m.st.attends);
+
+		*attend_us = (double)(end.attend_wait_ns - m.st.attend_wait_ns) / k / 1e3;
+		*backend_us = (double)(end.attend_backend_ns - m.st.attend_backend_ns) / k / 1e3;
+	}
 	engine_free(&e);
 	return 0;
 }
@@ -139,7 +169,7 @@ static int agg_procs(const struct opts *o, unsigned salt, double *tok_s)
 				int32_t *ids = make_prompt(&s.tok, 16, salt * 8 + i + 1000, &n);
 				if (read(go[0], &b, 1) < 0) /* EOF when the parent closes: start */
 					_exit(1);
-				struct conv *c = run_one(&e, ids, (uint32_t)n, o->decode_len);
+				struct conv *c = run_one(&e, ids, (uint32_t)n, o->decode_len, NULL, NULL);
 				gen = c ? c->n_gen : 0;
 				free(ids);
 			} else {
@@ -187,8 +217,8 @@ static int ttft(struct session *s, const struct opts *o, unsigned salt, double *
 	memcpy(a + ns, q1 + 1, (size_t)(nq1 - 1) * sizeof *a); /* skip the question's BOS */
 	memcpy(b, sys, (size_t)ns * sizeof *b);
 	memcpy(b + ns, q2 + 1, (size_t)(nq2 - 1) * sizeof *b);
-	struct conv *c1 = run_one(&e, a, (uint32_t)(ns + nq1 - 1), 1);
-	struct conv *c2 = c1 ? run_one(&e, b, (uint32_t)(ns + nq2 - 1), 1) : NULL;
+	struct conv *c1 = run_one(&e, a, (uint32_t)(ns + nq1 - 1), 1, NULL, NULL);
+	struct conv *c2 = c1 ? run_one(&e, b, (uint32_t)(ns + nq2 - 1), 1, NULL, NULL) : NULL;
 	int r = c1 && c2 ? 0 : -EIO;
 	if (!r) {
 		*cold = (c1->t_first - c1->t_submit) * 1e3;
@@ -259,13 +289,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "pkv-bench e2e: %s\n", err);
 		return 1;
 	}
+	double at[99] = { 0 }, ab[99] = { 0 };
 	double pf[99], dc[99], ai[99] = { 0 }, ap[99] = { 0 }, tc[99] = { 0 }, tw[99] = { 0 }, ppf[99], pdc[99];
 	for (int i = 0; i < o.reps; i++) {
 		unsigned salt = (unsigned)getpid() * 131u + (unsigned)i * 17u;
 		struct peer_result pr;
 		int r;
 		pf[i] = dc[i] = ai[i] = ap[i] = tc[i] = tw[i] = 0;
-		if ((!o.agg8_only && (r = single_stream(&s, &o, salt, &pf[i], &dc[i]))) ||
+		if ((!o.agg8_only && (r = single_stream(&s, &o, salt, &pf[i], &dc[i], &at[i], &ab[i]))) ||
 		    (!o.single_only && ((!o.agg8_only && (r = agg_inproc(&s, &o, salt, &ai[i]))) ||
 					(r = agg_procs(&o, salt, &ap[i])) ||
 					(!o.agg8_only && (r = ttft(&s, &o, salt, &tc[i], &tw[i])))))) {
@@ -312,6 +343,7 @@ int main(int argc, char **argv)
 		for (int on = 0; on < 2; on++)
 			for (int k = 0; k < 3; k++)
 				bm[procs][on][k] = median(bx[procs][on][k], o.reps);
+	double m_at = median(at, o.reps), m_ab = median(ab, o.reps);
 	double m_pf = median(pf, o.reps), m_dc = median(dc, o.reps), m_ai = median(ai, o.reps),
 	       m_ap = median(ap, o.reps), m_tc = median(tc, o.reps), m_tw = median(tw, o.reps);
 	double m_ppf = o.peer ? median(ppf, o.reps) : 0, m_pdc = o.peer ? median(pdc, o.reps) : 0;
@@ -321,6 +353,9 @@ int main(int argc, char **argv)
 		       "\"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f",
 		       o.so.model, s.attn.name, s.m.output.packed ? "avx512vnni" : pkv_dot_ops()->isa, tpool_size(s.tp), o.reps, o.prompt_len,
 		       o.decode_len, m_pf, m_dc);
+		if (m_at > 0)
+			printf(", \"decode_attend_us\": %.1f, \"decode_attend_backend_us\": %.1f, "
+			       "\"decode_attend_handoff_us\": %.1f", m_at, m_ab, m_at - m_ab);
 		if (!o.single_only)
 			printf(", \"agg8_inproc_tok_s\": %.1f, \"agg8_procs_tok_s\": %.1f, \"ttft_cold_ms\": %.1f, "
 			       "\"ttft_warm_ms\": %.1f, \"ttft_warm_over_cold\": %.4f", m_ai, m_ap, m_tc, m_tw,
