@@ -1122,6 +1122,21 @@ static uint32_t clients_threads(const struct worker *w)
 	return n;
 }
 
+/*
+ * While the clients claim every CPU: no spin, unless their SQEs have been
+ * coming back within about what our own sleep and wake-up cost (lockstep
+ * clients with little to compute between attends): a spin that short takes
+ * less from them than the sleep would.
+ */
+#define CLAIMED_SPIN_NS 20000ull
+
+static uint64_t claimed_spin_ns(const struct worker *w, uint64_t spin_ns)
+{
+	uint64_t cap = spin_ns < CLAIMED_SPIN_NS ? spin_ns : CLAIMED_SPIN_NS;
+
+	return w->gap_ns && w->gap_ns < cap ? cap : 0;
+}
+
 /* Learns the gap between an idle start and the next SQE (exponential average; long gaps are pauses). */
 static void learn_gap(struct worker *w, uint64_t now)
 {
@@ -1162,7 +1177,7 @@ static void *worker_main(void *arg)
 				int claimed = clients_threads(w) >= w->ncpu;
 
 				w->idle_from_ns = pkv_now_ns();
-				w->idle_spin_ns = claimed ? 0 : idle_spin_ns(w, spin_ns);
+				w->idle_spin_ns = claimed ? claimed_spin_ns(w, spin_ns) : idle_spin_ns(w, spin_ns);
 				pkv_host_set_cpus_claimed(d->host, claimed);
 			}
 			/*
