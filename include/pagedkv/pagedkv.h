@@ -156,10 +156,13 @@ struct pkv_stats {
 	/*
 	 * Appended after version 2: where this connection's pkv_attend calls
 	 * spent their time. wait: submit to completion, as this client saw it;
-	 * backend: inside the daemon's backend (its share of a merged call), as
-	 * the daemon measured it. The difference is the hand-off both ways.
+	 * daemon: from the daemon's worker taking the request off the ring to
+	 * posting its completion (its wait for other clients' work in a merged
+	 * call included); backend: inside the backend's call (its share of a
+	 * merged call). wait - daemon is the passage between the processes both
+	 * ways, wake-ups included.
 	 */
-	uint64_t attends, attend_wait_ns, attend_backend_ns;
+	uint64_t attends, attend_wait_ns, attend_backend_ns, attend_daemon_ns;
 };
 
 #define PKV_STATS_INIT { .struct_size = sizeof(struct pkv_stats) }

@@ -66,7 +66,7 @@ struct pkv_client {
 	uint32_t blocked_seq;     /* named by the last step_begin that failed -EAGAIN/-ESTALE */
 	int open_settled;         /* opens find only committed prefixes ($PAGEDKV_INFLIGHT_SHARING=0) */
 	uint32_t sleeps, lost_wakeups;  /* pkv_stats' client_* counters */
-	uint64_t attends, attend_wait_ns, attend_backend_ns; /* pkv_stats' attend_* (pkv_attend only) */
+	uint64_t attends, attend_wait_ns, attend_backend_ns, attend_daemon_ns; /* pkv_stats' (pkv_attend only) */
 };
 
 
@@ -823,10 +823,11 @@ int pkv_attend(struct pkv_client *c, uint32_t layer, const void *q, const void *
 		fetch_err(c);
 		return cqe.res;
 	}
-	/* payload[0]: the daemon's backend time for this attend (a hint from the peer, as everything shared). */
+	/* The daemon's backend time and its own for this attend (hints from the peer, as everything shared). */
 	c->attends++;
 	c->attend_wait_ns += pkv_now_ns() - t0;
 	c->attend_backend_ns += cqe.payload[0];
+	c->attend_daemon_ns += cqe.payload[1];
 	return cqe.res;
 }
 
@@ -910,6 +911,7 @@ int pkv_stats(struct pkv_client *c, struct pkv_stats *st)
 	all.attends = c->attends;
 	all.attend_wait_ns = c->attend_wait_ns;
 	all.attend_backend_ns = c->attend_backend_ns;
+	all.attend_daemon_ns = c->attend_daemon_ns;
 	/* Only as much as the caller's struct holds: an older caller's is smaller. */
 	all.struct_size = size < sizeof(all) ? size : (uint32_t)sizeof(all);
 	memcpy(st, &all, all.struct_size);

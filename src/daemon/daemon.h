@@ -173,6 +173,7 @@ struct attend_item {
 	const struct pkv_step_meta *meta;
 	const void *q, *k, *v;
 	void *o;
+	uint64_t seen_ns;             /* when the worker took it off the ring */
 };
 
 /*

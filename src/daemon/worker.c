@@ -610,6 +610,7 @@ static int collect(struct pkv_daemon *d, struct job *b)
 		n++;
 		if (take(o, &e, &it))
 			continue;
+		it.seen_ns = now;
 		if (batch_add(w, b, &it)) {
 			post(o, it.user_data, -ENOMEM);
 			continue;
@@ -709,7 +710,7 @@ static void run_batch(struct pkv_daemon *d, struct job *b)
 	uint64_t seqs = 0;
 	int32_t res;
 
-	uint64_t t0, ns;
+	uint64_t t0, ns, end;
 	double units = 0;
 
 	for (uint32_t i = 0; i < b->n_items; i++)
@@ -724,6 +725,7 @@ static void run_batch(struct pkv_daemon *d, struct job *b)
 	pthread_mutex_unlock(&d->backend_mu);
 	w->batches++;
 	w->merged_items += b->n_items;
+	end = pkv_now_ns();
 	/* Straight into the clients' rings: one hand-off each way per attend. */
 	for (uint32_t i = 0; i < b->n_items; i++) {
 		/* Only now are the step's new slots written in this layer (step_end checks every layer). */
@@ -733,7 +735,8 @@ static void run_batch(struct pkv_daemon *d, struct job *b)
 		seqs += b->items[i].meta->num_seqs;
 		/* Each its share of the call's time (by work): the client tells hand-off from backend time. */
 		post_p(b->items[i].owner, b->items[i].user_data, res,
-		       units > 0 ? (uint64_t)((double)ns * b->items[i].s->step_units / units) : ns / b->n_items, 0);
+		       units > 0 ? (uint64_t)((double)ns * b->items[i].s->step_units / units) : ns / b->n_items,
+		       end - b->items[i].seen_ns);
 	}
 	__atomic_fetch_add(&b->pool->attends, b->n_items, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&b->pool->batches, 1, __ATOMIC_RELAXED);
