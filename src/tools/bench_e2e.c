@@ -87,7 +87,7 @@ static void mark_first(struct conv *cv, int32_t tok, void *arg)
  * Through the daemon also: the decode attends' mean round trip, the daemon's time in it and its backend's (µs).
  */
 static int single_stream(struct session *s, const struct opts *o, unsigned salt, double *prefill, double *decode,
-			 double *attend_us, double *daemon_us, double *backend_us)
+			 double *attend_us, double *daemon_us, double *backend_us, double *sleeps)
 {
 	struct engine e;
 	struct first_mark m = { .attn = &s->attn, .st = PKV_STATS_INIT };
@@ -104,13 +104,14 @@ static int single_stream(struct session *s, const struct opts *o, unsigned salt,
 	}
 	*prefill = n / (c->t_first - c->t_submit);
 	*decode = c->n_gen > 1 ? (c->n_gen - 1) / (c->t_done - c->t_first) : 0;
-	*attend_us = *daemon_us = *backend_us = 0;
+	*attend_us = *daemon_us = *backend_us = *sleeps = 0;
 	if (m.taken && !s->attn.ops->stats(s->attn.ctx, &end) && end.attends > m.st.attends) {
 		double k = (double)(end.attends - m.st.attends);
 
 		*attend_us = (double)(end.attend_wait_ns - m.st.attend_wait_ns) / k / 1e3;
 		*backend_us = (double)(end.attend_backend_ns - m.st.attend_backend_ns) / k / 1e3;
 		*daemon_us = (double)(end.attend_daemon_ns - m.st.attend_daemon_ns) / k / 1e3;
+		*sleeps = (double)(end.client_sleeps - m.st.client_sleeps) / k;
 	}
 	engine_free(&e);
 	return 0;
@@ -290,14 +291,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "pkv-bench e2e: %s\n", err);
 		return 1;
 	}
-	double at[99] = { 0 }, ad[99] = { 0 }, ab[99] = { 0 };
+	double at[99] = { 0 }, ad[99] = { 0 }, ab[99] = { 0 }, as[99] = { 0 };
 	double pf[99], dc[99], ai[99] = { 0 }, ap[99] = { 0 }, tc[99] = { 0 }, tw[99] = { 0 }, ppf[99], pdc[99];
 	for (int i = 0; i < o.reps; i++) {
 		unsigned salt = (unsigned)getpid() * 131u + (unsigned)i * 17u;
 		struct peer_result pr;
 		int r;
 		pf[i] = dc[i] = ai[i] = ap[i] = tc[i] = tw[i] = 0;
-		if ((!o.agg8_only && (r = single_stream(&s, &o, salt, &pf[i], &dc[i], &at[i], &ad[i], &ab[i]))) ||
+		if ((!o.agg8_only && (r = single_stream(&s, &o, salt, &pf[i], &dc[i], &at[i], &ad[i], &ab[i], &as[i]))) ||
 		    (!o.single_only && ((!o.agg8_only && (r = agg_inproc(&s, &o, salt, &ai[i]))) ||
 					(r = agg_procs(&o, salt, &ap[i])) ||
 					(!o.agg8_only && (r = ttft(&s, &o, salt, &tc[i], &tw[i])))))) {
@@ -344,7 +345,8 @@ int main(int argc, char **argv)
 		for (int on = 0; on < 2; on++)
 			for (int k = 0; k < 3; k++)
 				bm[procs][on][k] = median(bx[procs][on][k], o.reps);
-	double m_at = median(at, o.reps), m_ad = median(ad, o.reps), m_ab = median(ab, o.reps);
+	double m_at = median(at, o.reps), m_ad = median(ad, o.reps), m_ab = median(ab, o.reps),
+	       m_as = median(as, o.reps);
 	double m_pf = median(pf, o.reps), m_dc = median(dc, o.reps), m_ai = median(ai, o.reps),
 	       m_ap = median(ap, o.reps), m_tc = median(tc, o.reps), m_tw = median(tw, o.reps);
 	double m_ppf = o.peer ? median(ppf, o.reps) : 0, m_pdc = o.peer ? median(pdc, o.reps) : 0;
@@ -356,8 +358,8 @@ int main(int argc, char **argv)
 		       o.decode_len, m_pf, m_dc);
 		if (m_at > 0)
 			printf(", \"decode_attend_us\": %.1f, \"decode_attend_daemon_us\": %.1f, "
-			       "\"decode_attend_backend_us\": %.1f, \"decode_attend_handoff_us\": %.1f", m_at, m_ad, m_ab,
-			       m_at - m_ab);
+			       "\"decode_attend_backend_us\": %.1f, \"decode_attend_handoff_us\": %.1f, "
+			       "\"decode_client_sleeps_per_attend\": %.2f", m_at, m_ad, m_ab, m_at - m_ab, m_as);
 		if (!o.single_only)
 			printf(", \"agg8_inproc_tok_s\": %.1f, \"agg8_procs_tok_s\": %.1f, \"ttft_cold_ms\": %.1f, "
 			       "\"ttft_warm_ms\": %.1f, \"ttft_warm_over_cold\": %.4f", m_ai, m_ap, m_tc, m_tw,
