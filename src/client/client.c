@@ -524,21 +524,23 @@ static int sleep_cq(struct pkv_client *c, int ms)
  * completion doubles it (up to spin_us).
  *
  * While completions come back about wait_ns after the request (a decode
- * attend over a long context takes longer than spin_us), spin about that
- * long instead, at most WAIT_SPIN_MAX_NS: on a core nobody else wants it
+ * attend over a long context takes longer than spin_us), *long is how long
+ * to spin instead, at most WAIT_SPIN_MAX_NS, and only while the daemon
+ * thread we wait for polls from another CPU: on a core nobody else wants it
  * saves putting this thread to sleep and waking it at every attend, which
  * costs more than the sleep's length on a VM whose idle vCPU must be woken.
  */
-static uint64_t spin_budget(struct pkv_client *c)
+static uint64_t spin_budget(struct pkv_client *c, uint64_t *longer)
 {
 	uint64_t max = (uint64_t)c->spin_us * 1000ull, want = c->wait_ns + c->wait_ns / 4 + 10000;
 
+	*longer = 0;
 	if (!max || !pkv_spin_worthwhile())
 		return 0;
 	if (!c->spin_ns || c->spin_ns > max)
 		c->spin_ns = max;
 	if (c->wait_ns && want > c->spin_ns)
-		return want < WAIT_SPIN_MAX_NS ? want : WAIT_SPIN_MAX_NS;
+		*longer = want < WAIT_SPIN_MAX_NS ? want : WAIT_SPIN_MAX_NS;
 	return c->spin_ns;
 }
 
@@ -554,8 +556,8 @@ static void spin_learn(struct pkv_client *c, int paid)
 
 static int wait_cqe(struct pkv_client *c, uint64_t ud, struct pkv_cqe *out)
 {
-	uint64_t start = pkv_now_ns(), deadline = start + (uint64_t)c->timeout_ms * 1000000ull;
-	uint64_t budget = spin_budget(c), spin_end = start + budget;
+	uint64_t start = pkv_now_ns(), deadline = start + (uint64_t)c->timeout_ms * 1000000ull, longer;
+	uint64_t budget = spin_budget(c, &longer), spin_end = start + budget, long_end = start + longer;
 	unsigned iter = 0;
 	int r, slept = 0;
 
@@ -578,9 +580,11 @@ static int wait_cqe(struct pkv_client *c, uint64_t ud, struct pkv_cqe *out)
 		t = pkv_now_ns();
 		if (t >= deadline)
 			return -ETIMEDOUT;
-		if (t < spin_end) {
+		if (t < spin_end || t < long_end) {
 			uint32_t me = (uint32_t)(sched_getcpu() + 1), peer = pkv_ring_peer_cpu(&c->sq);
 
+			if (t >= spin_end && !(peer && me && peer != me))
+				long_end = 0; /* it shares our CPU (or we cannot tell): it cannot finish while we spin */
 			pkv_ring_set_cpu(&c->cq, me);
 			/*
 			 * Past the first microseconds, let the daemon thread we wait for
@@ -600,7 +604,8 @@ static int wait_cqe(struct pkv_client *c, uint64_t ud, struct pkv_cqe *out)
 		if (r)
 			return c->dead = r;
 		/* After a wake-up, spin again briefly: more completions tend to follow. */
-		spin_end = pkv_now_ns() + spin_budget(c);
+		spin_end = pkv_now_ns() + spin_budget(c, &longer);
+		long_end = 0;
 	}
 got:
 	if (budget && !slept && iter > 1)
