@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <pagedkv/dtype.h>
+
 #define MAX_STEP_SEQS 4096
 
 struct rseq {
@@ -469,6 +471,22 @@ static void attn_worker(void *arg, int ith, int nth)
 	free(sc);
 }
 
+/*
+ * A cache dtype narrower than f32: the new K/V are rounded to it (and kept
+ * as f32), so attention sees the values pagedkvd's cache would hold.
+ */
+static void round_to_cache(const struct ref *r, float *k, float *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (r->geo.cache_dtype == PKV_DTYPE_F16) {
+			k[i] = pkv_f16_to_f32(pkv_f32_to_f16(k[i]));
+			v[i] = pkv_f16_to_f32(pkv_f32_to_f16(v[i]));
+		} else {
+			k[i] = pkv_bf16_to_f32(pkv_f32_to_bf16(k[i]));
+			v[i] = pkv_bf16_to_f32(pkv_f32_to_bf16(v[i]));
+		}
+}
+
 static int r_attend(void *ctx, uint32_t layer, const float *q, const float *k, const float *v, float *o)
 {
 	struct ref *r = ctx;
@@ -483,6 +501,8 @@ static int r_attend(void *ctx, uint32_t layer, const float *q, const float *k, c
 		size_t base = (size_t)layer * s->cap * w + (size_t)s->len * w;
 		memcpy(s->k + base, k + (size_t)r->q_start[i] * w, r->step_new[i] * w * sizeof(float));
 		memcpy(s->v + base, v + (size_t)r->q_start[i] * w, r->step_new[i] * w * sizeof(float));
+		if (r->geo.cache_dtype != PKV_DTYPE_F32)
+			round_to_cache(r, s->k + base, s->v + base, r->step_new[i] * w);
 	}
 	struct attn_job j = { .next = 0, .r = r, .layer = layer, .q = q, .o = o };
 	tpool_run(r->tp, attn_worker, &j);
@@ -570,7 +590,7 @@ int pkv_attn_ref_create(const struct pkv_geometry *geo, uint64_t capacity_tokens
 {
 	struct ref *r;
 	if (!geo->num_layers || !geo->num_heads || !geo->num_kv_heads || !geo->head_dim ||
-	    geo->num_heads % geo->num_kv_heads)
+	    geo->num_heads % geo->num_kv_heads || geo->cache_dtype >= PKV_DTYPE_COUNT)
 		return -EINVAL;
 	r = calloc(1, sizeof *r);
 	if (!r)

@@ -45,7 +45,7 @@ int main(int argc, char **argv)
 		{ "model", 1, 0, 'm' }, { "system", 1, 0, 's' }, { "socket", 1, 0, 1 },
 		{ "in-process", 0, 0, 2 }, { "max-new", 1, 0, 'n' }, { "temp", 1, 0, 4 }, { "top-k", 1, 0, 5 },
 		{ "top-p", 1, 0, 6 }, { "seed", 1, 0, 7 }, { "threads", 1, 0, 't' }, { "help", 0, 0, 'h' },
-		{ "ctx", 1, 0, 8 }, { "max-seqs", 1, 0, 9 }, { 0 } };
+		{ "ctx", 1, 0, 8 }, { "max-seqs", 1, 0, 9 }, { "kv-dtype", 1, 0, 20 }, { 0 } };
 	static const char prog[] = "pkv-chat";
 	struct session_opts so = { 0 };
 	const char *system = NULL;
@@ -69,6 +69,7 @@ int main(int argc, char **argv)
 		case 7: bad |= opt_u64(prog, "--seed", optarg, &seed); break;
 		case 8: bad |= opt_u32(prog, "--ctx", optarg, 16, 1u << 20, &so.ctx); break;
 		case 9: bad |= opt_u32(prog, "--max-seqs", optarg, 1, 4096, &so.max_seqs); break;
+		case 20: bad |= opt_kv_dtype(prog, "--kv-dtype", optarg, &so.kv_dtype); break;
 		case 't': bad |= opt_int(prog, "-t/--threads", optarg, 0, 1024, &so.threads); break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;

@@ -229,7 +229,7 @@ int main(int argc, char **argv)
 		{ "max-new", 1, 0, 'n' }, { "threads", 1, 0, 't' }, { "help", 0, 0, 'h' },
 		{ "ctx", 1, 0, 8 }, { "max-seqs", 1, 0, 9 }, { "temp", 1, 0, 10 }, { "top-p", 1, 0, 11 },
 		{ "seed", 1, 0, 12 }, { "greedy", 0, 0, 13 }, { "repeat-penalty", 1, 0, 14 },
-		{ "staggered", 0, 0, 15 }, { 0 } };
+		{ "staggered", 0, 0, 15 }, { "kv-dtype", 1, 0, 20 }, { 0 } };
 	static const char prog[] = "pkv-demo";
 	/* SmolLM2-Instruct's model card samples with temperature 0.2 and top-p 0.9; greedy loops
 	 * ("then Select Account" twenty times) on client 0's question. */
@@ -247,6 +247,7 @@ int main(int argc, char **argv)
 		case 't': bad |= opt_int(prog, "-t/--threads", optarg, 0, 1024, &so.threads); break;
 		case 8: bad |= opt_u32(prog, "--ctx", optarg, 16, 1u << 20, &so.ctx); break;
 		case 9: bad |= opt_u32(prog, "--max-seqs", optarg, 1, 4096, &so.max_seqs); break;
+		case 20: bad |= opt_kv_dtype(prog, "--kv-dtype", optarg, &so.kv_dtype); break;
 		case 10: bad |= opt_float(prog, "--temp", optarg, 0, 10, &sp.temp); break;
 		case 11: bad |= opt_float(prog, "--top-p", optarg, 0, 1, &sp.top_p); break;
 		case 12: bad |= opt_u64(prog, "--seed", optarg, &sp.seed); break;

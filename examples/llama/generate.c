@@ -67,7 +67,7 @@ int main(int argc, char **argv)
 		{ "budget", 1, 0, 'b' }, { "system", 1, 0, 's' }, { "raw", 0, 0, 3 }, { "temp", 1, 0, 4 },
 		{ "top-k", 1, 0, 5 }, { "top-p", 1, 0, 6 }, { "seed", 1, 0, 7 }, { "threads", 1, 0, 't' },
 		{ "quiet", 0, 0, 'q' }, { "stream", 0, 0, 'S' }, { "help", 0, 0, 'h' }, { "ctx", 1, 0, 8 },
-		{ "max-seqs", 1, 0, 9 }, { "idle-ms", 1, 0, 10 }, { 0 } };
+		{ "max-seqs", 1, 0, 9 }, { "idle-ms", 1, 0, 10 }, { "kv-dtype", 1, 0, 20 }, { 0 } };
 	static const char prog[] = "pkv-generate";
 	struct session_opts so = { 0 };
 	const char *file = NULL, *system = NULL;
@@ -95,6 +95,7 @@ int main(int argc, char **argv)
 		case 7: bad |= opt_u64(prog, "--seed", optarg, &seed); break;
 		case 8: bad |= opt_u32(prog, "--ctx", optarg, 16, 1u << 20, &so.ctx); break;
 		case 9: bad |= opt_u32(prog, "--max-seqs", optarg, 1, 4096, &so.max_seqs); break;
+		case 20: bad |= opt_kv_dtype(prog, "--kv-dtype", optarg, &so.kv_dtype); break;
 		case 10: bad |= opt_u32(prog, "--idle-ms", optarg, 0, 600000, &idle_ms); break;
 		case 't': bad |= opt_int(prog, "-t/--threads", optarg, 0, 1024, &so.threads); break;
 		case 'q': quiet = 1; break;

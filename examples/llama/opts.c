@@ -8,6 +8,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include <pagedkv/types.h>
 
 static int whole(const char *arg, uint64_t *v)
 {
@@ -51,6 +54,20 @@ int opt_u64(const char *prog, const char *flag, const char *arg, uint64_t *out)
 		return -1;
 	}
 	return 0;
+}
+
+int opt_kv_dtype(const char *prog, const char *flag, const char *arg, uint32_t *out)
+{
+	static const char *const names[] = { [PKV_DTYPE_F32] = "f32", [PKV_DTYPE_F16] = "f16",
+					     [PKV_DTYPE_BF16] = "bf16" };
+
+	for (uint32_t t = 0; t < sizeof(names) / sizeof(names[0]); t++)
+		if (arg && !strcmp(arg, names[t])) {
+			*out = t;
+			return 0;
+		}
+	fprintf(stderr, "%s: %s: '%s' is not f32, f16 or bf16\n", prog, flag, arg ? arg : "");
+	return -1;
 }
 
 int opt_float(const char *prog, const char *flag, const char *arg, float lo, float hi, float *out)

@@ -11,6 +11,8 @@ int opt_u32(const char *prog, const char *flag, const char *arg, uint32_t lo, ui
 int opt_int(const char *prog, const char *flag, const char *arg, int lo, int hi, int *out);
 int opt_u64(const char *prog, const char *flag, const char *arg, uint64_t *out);
 int opt_float(const char *prog, const char *flag, const char *arg, float lo, float hi, float *out);
+/* "f32", "f16" or "bf16" to its PKV_DTYPE_*, else a message naming the three and -1. */
+int opt_kv_dtype(const char *prog, const char *flag, const char *arg, uint32_t *out);
 
 /* The sampling flags every program shares, for --help. */
 #define OPT_SAMPLING_HELP \
@@ -21,6 +23,8 @@ int opt_float(const char *prog, const char *flag, const char *arg, float lo, flo
 /* Pool sizing, shared by the programs that attach to pagedkvd. */
 #define OPT_POOL_HELP \
 	"      --ctx N            tokens one conversation may hold, 16 to 1048576 (pool sizing)\n" \
-	"      --max-seqs N       conversations the pool holds at once, 1 to 4096 (pool sizing)\n"
+	"      --max-seqs N       conversations the pool holds at once, 1 to 4096 (pool sizing)\n" \
+	"      --kv-dtype T       KV cache dtype: f32 (default), f16 or bf16 (half the memory and the\n" \
+	"                         attention's reads; keys and values rounded to it)\n"
 
 #endif

@@ -26,7 +26,8 @@ int session_open(struct session *s, const struct session_opts *o, char *err, siz
 	{
 		/* Default pool size: kv_mib of f32 KV (a pool the daemon's default 1 GiB budget fits). */
 		uint32_t bs = o->block_size ? o->block_size : 16, nb = o->num_blocks;
-		uint64_t block_bytes = (uint64_t)2 * s->m.hp.n_layers * s->m.hp.n_kv_heads * s->m.hp.head_dim * 4 * bs;
+		uint64_t block_bytes = (uint64_t)2 * s->m.hp.n_layers * s->m.hp.n_kv_heads * s->m.hp.head_dim *
+				       pkv_dtype_size(o->kv_dtype) * bs;
 		if (!nb && (o->ctx || o->max_seqs)) {
 			uint64_t want = (uint64_t)((o->ctx ? o->ctx : 2048) + bs - 1) / bs * (o->max_seqs ? o->max_seqs : 4);
 			nb = want > (1u << 24) ? 1u << 24 : (uint32_t)want;
@@ -37,6 +38,7 @@ int session_open(struct session *s, const struct session_opts *o, char *err, siz
 			nb = nb > 65536 ? 65536 : nb < 16 ? 16 : nb;
 		}
 		llama_geometry(&s->m, bs, nb, &geo);
+		geo.cache_dtype = o->kv_dtype;
 	}
 	if (o->in_process) {
 		r = pkv_attn_ref_create(&geo, (uint64_t)geo.num_blocks * geo.block_size, s->tp, &s->attn);
@@ -51,13 +53,15 @@ int session_open(struct session *s, const struct session_opts *o, char *err, siz
 		if (o->pool)
 			snprintf(s->pool_name, sizeof s->pool_name, "%s", o->pool);
 		else
-			snprintf(s->pool_name, sizeof s->pool_name, "model-%016" PRIx64, s->m.model_id);
+			/* A pool's geometry must match exactly: each KV dtype has its own (f32 keeps the old name). */
+			snprintf(s->pool_name, sizeof s->pool_name, "model-%016" PRIx64 "%s", s->m.model_id,
+				 o->kv_dtype == PKV_DTYPE_F16 ? "-f16" : o->kv_dtype == PKV_DTYPE_BF16 ? "-bf16" : "");
 		pp.name = s->pool_name;
 		r = pkv_attn_daemon_create(&co, &pp, &s->attn, err, errlen);
 		if (r == -ENOMEM) {
 			/* the daemon's budget cannot hold this pool: say what each side can change */
-			uint64_t bytes = (uint64_t)2 * geo.num_layers * geo.num_kv_heads * geo.head_dim * 4 *
-					 geo.block_size * geo.num_blocks;
+			uint64_t bytes = (uint64_t)2 * geo.num_layers * geo.num_kv_heads * geo.head_dim *
+					 pkv_dtype_size(geo.cache_dtype) * geo.block_size * geo.num_blocks;
 			size_t n = strlen(err);
 			snprintf(err + n, errlen - n,
 				 "\n  this pool is %u blocks of %u tokens = %.1f MiB: ask for less with --ctx N and "

@@ -17,7 +17,8 @@ struct session_opts {
 	uint32_t max_tokens;     /* per forward step (buffers); 0: 256 */
 	uint32_t block_size;     /* 0: 16 */
 	uint32_t num_blocks;     /* pool size when this client creates it; 0: from kv_mib */
-	uint32_t kv_mib;         /* 0: 256 MiB of f32 KV */
+	uint32_t kv_mib;         /* 0: 256 MiB of KV */
+	uint32_t kv_dtype;       /* the KV cache's PKV_DTYPE_* (0: f32) */
 	uint32_t ctx;            /* with max_seqs: pool = ceil(ctx / block) * max_seqs blocks (0: kv_mib) */
 	uint32_t max_seqs;
 	int offer_in_process;    /* the program has --in-process: say so when the daemon is unreachable */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "../../examples/llama/engine.h"
+#include "../../examples/llama/opts.h"
 #include "../../examples/llama/session.h"
 #include "bench_e2e_burst.h"
 #include "bench_peer.h"
@@ -241,7 +242,7 @@ int main(int argc, char **argv)
 		{ "model", 1, 0, 'm' }, { "socket", 1, 0, 1 }, { "in-process", 0, 0, 2 }, { "json", 0, 0, 3 },
 		{ "reps", 1, 0, 'r' }, { "threads", 1, 0, 't' }, { "prompt", 1, 0, 'p' }, { "decode", 1, 0, 'n' },
 		{ "peer-llama-bench", 1, 0, 4 }, { "single", 0, 0, 5 }, { "no-burst", 0, 0, 6 },
-		{ "agg8-only", 0, 0, 7 }, { "help", 0, 0, 'h' }, { 0 } };
+		{ "agg8-only", 0, 0, 7 }, { "kv-dtype", 1, 0, 8 }, { "help", 0, 0, 'h' }, { 0 } };
 	struct opts o = { .so = { .threads = 2 }, .reps = 3, .prompt_len = 512, .decode_len = 64, .burst = 1 };
 	int c;
 	char err[512];
@@ -255,6 +256,10 @@ int main(int argc, char **argv)
 		case 5: o.single_only = 1; break;
 		case 6: o.burst = 0; break;
 		case 7: o.agg8_only = 1; break;
+		case 8:
+			if (opt_kv_dtype("pkv-bench e2e", "--kv-dtype", optarg, &o.so.kv_dtype))
+				return 2;
+			break;
 		case 'r': o.reps = atoi(optarg); break;
 		case 't': o.so.threads = atoi(optarg); break;
 		case 'p': o.prompt_len = (uint32_t)strtoul(optarg, NULL, 10); break;
@@ -263,7 +268,7 @@ int main(int argc, char **argv)
 			fprintf(c == 'h' ? stdout : stderr,
 				"usage: pkv-bench e2e -m MODEL [--socket PATH | --in-process] [--json] [--reps N] [--agg8-only]\n"
 				"       [-t THREADS] [-p PROMPT_TOKENS (512)] [-n DECODE_TOKENS (64)]\n"
-				"       [--single] [--peer-llama-bench PATH] [--no-burst]\n"
+				"       [--single] [--peer-llama-bench PATH] [--no-burst] [--kv-dtype f32|f16|bf16]\n"
 				"Runs through pagedkvd (start it first) unless --in-process. --single: only the\n"
 				"single-stream figures. --peer-llama-bench: also run llama.cpp's llama-bench on the\n"
 				"same model and threads (prefill; decode after the prompt), alternating with ours.\n"
@@ -351,10 +356,12 @@ int main(int argc, char **argv)
 	       m_ap = median(ap, o.reps), m_tc = median(tc, o.reps), m_tw = median(tw, o.reps);
 	double m_ppf = o.peer ? median(ppf, o.reps) : 0, m_pdc = o.peer ? median(pdc, o.reps) : 0;
 	if (o.json) {
-		printf("{\"model\": \"%s\", \"attention\": \"%s\", \"isa\": \"%s\", \"threads\": %d, "
+		printf("{\"model\": \"%s\", \"attention\": \"%s\", \"kv_dtype\": \"%s\", \"isa\": \"%s\", \"threads\": %d, "
 		       "\"reps\": %d, \"prompt_tokens\": %u, \"decode_tokens\": %u, "
 		       "\"prefill_tok_s\": %.1f, \"decode_tok_s\": %.1f",
-		       o.so.model, s.attn.name, s.m.output.packed ? "avx512vnni" : pkv_dot_ops()->isa, tpool_size(s.tp), o.reps, o.prompt_len,
+		       o.so.model, s.attn.name,
+		       o.so.kv_dtype == PKV_DTYPE_F16 ? "f16" : o.so.kv_dtype == PKV_DTYPE_BF16 ? "bf16" : "f32",
+		       s.m.output.packed ? "avx512vnni" : pkv_dot_ops()->isa, tpool_size(s.tp), o.reps, o.prompt_len,
 		       o.decode_len, m_pf, m_dc);
 		if (m_at > 0)
 			printf(", \"decode_attend_us\": %.1f, \"decode_attend_daemon_us\": %.1f, "

@@ -28,6 +28,7 @@ struct fx {
 /* The attention under test: pagedkvd when a daemon socket is set, else the in-process cache. */
 static const char *daemon_sock;
 static int cur_wt;
+static uint32_t cur_kv = PKV_DTYPE_F32; /* the KV cache dtype of the fixture and of the reference */
 
 static int attn_under_test(const struct llama *m, const struct pkv_geometry *geo, struct tpool *tp,
 			   struct pkv_attn *a)
@@ -39,7 +40,7 @@ static int attn_under_test(const struct llama *m, const struct pkv_geometry *geo
 	struct pkv_connect_opts co = { .socket_path = daemon_sock };
 	struct pkv_pool_params pp = { .name = name, .geo = *geo, .act_dtype = PKV_DTYPE_F32,
 				      .model_id = m->model_id, .window_left = -1 };
-	snprintf(name, sizeof name, "eq-%016llx", (unsigned long long)m->model_id);
+	snprintf(name, sizeof name, "eq-%016llx-%u", (unsigned long long)m->model_id, geo->cache_dtype);
 	r = pkv_attn_daemon_create(&co, &pp, a, err, sizeof err);
 	if (r)
 		fprintf(stderr, "test_equality: %s\n", err);
@@ -53,6 +54,7 @@ static void fx_up(struct fx *f, int wt)
 	ck_assert_msg(llama_load(&f->m, path[wt]) == 0, "%s", f->m.err);
 	ck_assert_int_eq(tpool_create(2, &f->tp), 0);
 	llama_geometry(&f->m, BS, 1024, &geo);
+	geo.cache_dtype = cur_kv;
 	ck_assert_int_eq(attn_under_test(&f->m, &geo, f->tp, &f->a), 0);
 	ck_assert_int_eq(llama_ctx_init(&f->c, &f->m, &f->a, f->tp, 64), 0);
 }
@@ -74,6 +76,7 @@ static float *ref_logits(const struct llama *m, struct tpool *tp, const int32_t 
 	uint32_t seq, nc, pos = 0;
 	float *out = malloc((size_t)n * m->hp.n_vocab * sizeof *out);
 	llama_geometry(m, BS, 1024, &geo);
+	geo.cache_dtype = cur_kv;
 	ck_assert_int_eq(pkv_attn_ref_create(&geo, 0, tp, &a), 0);
 	ck_assert_int_eq(llama_ctx_init(&c, m, &a, tp, n), 0);
 	ck_assert_int_eq(a.ops->seq_open(a.ctx, toks, n, &seq, &nc), 0);
@@ -158,6 +161,36 @@ START_TEST(prefix_hit_equals_contiguous)
 	ck_assert_int_eq(llama_forward(&f.c, &sb, &n, &nc, b + nc, 1, got, 1), 0);
 	float *want = ref_logits(&f.m, f.tp, b, 31);
 	expect_rows(&f.m, got, want + (size_t)24 * V, 7, "after a prefix hit");
+	free(want);
+	free(got);
+	fx_down(&f);
+}
+END_TEST
+
+/*
+ * An f16 / bf16 KV cache (--kv-dtype): chunked prefill, then decode steps, equal the contiguous
+ * forward whose keys and values are rounded the same way (f32 weights: only the summation order
+ * differs). The reference without the rounding differs by 6e-4 (f16) and 7e-3 (bf16) of the
+ * logits' scale.
+ */
+START_TEST(narrow_kv_equals_contiguous)
+{
+	static const uint32_t kv[] = { PKV_DTYPE_F16, PKV_DTYPE_BF16 };
+	struct fx f;
+	int32_t t[30];
+	uint32_t chunks[] = { 7, 13, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 }, seq, nc, pos = 0;
+	cur_kv = kv[_i];
+	fx_up(&f, 0);
+	uint32_t V = f.m.hp.n_vocab;
+	rand_tokens(t, 30, V, 9);
+	float *want = ref_logits(&f.m, f.tp, t, 30), *got = malloc(30 * V * sizeof *got);
+	ck_assert_int_eq(f.a.ops->seq_open(f.a.ctx, t, 30, &seq, &nc), 0);
+	for (int k = 0; k < 12; k++) {
+		ck_assert_int_eq(llama_forward(&f.c, &seq, &chunks[k], &pos, t + pos, 1, got + (size_t)pos * V, 1), 0);
+		pos += chunks[k];
+	}
+	expect_rows(&f.m, got, want, 30, kv[_i] == PKV_DTYPE_F16 ? "f16 KV" : "bf16 KV");
+	cur_kv = PKV_DTYPE_F32;
 	free(want);
 	free(got);
 	fx_down(&f);
@@ -331,6 +364,7 @@ int main(void)
 	tcase_add_loop_test(tc, prefix_hit_equals_contiguous, 0, 3);
 	tcase_add_loop_test(tc, fork_equals_contiguous, 0, 3);
 	tcase_add_loop_test(tc, mixed_prefill_decode_batch_equals_contiguous, 0, 3);
+	tcase_add_loop_test(tc, narrow_kv_equals_contiguous, 0, 2);
 	suite_add_tcase(s, tc);
 	TCase *td = tcase_create("pagedkvd");
 	tcase_add_unchecked_fixture(td, daemon_up, daemon_down);
@@ -340,6 +374,7 @@ int main(void)
 	tcase_add_loop_test(td, fork_equals_contiguous, 0, 3);
 	tcase_add_loop_test(td, mixed_prefill_decode_batch_equals_contiguous, 0, 3);
 	tcase_add_loop_test(td, several_client_processes_equal_contiguous, 0, 3);
+	tcase_add_loop_test(td, narrow_kv_equals_contiguous, 0, 2);
 	suite_add_tcase(s, td);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
