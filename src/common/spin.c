@@ -15,7 +15,7 @@ static int loadavg_fd = -1;
 static int policy = POLICY_UNSET;
 
 static __thread uint64_t next_ns;
-static __thread int last_ok = 1, ncpu;
+static __thread int last_ok = 1, last_spare = 1, ncpu;
 
 /* Once per process; racing first calls agree on the value, and only one fd is kept. */
 static int get_policy(void)
@@ -80,5 +80,16 @@ int pkv_spin_worthwhile(void)
 	}
 	run = running_now();
 	last_ok = run < 0 || run <= ncpu;
+	last_spare = run < 0 || run < ncpu;
 	return last_ok;
+}
+
+int pkv_spin_spare_cpu(void)
+{
+	int p = get_policy();
+
+	if (p != POLICY_ADAPT)
+		return p == POLICY_ALWAYS;
+	(void)pkv_spin_worthwhile(); /* samples when due */
+	return last_spare;
 }

@@ -14,6 +14,14 @@
  */
 int pkv_spin_worthwhile(void);
 
+/*
+ * Whether a core is idle beyond the caller's own: the runnable threads, the
+ * caller included, leave at least one CPU free (sampled with the above).
+ * What fanning work out to another thread needs: a woken helper thread
+ * takes a core from somebody otherwise, and the caller then waits for it.
+ */
+int pkv_spin_spare_cpu(void);
+
 #define PKV_SPIN_SAMPLE_NS 1000000ull
 
 #endif

@@ -27,9 +27,10 @@ typedef void (*pkv_log_sink)(void *ud, int level, const char *msg);
 void pkv_host_set_log_sink(struct pkv_host *h, pkv_log_sink fn, void *ud);
 void pkv_host_set_log_level(struct pkv_host *h, int level);
 /*
- * Shared-machine mode (off by default): the pool's threads spin after a job,
- * and a call fans out to them, only while a core would otherwise idle
- * (pkv_spin_worthwhile); otherwise a call runs on the caller's thread and
+ * Shared-machine mode (off by default): the pool's threads spin after a job
+ * only while a core would otherwise idle (pkv_spin_worthwhile), and a call
+ * fans out to them only while a core idles beside the caller's
+ * (pkv_spin_spare_cpu); otherwise a call runs on the caller's thread and
  * the threads sleep at once. For a service whose calls are short (a decode
  * attend of ~15 us) on a machine its clients keep busy: a woken pool thread
  * would take a core from a thread with work. Benchmarks of the kernels
