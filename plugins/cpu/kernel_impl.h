@@ -751,7 +751,7 @@ struct item_plan {
 	int use_dp, use_dp_pv;  /* bf16 scores / PV with vdpbf16ps */
 	int use_amx, kdirect;   /* AMX tiles; AMX scores straight from K rows */
 	uint32_t *qt;           /* AMX kdirect: [nkvh][hd/2][Rh] Q^T pairs */
-	int dec;                /* tiles_decode */
+	int dec;                /* tiles_decode: DEC_BF16 or DEC_FLOAT; DEC_NONE (0): the tile path */
 };
 
 /*
@@ -1016,10 +1016,32 @@ static void tiles_general(const struct cpu_call *c, const struct cpu_item *it, s
 	}
 }
 
-/* pv_dec's probabilities (ph) hold 8 rows. */
+/* pv_dec's probabilities (ph) hold 8 rows; the f32 decode loop takes as many. */
 #define DEC_ROWS 8u
 
-#if defined(KERNEL_DPBF16)
+/*
+ * The decode loop for f32 queries (any cache dtype, rows converted as they
+ * are loaded) on the AVX-512 kernels (AVX-512, +BF16, AMX); the AVX2 and
+ * generic kernels keep the tile path: built for AVX2 (16-float vectors as
+ * ymm pairs, 4 keys reduced together) it read 1.2x (hd64) to 3x (hd128)
+ * slower than the tile path there (docs/performance.md). -DDEC_F32=0
+ * builds an AVX-512 kernel without it, for comparison.
+ */
+#ifndef DEC_F32
+#if defined(__AVX512F__)
+#define DEC_F32 1
+#else
+#define DEC_F32 0
+#endif
+#endif
+#if DEC_F32 && !defined(__AVX512F__)
+#error "the f32 decode loop is AVX-512 code"
+#endif
+
+/* What tiles_decode computes a tile with. */
+enum { DEC_NONE, DEC_BF16, DEC_FLOAT };
+
+#if DEC_PATH || DEC_F32
 /*
  * ---- Decode: a few query rows per KV head (G), whole token rows per item ----
  *
@@ -1031,6 +1053,11 @@ static void tiles_general(const struct cpu_call *c, const struct cpu_item *it, s
  * (hsum16: 2 shuffles per key and row), about half the shuffles at hd64 and
  * a third at hd128. PV keeps the key-pair interleave of accumulate_pv_dpbf16
  * but in registers, every row's accumulators updated from one load of V.
+ *
+ * f32 queries (DEC_FLOAT: an f32 cache, or f16/bf16 rows widened as they
+ * are loaded) take the same loop with f32 FMAs: scores along the head dim,
+ * 16 keys reduced together (hsum16), PV with up to 4 rows' accumulators
+ * for 32 or 64 dims in registers.
  */
 
 /*
@@ -1084,11 +1111,19 @@ struct pf_cursor {
 
 static inline void pf_step(struct pf_cursor *pc)
 {
-	uint32_t n;
+	uint32_t n = pc->per, m, j;
 
-	for (n = 0; n < pc->per && pc->i < pc->ns; n++) {
-		__builtin_prefetch(pc->base + pc->sp[pc->i].off + pc->b, 0, 2);
-		pc->b += 64;
+	/* A span at a time: in one span the lines are one address plus 64 each (no per-line bookkeeping). */
+	while (n && pc->i < pc->ns) {
+		const char *p = pc->base + pc->sp[pc->i].off + pc->b;
+		size_t left = (pc->sp[pc->i].len - pc->b + 63) / 64;
+
+		m = left < n ? (uint32_t)left : n;
+#pragma GCC unroll 8
+		for (j = 0; j < m; j++)
+			__builtin_prefetch(p + 64 * (size_t)j, 0, 2);
+		n -= m;
+		pc->b += 64 * (size_t)m;
 		if (pc->b >= pc->sp[pc->i].len) {
 			pc->b = 0;
 			pc->i++;
@@ -1112,6 +1147,9 @@ static void pf_start(struct pf_cursor *pc, const char *base, const struct kv_spa
 		pc->ns = 0;
 }
 
+#endif
+
+#if defined(__AVX512F__) && (DEC_PATH || DEC_F32)
 /* Lane sums of 16 vectors at once: lane i of the result is the sum of a[i]. */
 static inline __m512 hsum16(const __m512 *a)
 {
@@ -1136,6 +1174,9 @@ static inline __m512 hsum16(const __m512 *a)
 	return _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, 0x88), _mm512_shuffle_f32x4(d0, d1, 0xdd));
 }
 
+#endif
+
+#if defined(KERNEL_DPBF16) && DEC_PATH
 /* Scores of R rows against a tile of CPU_TK K rows (rows past the tile's end point to zeros). */
 static void scores_dec(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *kraw, uint32_t R,
 		       struct pf_cursor *pc)
@@ -1224,6 +1265,181 @@ static void pv_dec(const struct cpu_call *c, struct cpu_scratch *sc, const char 
 	}
 }
 
+#endif
+
+#if DEC_F32
+/* Keys whose partial vectors the f32 scores reduce together; rows per PV block. */
+#define DECF_KEYS 16u
+#define DECF_ROWS 4u
+
+/*
+ * Scores of R f32 query rows against a tile of CPU_TK K rows of dtype cdt (a
+ * constant where inlined; rows past the tile's end point to zeros). A row's
+ * query stays in registers (nq vectors, a constant where inlined: 4 or 8 for
+ * head_dim 64 and 128; 0 loads it from L1 instead) while each key's products
+ * accumulate along the head dim, one key row at a time (one address live,
+ * not DECF_KEYS), and DECF_KEYS keys' partial vectors are reduced together.
+ */
+static inline __attribute__((always_inline)) void scores_decf_t(const struct cpu_call *c, struct cpu_scratch *sc,
+								const char *const *kraw, uint32_t R,
+								struct pf_cursor *pc, const uint32_t cdt,
+								const uint32_t nq)
+{
+	const size_t esz = cdt == PKV_DTYPE_F32 ? 4 : 2;
+	uint32_t nc = nq ? nq : c->hd / 16, r, g, k, i;
+
+	for (r = 0; r < R; r++) {
+		const float *q = sc->qf + (size_t)r * c->hdp;
+		v16sf qv[8];
+
+#pragma GCC unroll 8
+		for (k = 0; k < nq; k++)
+			qv[k] = ld(q + 16 * k);
+		for (g = 0; g < CPU_TK / DECF_KEYS; g++) {
+			v16sf a[DECF_KEYS];
+
+			pf_step(pc);
+#pragma GCC unroll 16
+			for (i = 0; i < DECF_KEYS; i++) {
+				const char *kr = kraw[DECF_KEYS * g + i];
+
+				a[i] = (nq ? qv[0] : ld(q)) * cvt16(kr, cdt);
+#pragma GCC unroll 8
+				for (k = 1; k < nc; k++)
+					a[i] += (nq ? qv[k] : ld(q + 16 * k)) * cvt16(kr + 16 * k * esz, cdt);
+			}
+			_mm512_storeu_ps(sc->s + (size_t)r * CPU_TK + 16 * g, hsum16((const __m512 *)a));
+		}
+	}
+}
+
+/*
+ * acc[r0..r0+nr) += P . V over nt keys for dims [d0, d0 + 16 nv): nr rows x
+ * nv vectors of accumulators in registers, each V vector loaded once for the
+ * nr rows (nr, nv and cdt constants where inlined).
+ */
+static inline __attribute__((always_inline)) void pv_decf_rows(const struct cpu_call *c, struct cpu_scratch *sc,
+							       const char *const *vraw, uint32_t nt, uint32_t r0,
+							       const uint32_t nr, uint32_t d0, const uint32_t nv,
+							       struct pf_cursor *pc, const uint32_t cdt)
+{
+	const size_t esz = cdt == PKV_DTYPE_F32 ? 4 : 2;
+	const float *pr = sc->s + (size_t)r0 * CPU_TK;
+	v16sf acc[DECF_ROWS][4], v[4];
+	uint32_t t, j, m;
+
+#pragma GCC unroll 4
+	for (j = 0; j < nr; j++)
+#pragma GCC unroll 4
+		for (m = 0; m < nv; m++)
+			acc[j][m] = ld(sc->acc + (size_t)(r0 + j) * c->hdp + d0 + 16 * m);
+	for (t = 0; t < nt; t++) {
+		/* The row's address plus constants: no per-vector offsets to keep in registers. */
+		const char *vp = vraw[t] + (size_t)d0 * esz;
+
+		if (!(t & 3))
+			pf_step(pc);
+#pragma GCC unroll 4
+		for (m = 0; m < nv; m++)
+			v[m] = cvt16(vp + 16 * m * esz, cdt);
+#pragma GCC unroll 4
+		for (j = 0; j < nr; j++) {
+			float pj = pr[j * CPU_TK + t];
+			/* A broadcast of pj (splat's 0 + pj would be one more dependent add). */
+			v16sf p = { pj, pj, pj, pj, pj, pj, pj, pj, pj, pj, pj, pj, pj, pj, pj, pj };
+
+#pragma GCC unroll 4
+			for (m = 0; m < nv; m++)
+				acc[j][m] += p * v[m];
+		}
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < nr; j++)
+#pragma GCC unroll 4
+		for (m = 0; m < nv; m++)
+			st(sc->acc + (size_t)(r0 + j) * c->hdp + d0 + 16 * m, acc[j][m]);
+}
+
+/* PV for R rows over dims [d0, d0 + 16 nv): blocks of DECF_ROWS rows, then the rest. */
+static inline __attribute__((always_inline)) void pv_decf_dims(const struct cpu_call *c, struct cpu_scratch *sc,
+							       const char *const *vraw, uint32_t nt, uint32_t R,
+							       uint32_t d0, const uint32_t nv, struct pf_cursor *pc,
+							       const uint32_t cdt)
+{
+	uint32_t r;
+
+	for (r = 0; r + DECF_ROWS <= R; r += DECF_ROWS)
+		pv_decf_rows(c, sc, vraw, nt, r, DECF_ROWS, d0, nv, pc, cdt);
+	switch (R - r) {
+	case 3: pv_decf_rows(c, sc, vraw, nt, r, 3, d0, nv, pc, cdt); break;
+	case 2: pv_decf_rows(c, sc, vraw, nt, r, 2, d0, nv, pc, cdt); break;
+	case 1: pv_decf_rows(c, sc, vraw, nt, r, 1, d0, nv, pc, cdt); break;
+	}
+}
+
+/*
+ * acc += P . V for R rows over a tile of nt V rows of dtype cdt, 64 dims at
+ * a time with 512-bit vectors (head_dim % 64 == 0; 4 rows x 4 vectors of
+ * accumulators: enough independent FMA chains to hide their latency at
+ * G = 3), else 32.
+ */
+static inline __attribute__((always_inline)) void pv_decf_t(const struct cpu_call *c, struct cpu_scratch *sc,
+							    const char *const *vraw, uint32_t nt, uint32_t R,
+							    struct pf_cursor *pc, const uint32_t cdt)
+{
+	uint32_t d;
+
+	if (c->hd % 64 == 0) {
+		for (d = 0; d < c->hd; d += 64)
+			pv_decf_dims(c, sc, vraw, nt, R, d, 4, pc, cdt);
+		return;
+	}
+	for (d = 0; d < c->hd; d += 32)
+		pv_decf_dims(c, sc, vraw, nt, R, d, 2, pc, cdt);
+}
+
+/* One instance of the f32 decode tile per cache dtype. */
+static void scores_decf(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *kraw, uint32_t R,
+			struct pf_cursor *pc)
+{
+	/* The query in registers for head_dim 64 and 128 (f32 cache; 64 for the others). */
+	if (c->cdt == PKV_DTYPE_F32) {
+		if (c->hd == 64)
+			scores_decf_t(c, sc, kraw, R, pc, PKV_DTYPE_F32, 4);
+		else if (c->hd == 128)
+			scores_decf_t(c, sc, kraw, R, pc, PKV_DTYPE_F32, 8);
+		else
+			scores_decf_t(c, sc, kraw, R, pc, PKV_DTYPE_F32, 0);
+	} else if (c->cdt == PKV_DTYPE_F16) {
+		scores_decf_t(c, sc, kraw, R, pc, PKV_DTYPE_F16, c->hd == 64 ? 4 : 0);
+	} else {
+		scores_decf_t(c, sc, kraw, R, pc, PKV_DTYPE_BF16, c->hd == 64 ? 4 : 0);
+	}
+}
+
+static void pv_decf(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *vraw, uint32_t nt,
+		    uint32_t R, struct pf_cursor *pc)
+{
+	if (c->cdt == PKV_DTYPE_F32)
+		pv_decf_t(c, sc, vraw, nt, R, pc, PKV_DTYPE_F32);
+	else if (c->cdt == PKV_DTYPE_F16)
+		pv_decf_t(c, sc, vraw, nt, R, pc, PKV_DTYPE_F16);
+	else
+		pv_decf_t(c, sc, vraw, nt, R, pc, PKV_DTYPE_BF16);
+}
+
+/* Prefetch steps of a tile: scores one per DECF_KEYS keys x row, PV one per 4 keys x dim block x row block. */
+static inline uint32_t decf_steps(const struct cpu_call *c, uint32_t R, int pv)
+{
+	uint32_t dims = c->hd % 64 == 0 ? 64 : 32;
+
+	if (pv)
+		return (R + DECF_ROWS - 1) / DECF_ROWS * (c->hd / dims) * (CPU_TK / 4);
+	return R * (CPU_TK / DECF_KEYS);
+}
+#endif
+
+#if DEC_PATH || DEC_F32
 /* At most this many keys' blocks are prefetched during one tile (an item's first tile catches up). */
 #define DEC_PF_MAX_KEYS (8 * CPU_TK)
 
@@ -1241,7 +1457,8 @@ static void pv_dec(const struct cpu_call *c, struct cpu_scratch *sc, const char 
 static void tiles_decode(const struct cpu_call *c, const struct cpu_item *it, const struct cpu_item *next,
 			 struct cpu_scratch *sc, const struct item_plan *pl, const int32_t *bt)
 {
-	static const uint16_t zero_row[CPU_MAX_HD] __attribute__((aligned(64)));
+	static const float zero_row[CPU_MAX_HD] __attribute__((aligned(64)));
+	size_t esz = pkv_dtype_size(c->cdt);
 	size_t tok[CPU_TK], tile_bytes = (size_t)CPU_TK * c->token_stride, total, t2;
 	const char *kraw[CPU_TK], *vraw[CPU_TK];
 	const int32_t *bt_next = NULL;
@@ -1284,7 +1501,7 @@ static void tiles_decode(const struct cpu_call *c, const struct cpu_item *it, co
 		}
 		for (hh = 0; hh < it->nkvh; hh++) {
 			struct cpu_scratch v = rows_from(c, sc, hh * pl->Rh);
-			size_t head = (size_t)(it->kvh + hh) * c->hd * 2;
+			size_t head = (size_t)(it->kvh + hh) * c->hd * esz;
 			size_t from = total * hh / it->nkvh, to = total * (hh + 1) / it->nkvh;
 
 			for (t = 0; t < nt; t++) {
@@ -1293,17 +1510,30 @@ static void tiles_decode(const struct cpu_call *c, const struct cpu_item *it, co
 			}
 			for (; t < CPU_TK; t++)
 				kraw[t] = vraw[t] = (const char *)zero_row;
+#if DEC_F32
+			if (pl->dec == DEC_FLOAT) {
+				pf_start(&pc, c->kbase, sp, ns, from, to - from, decf_steps(c, pl->Rh, 0));
+				scores_decf(c, &v, kraw, pl->Rh, &pc);
+				softmax_tile(c, &v, t0, nt, pl->Rh);
+				pf_start(&pc, c->vbase, sp, ns, from, to - from, decf_steps(c, pl->Rh, 1));
+				pv_decf(c, &v, vraw, nt, pl->Rh, &pc);
+				continue;
+			}
+#endif
+#if DEC_PATH
 			/* Steps: scores take one per 16 keys x 32 dims x row, PV one per 4 key pairs x 32 dims x row block. */
 			pf_start(&pc, c->kbase, sp, ns, from, to - from, pl->Rh * (CPU_TK / 16) * (c->hd / 32));
 			scores_dec(c, &v, kraw, pl->Rh, &pc);
 			softmax_tile(c, &v, t0, nt, pl->Rh);
 			pf_start(&pc, c->vbase, sp, ns, from, to - from, (pl->Rh + 3) / 4 * (CPU_TK / 8) * (c->hd / 32));
 			pv_dec(c, &v, vraw, nt, pl->Rh, &pc);
+#endif
 		}
 	}
 	sc->pf_carry = pf_next > pl->kend ? (uint32_t)(pf_next - pl->kend) : 0;
 }
 #endif
+
 
 static void attend_item(const struct cpu_call *c, const struct cpu_item *it, const struct cpu_item *next,
 			struct cpu_scratch *sc)
@@ -1318,15 +1548,24 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, con
 	pl.use_dp = c->cdt == PKV_DTYPE_BF16 && c->adt == PKV_DTYPE_BF16;
 	pl.use_dp_pv = pl.use_dp && c->hd % 32 == 0;
 #endif
-	/* Few rows per KV head and whole token rows (every KV head): the decode loop. */
-	pl.dec = DEC_PATH && pl.use_dp_pv && pl.Rh <= DEC_ROWS && it->nkvh * c->hd * 2 == c->token_stride;
+	/*
+	 * Few rows per KV head and whole token rows (every KV head): the decode
+	 * loop, with vdpbf16ps for bf16 queries over a bf16 cache, with f32 FMAs
+	 * for f32 queries (head_dim % 32 == 0) over any cache.
+	 */
+	if (pl.Rh <= DEC_ROWS && it->nkvh * c->hd * pkv_dtype_size(c->cdt) == c->token_stride) {
+		if (DEC_PATH && pl.use_dp_pv)
+			pl.dec = DEC_BF16;
+		else if (DEC_F32 && c->adt == PKV_DTYPE_F32 && c->hd % 32 == 0)
+			pl.dec = DEC_FLOAT;
+	}
 	load_rows(c, it, sc, &pl);
 	if (pl.kend > 0) {
 #if defined(KERNEL_AMX)
 		if (!pl.dec)
 			amx_prepare(c, it, sc, &pl);
 #endif
-#if defined(KERNEL_DPBF16)
+#if DEC_PATH || DEC_F32
 		if (pl.dec)
 			tiles_decode(c, it, next, sc, &pl, bt);
 		else

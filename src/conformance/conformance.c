@@ -1083,6 +1083,63 @@ static void shared_prefix_cases(void)
 	c->softcap = 3.0f;
 }
 
+/*
+ * Decode batches of f32 queries over an f32 cache (the model client's KV
+ * pool), and over f16 and bf16 ones: GQA 1, 3, 4 and 8 at head_dim 64 and
+ * 128, uneven lengths ending in partly filled blocks (and a sequence shorter
+ * than a tile), windows, soft-caps, and long contexts that the threads'
+ * runs cut mid-sequence (block size 1: a span per key). Block tables are
+ * shuffled, as in every case.
+ */
+static void f32_decode_cases(void)
+{
+	static const int gqa[] = { 1, 3, 4, 8 }, hds[] = { 64, 128 }, cdts[] = { PKV_DTYPE_F16, PKV_DTYPE_BF16 };
+	struct casedef *c;
+	int g, h, d;
+
+	for (g = 0; g < 4; g++)
+		for (h = 0; h < 2; h++) {
+			int nkv = gqa[g] == 3 ? 3 : 2;
+
+			c = add_case(gqa[g] * nkv, nkv, hds[h], 16, PKV_DTYPE_F32, PKV_DTYPE_F32, "decode, uneven lengths");
+			seq(c, 300, 1, 0);
+			seq(c, 77, 1, 0);
+			seq(c, 4, 1, 0);
+			seq(c, 1000, 1, 0);
+			c = add_case(gqa[g] * nkv, nkv, hds[h], 16, PKV_DTYPE_F32, PKV_DTYPE_F32, "decode, window 20 soft-cap 3");
+			seq(c, 90, 1, 0);
+			seq(c, 33, 1, 0);
+			c->window = 20;
+			c->softcap = 3.0f;
+		}
+	c = add_case(9, 3, 64, 16, PKV_DTYPE_F32, PKV_DTYPE_F32, "decode, sliding window 0");
+	seq(c, 60, 1, 0);
+	seq(c, 10, 1, 0);
+	c->window = 0;
+	c = add_case(9, 3, 64, 16, PKV_DTYPE_F32, PKV_DTYPE_F32, "decode, window 100 over a long context");
+	seq(c, 2100, 1, 0);
+	seq(c, 130, 1, 0);
+	c->window = 100;
+	c = add_case(9, 3, 64, 32, PKV_DTYPE_F32, PKV_DTYPE_F32, "decode, soft-cap 2");
+	seq(c, 500, 1, 0);
+	seq(c, 45, 1, 0);
+	c->softcap = 2.0f;
+	decode(9, 3, 64, 16, PKV_DTYPE_F32, PKV_DTYPE_F32, 2100, 1);
+	decode(9, 3, 64, 1, PKV_DTYPE_F32, PKV_DTYPE_F32, 1500, 2);
+	decode(16, 2, 128, 32, PKV_DTYPE_F32, PKV_DTYPE_F32, 1200, 3);
+	for (d = 0; d < 2; d++) {
+		c = add_case(9, 3, 64, 16, cdts[d], PKV_DTYPE_F32, "decode, uneven lengths");
+		seq(c, 300, 1, 0);
+		seq(c, 5, 1, 0);
+		seq(c, 1000, 1, 0);
+		c = add_case(16, 2, 128, 16, cdts[d], PKV_DTYPE_F32, "decode, window 40 soft-cap 3");
+		seq(c, 200, 1, 0);
+		seq(c, 20, 1, 0);
+		c->window = 40;
+		c->softcap = 3.0f;
+	}
+}
+
 static void build_cases(int full)
 {
 	int cdt, adt, g, h, b;
@@ -1137,6 +1194,7 @@ static void build_cases(int full)
 	c->seq[1].shared_blocks = 2;
 	c->copy = 1;
 	shared_prefix_cases();
+	f32_decode_cases();
 	c = add_case(8, 2, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_BF16, "sliding window 20");
 	seq(c, 60, 30, 0);
 	seq(c, 80, 1, 0);

@@ -2,6 +2,7 @@
 /* pkv-bench attn: decode KV read rate and prefill GFLOP/s of a backend, against STREAM read measured in the same run. */
 /*
  * Usage: pkv-bench attn [--json] [--threads N] [--plugin PATH] [--quick] [--block-size N] [--rounds N]
+ *                       [--cache-dtype f32|f16|bf16] [--act-dtype f32|bf16]
  *
  * For each thread count (1 and all CPUs by default, or just N):
  * - STREAM reference: every thread sums, as bf16 numbers (AVX-512, else
@@ -13,7 +14,8 @@
  *   calls in rounds (decode_row): a row's of_stream is the median of its
  *   rounds' ratios;
  * - decode: one query per sequence, batch 1 and 16, ctx 512/2048/8192,
- *   bf16 cache and activations, shapes hd64 (9 q / 3 kv heads) and hd128
+ *   bf16 cache and activations (--cache-dtype f32|f16|bf16 and --act-dtype
+ *   f32|bf16 choose others), shapes hd64 (9 q / 3 kv heads) and hd128
  *   (32 / 8), each with a sequential block table and a shuffled one (a
  *   fragmented pool); figure = K+V bytes the call must read / median call
  *   time. The pool has enough layers that one sweep over them exceeds 1 GiB,
@@ -71,6 +73,30 @@ static const char *only;
 static uint64_t sweep_bytes = 1ull << 30;
 /* Tokens per block of the decode and prefill pools (--block-size). */
 static uint32_t block_size = 16;
+/*
+ * Cache dtype of the decode and prefill pools (--cache-dtype) and the
+ * activations' dtype (--act-dtype; default f32 over an f32 or f16 cache,
+ * as the model client sends them, bf16 over a bf16 one).
+ */
+static uint32_t cache_dt = PKV_DTYPE_BF16, act_dt = PKV_DTYPE_BF16;
+
+static const char *const dt_names[] = { [PKV_DTYPE_F32] = "f32", [PKV_DTYPE_F16] = "f16", [PKV_DTYPE_BF16] = "bf16" };
+
+static const char *dt_name(uint32_t dt)
+{
+	return dt < 3 ? dt_names[dt] : "?";
+}
+
+/* 0 and *dt set for "f32", "f16" or "bf16"; -EINVAL otherwise. */
+static int dt_from_name(const char *s, uint32_t *dt)
+{
+	for (uint32_t i = 0; i < 3; i++)
+		if (!strcmp(s, dt_names[i])) {
+			*dt = i;
+			return 0;
+		}
+	return -EINVAL;
+}
 
 /* PKV_BENCH_CPUTIME=1 times with this thread's CPU time: steadier on a busy machine, valid for --threads 1 only. */
 static clockid_t bench_clock = CLOCK_MONOTONIC;
@@ -246,7 +272,7 @@ static double stream_read(const struct pkv_host_api *api, const struct bench_poo
 /* ---- attention batches ---- */
 
 static int pool_open(struct bench_pool *bp, struct pkv_plugin *plug, const struct shape *sh, uint64_t tokens,
-		     uint64_t min_bytes)
+		     uint64_t min_bytes, uint32_t dtype)
 {
 	struct pkv_pool_desc pool = { PKV_BACKEND_ABI_VERSION, sizeof(pool), { 0 }, PKV_DTYPE_BF16 };
 	uint64_t layer_bytes;
@@ -260,10 +286,10 @@ static int pool_open(struct bench_pool *bp, struct pkv_plugin *plug, const struc
 	pool.geo.num_heads = sh->nh;
 	pool.geo.num_kv_heads = sh->nkv;
 	pool.geo.head_dim = sh->hd;
-	pool.geo.cache_dtype = PKV_DTYPE_BF16;
+	pool.geo.cache_dtype = dtype;
 	pool.geo.block_size = bp->bs;
 	pool.geo.num_blocks = (uint32_t)((tokens + bp->bs - 1) / bp->bs + 1);
-	layer_bytes = (uint64_t)pool.geo.num_blocks * bp->bs * sh->nkv * sh->hd * 2 * 2;
+	layer_bytes = (uint64_t)pool.geo.num_blocks * bp->bs * sh->nkv * sh->hd * 2 * pkv_dtype_size(dtype);
 	bp->nlayers = (uint32_t)((min_bytes + layer_bytes - 1) / layer_bytes);
 	if (bp->nlayers < 1)
 		bp->nlayers = 1;
@@ -273,7 +299,10 @@ static int pool_open(struct bench_pool *bp, struct pkv_plugin *plug, const struc
 	ret = plug->be->cache_alloc(plug->ctx, &pool, &bp->mem);
 	if (ret)
 		return ret;
-	/* Touch every page with a harmless bf16 pattern (0x3c3c ~ 0.0115): untouched pages would read as the zero page. */
+	/*
+	 * Touch every page with a harmless pattern (0x3c bytes: ~0.0115 as bf16
+	 * or f32, ~1.06 as f16): untouched pages would read as the zero page.
+	 */
 	for (l = 0; l < bp->nlayers; l++) {
 		memset((char *)bp->mem.k_base + l * bp->mem.layer_stride, 0x3c, bp->mem.layer_stride);
 		memset((char *)bp->mem.v_base + l * bp->mem.layer_stride, 0x3c, bp->mem.layer_stride);
@@ -431,6 +460,7 @@ static double time_calls(struct bench_pool *bp, struct batch_data *d, int decode
 /* What one decode row reports. */
 struct row_stats {
 	double gbs, stream_gbs;      /* medians over the rounds */
+	double us;                   /* the median round's call time: bytes / gbs */
 	double of_stream;            /* median over the rounds of each round's gbs / stream_gbs */
 	double of_stream_lo, of_stream_hi; /* quartiles of the same: the row's own spread */
 	double cpu_share;            /* CPU time the process got / (wall time x threads), whole row */
@@ -527,6 +557,7 @@ static int decode_row(const struct pkv_host_api *api, const struct bench_pool *s
 	rs->preempted = n_all ? 1.0 - (double)n_kept / n_all : 0;
 	rs->rounds = R;
 	rs->gbs = median(gbs, R);
+	rs->us = rs->gbs > 0 ? bytes / rs->gbs / 1e3 : 0;
 	rs->stream_gbs = median(st, R);
 	rs->of_stream = median(ratio, R); /* sorts ratio */
 	rs->of_stream_lo = ratio[R / 4];
@@ -602,7 +633,7 @@ static int merge_rows(struct pkv_plugin *pl, uint32_t threads)
 				double t[2][7];
 				int k;
 
-				ret = pool_open(&bp, pl, &shapes[0], (uint64_t)B * sk + 512, 0);
+				ret = pool_open(&bp, pl, &shapes[0], (uint64_t)B * sk + 512, 0, PKV_DTYPE_BF16);
 				if (ret)
 					break;
 				ret = batch_make(&d, &bp, B, 1, sk, 1);
@@ -665,7 +696,7 @@ static int cascade_rows(const char *plugin, struct pkv_host *host, uint32_t thre
 			uint32_t B = bsz[bi], sk = 512 + 64;
 
 			shared_blocks = 512 / block_size;
-			ret = pool_open(&bp[0], &pl[0], &shapes[0], (uint64_t)B * sk + 512, 0);
+			ret = pool_open(&bp[0], &pl[0], &shapes[0], (uint64_t)B * sk + 512, 0, PKV_DTYPE_BF16);
 			if (ret)
 				break;
 			/* One cache serves both instances (same plugin, same memory layout). */
@@ -721,7 +752,7 @@ static int run_threads(const char *plugin, uint32_t threads, struct result *res,
 		return ret;
 	}
 	/* The reference buffer: 1 GiB of K+V from the plugin's cache_alloc, the decode pools' kind of memory. */
-	ret = pool_open(&sp, &plug, &shapes[1], STREAM_BYTES / (2 * 2048) - 16, 0);
+	ret = pool_open(&sp, &plug, &shapes[1], STREAM_BYTES / (2 * 2048) - 16, 0, PKV_DTYPE_BF16);
 	if (ret) {
 		pkv_plugin_unload(&plug);
 		pkv_host_destroy(host);
@@ -739,26 +770,28 @@ static int run_threads(const char *plugin, uint32_t threads, struct result *res,
 				struct bench_pool bp;
 				struct batch_data d;
 				uint32_t B = batches[bi], ctx = ctxs[ci];
-				double bytes = (double)B * ctx * sh->nkv * sh->hd * 2 * 2;
+				double bytes = (double)B * ctx * sh->nkv * sh->hd * 2 * pkv_dtype_size(cache_dt);
 				char key[64];
 
 				snprintf(key, sizeof(key), "%s:%u:%u:%s", sh->name, B, ctx, orders[oi]);
 				if (!filter_match(filter, key))
 					continue;
 
-				ret = pool_open(&bp, &plug, sh, (uint64_t)B * (ctx + 16), sweep_bytes);
+				ret = pool_open(&bp, &plug, sh, (uint64_t)B * (ctx + 16), sweep_bytes, cache_dt);
 				if (ret)
 					goto out;
 				ret = batch_make(&d, &bp, B, 1, ctx, oi);
+				if (!ret && act_dt == PKV_DTYPE_F32)
+					ret = batch_to_f32(&d, B);
 				if (!ret) {
 					struct row_stats *rs = calloc(1, sizeof(*rs));
 
 					res->decode[si][bi][ci][oi] = rs;
 					ret = rs ? decode_row(pkv_host_api(host), &sp, &bp, &d, threads, bytes, rs) : -ENOMEM;
 					if (!ret && !json)
-						printf("  decode  %-5s batch %2u ctx %4u %-4s: %6.1f GB/s, %3.0f%% of STREAM %.1f "
+						printf("  decode  %-5s batch %2u ctx %4u %-4s: %7.1f us %6.1f GB/s, %3.0f%% of STREAM %.1f "
 						       "(rounds %d clean %d, quartiles %.0f-%.0f%%) cpu %.2f preempted %.2f\n",
-						       sh->name, B, ctx, orders[oi], rs->gbs, 100 * rs->of_stream, rs->stream_gbs,
+						       sh->name, B, ctx, orders[oi], rs->us, rs->gbs, 100 * rs->of_stream, rs->stream_gbs,
 						       rs->rounds, rs->clean, 100 * rs->of_stream_lo, 100 * rs->of_stream_hi, rs->cpu_share,
 						       rs->preempted);
 				}
@@ -778,10 +811,12 @@ static int run_threads(const char *plugin, uint32_t threads, struct result *res,
 
 			for (i = 0; i < sq; i++)
 				pairs += (double)(i + (sk - sq) + 1);
-			ret = pool_open(&bp, &plug, sh, sk + 16, 0);
+			ret = pool_open(&bp, &plug, sh, sk + 16, 0, cache_dt);
 			if (ret)
 				goto out;
 			ret = batch_make(&d, &bp, 1, sq, sk, 0);
+			if (!ret && act_dt == PKV_DTYPE_F32)
+				ret = batch_to_f32(&d, sq);
 			if (!ret) {
 				sec = time_calls(&bp, &d, 0, quick ? 0.2 : 1.5, quick ? 2 : 5, threads, NULL);
 				res->prefill_gflops[si][ki] = sec > 0 ? 4.0 * sh->hd * sh->nh * pairs / sec / 1e9 : 0;
@@ -819,10 +854,10 @@ static void print_json_body(const struct result *r, uint32_t threads)
 					if (!rs)
 						continue; /* filtered out */
 					printf("%s{\"shape\": \"%s\", \"batch\": %u, \"ctx\": %u, \"table\": \"%s\", "
-					       "\"gbs\": %.2f, \"stream_gbs\": %.2f, \"of_stream\": %.3f, "
+					       "\"us\": %.2f, \"gbs\": %.2f, \"stream_gbs\": %.2f, \"of_stream\": %.3f, "
 					       "\"of_stream_q1\": %.3f, \"of_stream_q3\": %.3f, \"rounds\": %d, \"clean_rounds\": %d, "
 					       "\"cpu_share\": %.2f, \"preempted\": %.2f}",
-					       first ? "" : ", ", shapes[si].name, batches[bi], ctxs[ci], orders[oi], rs->gbs,
+					       first ? "" : ", ", shapes[si].name, batches[bi], ctxs[ci], orders[oi], rs->us, rs->gbs,
 					       rs->stream_gbs, rs->of_stream, rs->of_stream_lo, rs->of_stream_hi, rs->rounds, rs->clean,
 					       rs->cpu_share, rs->preempted);
 					first = 0;
@@ -866,6 +901,8 @@ int main(int argc, char **argv)
 		{ "only", required_argument, NULL, 'o' },
 		{ "block-size", required_argument, NULL, 'b' },
 		{ "rounds", required_argument, NULL, 'r' },
+		{ "cache-dtype", required_argument, NULL, 'C' },
+		{ "act-dtype", required_argument, NULL, 'A' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -873,7 +910,7 @@ int main(int argc, char **argv)
 	struct result res[2] = { 0 };
 	uint32_t tl[2], nt = 0, i;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	int json = 0, threads = 0, c, ret = 0;
+	int json = 0, threads = 0, c, ret = 0, act_set = 0;
 
 	while ((c = getopt_long(argc, argv, "jt:p:qs:o:b:r:h", opts, NULL)) != -1) {
 		switch (c) {
@@ -885,8 +922,23 @@ int main(int argc, char **argv)
 		case 'b': block_size = (uint32_t)atoi(optarg); break;
 		case 'r': decode_rounds = atoi(optarg); break;
 		case 's': sweep_bytes = strtoull(optarg, NULL, 10) << 20; break;
+		case 'C':
+			if (dt_from_name(optarg, &cache_dt)) {
+				fprintf(stderr, "pkv-bench attn: --cache-dtype must be f32, f16 or bf16\n");
+				return 2;
+			}
+			break;
+		case 'A':
+			act_set = 1;
+			if (dt_from_name(optarg, &act_dt) || act_dt == PKV_DTYPE_F16) {
+				fprintf(stderr, "pkv-bench attn: --act-dtype must be f32 or bf16\n");
+				return 2;
+			}
+			break;
 		case 'h':
-			printf("usage: pkv-bench attn [--json] [--threads N] [--plugin PATH|NAME] [--quick] [--sweep-mb MB] [--only decode|prefill|cascade] [--block-size N] [--rounds N]\n"
+			printf("usage: pkv-bench attn [--json] [--threads N] [--plugin PATH|NAME] [--quick] [--sweep-mb MB] [--only decode|prefill|cascade] [--block-size N] [--rounds N] [--cache-dtype f32|f16|bf16] [--act-dtype f32|bf16]\n"
+			       "  --cache-dtype: the decode and prefill pools' dtype (default bf16); --act-dtype: the queries' (default\n"
+			       "    bf16 over a bf16 cache, else f32, as the model client); figures are cache bytes read / call time\n"
 			       "  --only cascade: shared-prefix decode batches, cascade on vs off (text only)\n"
 			       "  --rounds: STREAM/decode rounds per decode row (default %d, --quick %d)\n"
 			       "  default: 1 thread and all %ld CPUs; --threads N measures only N\n"
@@ -897,6 +949,8 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	if (!act_set)
+		act_dt = cache_dt == PKV_DTYPE_BF16 ? PKV_DTYPE_BF16 : PKV_DTYPE_F32;
 	if (!decode_rounds)
 		decode_rounds = quick ? ROUNDS_QUICK : ROUNDS_FULL;
 	if (decode_rounds < 1 || decode_rounds > 64) {
@@ -923,7 +977,8 @@ int main(int argc, char **argv)
 			tl[nt++] = (uint32_t)ncpu;
 	}
 	if (!json)
-		printf("pkv-bench attn: plugin %s, bf16 cache and activations, block size %u, medians\n", plugin, block_size);
+		printf("pkv-bench attn: plugin %s, %s cache, %s activations, block size %u, medians\n", plugin,
+		       dt_name(cache_dt), dt_name(act_dt), block_size);
 	for (i = 0; i < nt && !ret; i++)
 		ret = run_threads(plugin, tl[i], &res[i], json);
 	if (ret) {
@@ -932,7 +987,8 @@ int main(int argc, char **argv)
 	}
 	if (json) {
 		/* Top level: the run with the most threads; the 1-thread run, if any, nested. */
-		printf("{\"bench\": \"attn\", \"block_size\": %u, ", block_size);
+		printf("{\"bench\": \"attn\", \"block_size\": %u, \"cache_dtype\": \"%s\", \"act_dtype\": \"%s\", ", block_size,
+		       dt_name(cache_dt), dt_name(act_dt));
 		print_json_body(&res[nt - 1], tl[nt - 1]);
 		if (nt > 1) {
 			printf(", \"single_thread\": {");
