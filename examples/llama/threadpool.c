@@ -12,10 +12,23 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SPIN_ITERS 500
+/* How long a worker yields its core after tpool_idle before it sleeps: a decode attend's round trip
+ * (~0.1-0.2 ms) fits well inside; a long prefill attend does not need the worker back quickly. */
+#define IDLE_YIELD_NS 1000000ull
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 struct worker {
 	struct tpool *p;
@@ -32,7 +45,7 @@ struct tpool {
 	atomic_int active;   /* workers inside the current job */
 	atomic_int open;     /* 1 while workers may still join the current job */
 	atomic_int stop;
-	atomic_int idle;     /* set by tpool_idle: skip the spin phase */
+	atomic_int idle;     /* set by tpool_idle: yield instead of spinning */
 	tpool_fn fn;
 	void *ctx;
 };
@@ -49,6 +62,19 @@ static void *worker_main(void *arg)
 		       !atomic_load_explicit(&p->idle, memory_order_relaxed)) {
 			__builtin_ia32_pause();
 			i++;
+		}
+		/*
+		 * The caller waits on another process (tpool_idle): yield the core,
+		 * which that process takes at once when it runs here, and keep the
+		 * vCPU from halting, so that the next job needs no wake-up either.
+		 * On a busy machine a yield hands the core to whoever waits for it.
+		 */
+		if (g == seen && atomic_load_explicit(&p->idle, memory_order_relaxed)) {
+			uint64_t end = now_ns() + IDLE_YIELD_NS;
+
+			while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
+			       !atomic_load(&p->stop) && now_ns() < end)
+				sched_yield();
 		}
 		if (g == seen) {
 			pthread_mutex_lock(&p->mu);
