@@ -119,23 +119,36 @@ static void rand_tokens(int32_t *t, uint32_t n, uint32_t V, unsigned seed)
 	}
 }
 
-START_TEST(chunked_prefill_equals_contiguous)
+/* n random tokens (seed) run through the fixture in the given chunks, checked against the contiguous forward. */
+static void chunks_equal_contiguous(struct fx *f, uint32_t n, unsigned seed, const uint32_t *chunks, int n_chunks,
+				    const char *what)
 {
-	struct fx f;
-	int32_t t[37];
-	uint32_t chunks[] = { 5, 8, 1, 13, 10 }, seq, nc, pos = 0;
-	fx_up(&f, _i);
-	uint32_t V = f.m.hp.n_vocab;
-	rand_tokens(t, 37, V, 1);
-	float *want = ref_logits(&f.m, f.tp, t, 37), *got = malloc(37 * V * sizeof *got);
-	ck_assert_int_eq(f.a.ops->seq_open(f.a.ctx, t, 37, &seq, &nc), 0);
-	for (int k = 0; k < 5; k++) {
-		ck_assert_int_eq(llama_forward(&f.c, &seq, &chunks[k], &pos, t + pos, 1, got + (size_t)pos * V, 1), 0);
+	uint32_t V = f->m.hp.n_vocab, seq, nc, pos = 0;
+	int32_t *t = malloc(n * sizeof *t);
+	float *want, *got = malloc((size_t)n * V * sizeof *got);
+
+	rand_tokens(t, n, V, seed);
+	want = ref_logits(&f->m, f->tp, t, n);
+	ck_assert_int_eq(f->a.ops->seq_open(f->a.ctx, t, n, &seq, &nc), 0);
+	for (int k = 0; k < n_chunks; k++) {
+		uint32_t c = chunks[k];
+
+		ck_assert_int_eq(llama_forward(&f->c, &seq, &c, &pos, t + pos, 1, got + (size_t)pos * V, 1), 0);
 		pos += chunks[k];
 	}
-	expect_rows(&f.m, got, want, 37, "chunked prefill");
+	ck_assert_uint_eq(pos, n);
+	expect_rows(&f->m, got, want, n, what);
+	free(t);
 	free(want);
 	free(got);
+}
+
+START_TEST(chunked_prefill_equals_contiguous)
+{
+	static const uint32_t chunks[] = { 5, 8, 1, 13, 10 };
+	struct fx f;
+	fx_up(&f, _i);
+	chunks_equal_contiguous(&f, 37, 1, chunks, 5, "chunked prefill");
 	fx_down(&f);
 }
 END_TEST
@@ -176,23 +189,12 @@ END_TEST
 START_TEST(narrow_kv_equals_contiguous)
 {
 	static const uint32_t kv[] = { PKV_DTYPE_F16, PKV_DTYPE_BF16 };
+	static const uint32_t chunks[] = { 7, 13, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
 	struct fx f;
-	int32_t t[30];
-	uint32_t chunks[] = { 7, 13, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 }, seq, nc, pos = 0;
 	cur_kv = kv[_i];
 	fx_up(&f, 0);
-	uint32_t V = f.m.hp.n_vocab;
-	rand_tokens(t, 30, V, 9);
-	float *want = ref_logits(&f.m, f.tp, t, 30), *got = malloc(30 * V * sizeof *got);
-	ck_assert_int_eq(f.a.ops->seq_open(f.a.ctx, t, 30, &seq, &nc), 0);
-	for (int k = 0; k < 12; k++) {
-		ck_assert_int_eq(llama_forward(&f.c, &seq, &chunks[k], &pos, t + pos, 1, got + (size_t)pos * V, 1), 0);
-		pos += chunks[k];
-	}
-	expect_rows(&f.m, got, want, 30, kv[_i] == PKV_DTYPE_F16 ? "f16 KV" : "bf16 KV");
+	chunks_equal_contiguous(&f, 30, 9, chunks, 12, kv[_i] == PKV_DTYPE_F16 ? "f16 KV" : "bf16 KV");
 	cur_kv = PKV_DTYPE_F32;
-	free(want);
-	free(got);
 	fx_down(&f);
 }
 END_TEST
