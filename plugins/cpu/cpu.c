@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <sys/syscall.h>
@@ -338,6 +339,8 @@ static void *prefault(void *arg)
 	struct cpu_mapping *m = arg;
 	struct sched_param sp = { 0 };
 
+	/* Named for top -H and perf sched: a new pool's first seconds show this thread busy. */
+	prctl(PR_SET_NAME, "pkv-prefault", 0, 0, 0);
 	for (size_t off = 0; off < m->layer; off += HUGE_PAGE) {
 		if (off == HUGE_PAGE)
 			pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
