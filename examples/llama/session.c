@@ -24,7 +24,7 @@ int session_open(struct session *s, const struct session_opts *o, char *err, siz
 		goto err_tok;
 	}
 	{
-		/* Default pool size: kv_mib of f32 KV (a pool the daemon's default 1 GiB budget fits). */
+		/* Default pool size: kv_mib of KV in its dtype (a pool the daemon's default 1 GiB budget fits). */
 		uint32_t bs = o->block_size ? o->block_size : 16, nb = o->num_blocks;
 		uint64_t block_bytes = (uint64_t)2 * s->m.hp.n_layers * s->m.hp.n_kv_heads * s->m.hp.head_dim *
 				       pkv_dtype_size(o->kv_dtype) * bs;
