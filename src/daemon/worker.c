@@ -1091,16 +1091,13 @@ static void sleep_on_rings(struct pkv_daemon *d)
  */
 #define HOLD_SPIN_MAX_NS 2000000ull
 
-static uint64_t idle_spin_ns(const struct worker *w, uint64_t spin_ns)
+static uint64_t idle_spin_ns(const struct worker *w, uint64_t spin_ns, int stepping)
 {
 	uint64_t want = w->gap_ns + w->gap_ns / 4 + 20000;
 
-	if (!w->gap_ns || want <= spin_ns)
+	if (!w->gap_ns || want <= spin_ns || !stepping)
 		return spin_ns;
-	for (uint32_t i = 0; i < w->n_owned; i++)
-		if (w->owned[i]->s->step)
-			return want < HOLD_SPIN_MAX_NS ? want : HOLD_SPIN_MAX_NS;
-	return spin_ns;
+	return want < HOLD_SPIN_MAX_NS ? want : HOLD_SPIN_MAX_NS;
 }
 
 /*
@@ -1110,7 +1107,7 @@ static uint64_t idle_spin_ns(const struct worker *w, uint64_t spin_ns)
  * ours takes a core from a client thread that wakes as soon as its attend
  * completes (a multi-threaded client's pool starts the next matmul at once):
  * on 2 CPUs, a 2-thread client's second thread waited ~0.1 ms per layer for
- * the worker's spin to end.
+ * the worker's spin to end. 0: no held ring has a step open.
  */
 static uint32_t clients_threads(const struct worker *w)
 {
@@ -1177,10 +1174,11 @@ static void *worker_main(void *arg)
 				continue;
 			/* Gone quiet: how long to spin is decided once, not per turn of the spin. */
 			if (!w->idle_from_ns) {
-				int claimed = clients_threads(w) >= w->ncpu;
+				uint32_t busy = clients_threads(w);
+				int claimed = busy >= w->ncpu;
 
 				w->idle_from_ns = pkv_now_ns();
-				w->idle_spin_ns = claimed ? claimed_spin_ns(w, spin_ns) : idle_spin_ns(w, spin_ns);
+				w->idle_spin_ns = claimed ? claimed_spin_ns(w, spin_ns) : idle_spin_ns(w, spin_ns, busy > 0);
 				pkv_host_set_cpus_claimed(d->host, claimed);
 			}
 			/*
