@@ -810,19 +810,25 @@ int pkv_attend_async(struct pkv_client *c, uint32_t layer, const void *q, const 
 	return 0;
 }
 
+/* Waits for ticket's completion into *cqe: its result, with the daemon's reason fetched for an error. */
+static int wait_result(struct pkv_client *c, uint64_t ticket, struct pkv_cqe *cqe)
+{
+	int r = wait_cqe(c, ticket, cqe);
+
+	if (r)
+		return r;
+	if (cqe->res < 0)
+		fetch_err(c);
+	return cqe->res;
+}
+
 int pkv_wait(struct pkv_client *c, uint64_t ticket)
 {
 	struct pkv_cqe cqe;
-	int r;
 
 	if (!c)
 		return -EINVAL;
-	r = wait_cqe(c, ticket, &cqe);
-	if (r)
-		return r;
-	if (cqe.res < 0)
-		fetch_err(c);
-	return cqe.res;
+	return wait_result(c, ticket, &cqe);
 }
 
 int pkv_attend(struct pkv_client *c, uint32_t layer, const void *q, const void *k,
@@ -834,19 +840,15 @@ int pkv_attend(struct pkv_client *c, uint32_t layer, const void *q, const void *
 
 	if (r)
 		return r;
-	r = wait_cqe(c, t, &cqe);
-	if (r)
+	r = wait_result(c, t, &cqe);
+	if (r < 0)
 		return r;
-	if (cqe.res < 0) {
-		fetch_err(c);
-		return cqe.res;
-	}
 	/* The daemon's backend time and its own for this attend (hints from the peer, as everything shared). */
 	c->attends++;
 	c->attend_wait_ns += pkv_now_ns() - t0;
 	c->attend_backend_ns += cqe.payload[0];
 	c->attend_daemon_ns += cqe.payload[1];
-	return cqe.res;
+	return r;
 }
 
 int pkv_step_end(struct pkv_client *c)
