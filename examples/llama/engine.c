@@ -346,7 +346,7 @@ again:
 		}
 		if (c->on_token)
 			c->on_token(c, t, c->arg);
-		if (tok_is_eog(e->tok, t) || c->n_gen >= c->max_new)
+		if ((!c->ignore_eos && tok_is_eog(e->tok, t)) || c->n_gen >= c->max_new)
 			finish(e, c, 0);
 	}
 	{

@@ -26,6 +26,7 @@ struct conv {
 	uint64_t admit_order;   /* for "preempt the youngest" */
 	uint32_t turn_start;    /* n_hist when this turn's generation began */
 	uint32_t max_new, n_gen;
+	int ignore_eos;         /* benchmarks: generate max_new tokens even past an end token (as llama-bench) */
 	struct sampler smp;
 	conv_token_fn on_token;
 	void *arg;

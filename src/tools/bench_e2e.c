@@ -56,12 +56,20 @@ static int32_t *make_prompt(const struct tokenizer *t, uint32_t n, unsigned salt
 	return ids;
 }
 
+/*
+ * A fixed amount of work, whatever the text: the conversation generates max_new tokens even past an
+ * end token (as llama-bench does). Otherwise each run's random prompts end some conversations early,
+ * the aggregate figures count different work from run to run, and the 8-process figure measures the
+ * run's tail, with fewer processes than CPUs, as much as its throughput.
+ */
 static struct conv *run_one(struct engine *e, const int32_t *ids, uint32_t n, uint32_t max_new,
 			    conv_token_fn fn, void *arg)
 {
 	struct sampler smp;
 	sampler_init(&smp, 0, 0, 1, 1);
 	struct conv *c = engine_conv_new(e, &smp, fn, arg);
+	if (c)
+		c->ignore_eos = 1;
 	if (!c || engine_submit(e, c, ids, n, max_new) || engine_run(e) < 0 || c->state != CONV_DONE)
 		return NULL;
 	return c;
@@ -84,7 +92,7 @@ static void mark_first(struct conv *cv, int32_t tok, void *arg)
 }
 
 /*
- * A model that meets EOS early would end the decode run: suppress by a large max and measure what ran.
+ * Prefill and decode rates of one conversation (run_one: decode_len tokens, past any end token).
  * Through the daemon also: the decode attends' mean round trip, the daemon's time in it and its backend's (µs).
  */
 static int single_stream(struct session *s, const struct opts *o, unsigned salt, double *prefill, double *decode,
@@ -129,6 +137,8 @@ static int agg_inproc(struct session *s, const struct opts *o, unsigned salt, do
 		int n;
 		int32_t *ids = make_prompt(&s->tok, 16, salt * 8 + i, &n);
 		struct conv *c = engine_conv_new(&e, &smp, NULL, NULL);
+		if (c)
+			c->ignore_eos = 1; /* the same work as the 8 processes' (run_one) */
 		if (!ids || !c || engine_submit(&e, c, ids, (uint32_t)n, o->decode_len)) {
 			free(ids);
 			engine_free(&e);

@@ -136,6 +136,41 @@ START_TEST(enospc_waits_or_preempts_and_still_equals_solo)
 }
 END_TEST
 
+/*
+ * A benchmark's conversation (ignore_eos) runs its max_new tokens past an end token, and they are
+ * the tokens an unbounded run makes; a chat's ends at the end token. The end token here is the one
+ * the model greedily makes third.
+ */
+START_TEST(ignore_eos_generates_max_new)
+{
+	int32_t want[GEN], t[30];
+	uint32_t n_want;
+	struct sampler smp;
+	struct rig r;
+
+	solo(2, 30, want, &n_want);
+	ck_assert_uint_eq(n_want, GEN);
+	rig_up(&r, 0, 64, 1);
+	r.tok.eos = r.tok.eot = want[2];
+	sampler_init(&smp, 0, 0, 1, 1);
+	prompt(2, t, 30);
+	for (int ignore = 0; ignore < 2; ignore++) {
+		struct conv *c = engine_conv_new(&r.e, &smp, NULL, NULL);
+		uint32_t k = 0;
+
+		c->ignore_eos = ignore;
+		ck_assert_int_eq(engine_submit(&r.e, c, t, 30, GEN), 0);
+		ck_assert_int_eq(engine_run(&r.e), 0);
+		ck_assert_int_eq(c->state, CONV_DONE);
+		while (k < 2 && want[k] != want[2])
+			k++; /* the first place the end token comes */
+		ck_assert_uint_eq(c->n_gen, ignore ? GEN : k + 1);
+		ck_assert_mem_eq(c->hist + c->turn_start, want, c->n_gen * sizeof *want);
+	}
+	rig_down(&r);
+}
+END_TEST
+
 START_TEST(second_turn_reuses_history)
 {
 	struct rig r;
@@ -373,6 +408,7 @@ int main(void)
 	tcase_add_test(tc, concurrent_chunked_equals_solo);
 	tcase_add_test(tc, enospc_waits_or_preempts_and_still_equals_solo);
 	tcase_add_test(tc, second_turn_reuses_history);
+	tcase_add_test(tc, ignore_eos_generates_max_new);
 	tcase_add_test(tc, burst_in_one_process_computes_prompt_once);
 	suite_add_tcase(s, tc);
 	/* The same through pagedkvd: a pool of 30 4-token blocks makes step_begin return -ENOSPC. */
