@@ -108,6 +108,11 @@ struct cpu_isa {
 	uint32_t rows_multiple;  /* rows per KV head in an item should be a multiple of this */
 	/* Most rows per KV head the decode loop takes (bf16 cache and queries, head dim % 32 == 0); 0: none. */
 	uint32_t dec_rows;
+	/*
+	 * Most rows in all (every KV head) the f32-query decode loop takes in a
+	 * shared-prefix item (f32 queries, any cache, head dim % 32 == 0); 0: none.
+	 */
+	uint32_t dec_rows_f32;
 };
 
 /* The same kernel source compiled for each instruction set (kernel_*.c). */

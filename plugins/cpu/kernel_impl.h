@@ -1038,6 +1038,15 @@ static void tiles_general(const struct cpu_call *c, const struct cpu_item *it, s
 #error "the f32 decode loop is AVX-512 code"
 #endif
 
+/*
+ * Most rows in all of a shared-prefix item (cascade decode: the decode
+ * queries of several sequences against their common keys, every KV head)
+ * that the f32 decode loop takes: its scores and PV take any number of rows
+ * (a row, or a block of DECF_ROWS rows, at a time); the bound keeps the
+ * scratch small (rmax rows of CPU_MAX_HD floats).
+ */
+#define DECF_WIDE_ROWS 256u
+
 /* What tiles_decode computes a tile with. */
 enum { DEC_NONE, DEC_BF16, DEC_FLOAT };
 
@@ -1553,10 +1562,11 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, con
 	 * loop, with vdpbf16ps for bf16 queries over a bf16 cache, with f32 FMAs
 	 * for f32 queries (head_dim % 32 == 0) over any cache.
 	 */
-	if (pl.Rh <= DEC_ROWS && it->nkvh * c->hd * pkv_dtype_size(c->cdt) == c->token_stride) {
-		if (DEC_PATH && pl.use_dp_pv)
+	if (it->nkvh * c->hd * pkv_dtype_size(c->cdt) == c->token_stride) {
+		if (DEC_PATH && pl.use_dp_pv && pl.Rh <= DEC_ROWS)
 			pl.dec = DEC_BF16;
-		else if (DEC_F32 && c->adt == PKV_DTYPE_F32 && c->hd % 32 == 0)
+		else if (DEC_F32 && c->adt == PKV_DTYPE_F32 && c->hd % 32 == 0 &&
+			 (pl.Rh <= DEC_ROWS || ((it->flags & CPU_ITEM_SHARED) && pl.R <= DECF_WIDE_ROWS)))
 			pl.dec = DEC_FLOAT;
 	}
 	load_rows(c, it, sc, &pl);
@@ -1593,4 +1603,5 @@ const struct cpu_isa ISA_SYM = {
 	.rows_multiple = 1,
 #endif
 	.dec_rows = DEC_PATH ? DEC_ROWS : 0,
+	.dec_rows_f32 = DEC_F32 ? DECF_WIDE_ROWS : 0,
 };

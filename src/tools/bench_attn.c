@@ -688,7 +688,8 @@ static int cascade_rows(const char *plugin, struct pkv_host *host, uint32_t thre
 		return ret;
 	}
 	ret = merge_rows(&pl[0], threads);
-	for (a = 0; a < 2 && !ret; a++)
+	/* bf16 activations only over a bf16 cache (--cache-dtype): the model client sends f32 over the others. */
+	for (a = cache_dt == PKV_DTYPE_BF16 ? 0 : 1; a < 2 && !ret; a++)
 		for (bi = 0; bi < 4 && !ret; bi++) {
 			struct bench_pool bp[2];
 			struct batch_data d;
@@ -696,7 +697,7 @@ static int cascade_rows(const char *plugin, struct pkv_host *host, uint32_t thre
 			uint32_t B = bsz[bi], sk = 512 + 64;
 
 			shared_blocks = 512 / block_size;
-			ret = pool_open(&bp[0], &pl[0], &shapes[0], (uint64_t)B * sk + 512, 0, PKV_DTYPE_BF16);
+			ret = pool_open(&bp[0], &pl[0], &shapes[0], (uint64_t)B * sk + 512, 0, cache_dt);
 			if (ret)
 				break;
 			/* One cache serves both instances (same plugin, same memory layout). */
@@ -718,8 +719,8 @@ static int cascade_rows(const char *plugin, struct pkv_host *host, uint32_t thre
 				break;
 			med[0] = median(t[0], 7);
 			med[1] = median(t[1], 7);
-			printf("  cascade %-5s act %-4s batch %2u (512 shared + 64 own): %7.1f us cascade, %7.1f us off: "
-			       "%.2fx\n", shapes[0].name, a ? "f32" : "bf16", B, med[0] * 1e6, med[1] * 1e6, med[1] / med[0]);
+			printf("  cascade %-5s cache %-4s act %-4s batch %2u (512 shared + 64 own): %7.1f us cascade, %7.1f us "
+			       "off: %.2fx\n", shapes[0].name, dt_name(cache_dt), a ? "f32" : "bf16", B, med[0] * 1e6, med[1] * 1e6, med[1] / med[0]);
 		}
 	pkv_plugin_unload(&pl[1]);
 	pkv_plugin_unload(&pl[0]);
