@@ -752,6 +752,7 @@ struct item_plan {
 	int use_amx, kdirect;   /* AMX tiles; AMX scores straight from K rows */
 	uint32_t *qt;           /* AMX kdirect: [nkvh][hd/2][Rh] Q^T pairs */
 	int dec;                /* tiles_decode: DEC_BF16 or DEC_FLOAT; DEC_NONE (0): the tile path */
+	int widen;              /* DEC_FLOAT over a 16-bit cache: each tile's rows widened once, for every row */
 };
 
 /*
@@ -1046,6 +1047,13 @@ static void tiles_general(const struct cpu_call *c, const struct cpu_item *it, s
  * scratch small (rmax rows of CPU_MAX_HD floats).
  */
 #define DECF_WIDE_ROWS 256u
+/*
+ * Above this many rows per KV head a shared-prefix item widens a 16-bit
+ * cache's tile once (scratch kf/vf) rather than per row as it loads it.
+ */
+#ifndef DECF_WIDEN_ROWS
+#define DECF_WIDEN_ROWS 4u
+#endif
 
 /* What tiles_decode computes a tile with. */
 enum { DEC_NONE, DEC_BF16, DEC_FLOAT };
@@ -1409,17 +1417,17 @@ static inline __attribute__((always_inline)) void pv_decf_t(const struct cpu_cal
 
 /* One instance of the f32 decode tile per cache dtype. */
 static void scores_decf(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *kraw, uint32_t R,
-			struct pf_cursor *pc)
+			struct pf_cursor *pc, uint32_t cdt)
 {
-	/* The query in registers for head_dim 64 and 128 (f32 cache; 64 for the others). */
-	if (c->cdt == PKV_DTYPE_F32) {
+	/* The query in registers for head_dim 64 and 128 (f32 rows; 64 for the others). */
+	if (cdt == PKV_DTYPE_F32) {
 		if (c->hd == 64)
 			scores_decf_t(c, sc, kraw, R, pc, PKV_DTYPE_F32, 4);
 		else if (c->hd == 128)
 			scores_decf_t(c, sc, kraw, R, pc, PKV_DTYPE_F32, 8);
 		else
 			scores_decf_t(c, sc, kraw, R, pc, PKV_DTYPE_F32, 0);
-	} else if (c->cdt == PKV_DTYPE_F16) {
+	} else if (cdt == PKV_DTYPE_F16) {
 		scores_decf_t(c, sc, kraw, R, pc, PKV_DTYPE_F16, c->hd == 64 ? 4 : 0);
 	} else {
 		scores_decf_t(c, sc, kraw, R, pc, PKV_DTYPE_BF16, c->hd == 64 ? 4 : 0);
@@ -1427,11 +1435,11 @@ static void scores_decf(const struct cpu_call *c, struct cpu_scratch *sc, const 
 }
 
 static void pv_decf(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *vraw, uint32_t nt,
-		    uint32_t R, struct pf_cursor *pc)
+		    uint32_t R, struct pf_cursor *pc, uint32_t cdt)
 {
-	if (c->cdt == PKV_DTYPE_F32)
+	if (cdt == PKV_DTYPE_F32)
 		pv_decf_t(c, sc, vraw, nt, R, pc, PKV_DTYPE_F32);
-	else if (c->cdt == PKV_DTYPE_F16)
+	else if (cdt == PKV_DTYPE_F16)
 		pv_decf_t(c, sc, vraw, nt, R, pc, PKV_DTYPE_F16);
 	else
 		pv_decf_t(c, sc, vraw, nt, R, pc, PKV_DTYPE_BF16);
@@ -1521,11 +1529,27 @@ static void tiles_decode(const struct cpu_call *c, const struct cpu_item *it, co
 				kraw[t] = vraw[t] = (const char *)zero_row;
 #if DEC_F32
 			if (pl->dec == DEC_FLOAT) {
+				uint32_t rdt = c->cdt;
+
+				/*
+				 * A shared-prefix item's many rows over a 16-bit cache: the
+				 * tile's K and V rows widened once (head_dim % 32 == 0: no
+				 * padding), not once per query row as they are loaded.
+				 */
+				if (pl->widen) {
+					for (t = 0; t < nt; t++) {
+						row_to_f32(sc->kf + (size_t)t * c->hd, kraw[t], c->cdt, c->hd, c->hd);
+						row_to_f32(sc->vf + (size_t)t * c->hd, vraw[t], c->cdt, c->hd, c->hd);
+						kraw[t] = (const char *)(sc->kf + (size_t)t * c->hd);
+						vraw[t] = (const char *)(sc->vf + (size_t)t * c->hd);
+					}
+					rdt = PKV_DTYPE_F32;
+				}
 				pf_start(&pc, c->kbase, sp, ns, from, to - from, decf_steps(c, pl->Rh, 0));
-				scores_decf(c, &v, kraw, pl->Rh, &pc);
+				scores_decf(c, &v, kraw, pl->Rh, &pc, rdt);
 				softmax_tile(c, &v, t0, nt, pl->Rh);
 				pf_start(&pc, c->vbase, sp, ns, from, to - from, decf_steps(c, pl->Rh, 1));
-				pv_decf(c, &v, vraw, nt, pl->Rh, &pc);
+				pv_decf(c, &v, vraw, nt, pl->Rh, &pc, rdt);
 				continue;
 			}
 #endif
@@ -1566,8 +1590,10 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, con
 		if (DEC_PATH && pl.use_dp_pv && pl.Rh <= DEC_ROWS)
 			pl.dec = DEC_BF16;
 		else if (DEC_F32 && c->adt == PKV_DTYPE_F32 && c->hd % 32 == 0 &&
-			 (pl.Rh <= DEC_ROWS || ((it->flags & CPU_ITEM_SHARED) && pl.R <= DECF_WIDE_ROWS)))
+			 (pl.Rh <= DEC_ROWS || ((it->flags & CPU_ITEM_SHARED) && pl.R <= DECF_WIDE_ROWS))) {
 			pl.dec = DEC_FLOAT;
+			pl.widen = (it->flags & CPU_ITEM_SHARED) && c->cdt != PKV_DTYPE_F32 && pl.Rh > DECF_WIDEN_ROWS;
+		}
 	}
 	load_rows(c, it, sc, &pl);
 	if (pl.kend > 0) {
