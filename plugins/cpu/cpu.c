@@ -213,6 +213,7 @@ static void free_scratch(struct cpu_ctx *c)
 		c->host->free_aligned(c->host->host, s->qh);
 		c->host->free_aligned(c->host->host, s->kf);
 		c->host->free_aligned(c->host->host, s->vf);
+		c->host->free_aligned(c->host->host, s->kt);
 		c->host->free_aligned(c->host->host, s->s);
 		c->host->free_aligned(c->host->host, s->acc);
 		c->host->free_aligned(c->host->host, s->m);
@@ -243,13 +244,14 @@ static int ensure_scratch(struct cpu_ctx *c, uint32_t rmax)
 		s->qh = xalloc(c, (size_t)rmax * CPU_MAX_HD * sizeof(uint16_t));
 		s->kf = xalloc(c, (size_t)CPU_TK * CPU_MAX_HD * sizeof(float));
 		s->vf = xalloc(c, (size_t)CPU_TK * CPU_MAX_HD * sizeof(float));
+		s->kt = xalloc(c, (size_t)CPU_TK * CPU_MAX_HD * sizeof(float));
 		s->s = xalloc(c, (size_t)rmax * CPU_TK * sizeof(float));
 		s->acc = xalloc(c, (size_t)rmax * CPU_MAX_HD * sizeof(float));
 		s->m = xalloc(c, rmax * sizeof(float));
 		s->l = xalloc(c, rmax * sizeof(float));
 		s->lo = xalloc(c, rmax * sizeof(int32_t));
 		s->hi = xalloc(c, rmax * sizeof(int32_t));
-		if (!s->qf || !s->qh || !s->kf || !s->vf || !s->s || !s->acc || !s->m || !s->l || !s->lo || !s->hi) {
+		if (!s->qf || !s->qh || !s->kf || !s->vf || !s->kt || !s->s || !s->acc || !s->m || !s->l || !s->lo || !s->hi) {
 			free_scratch(c);
 			return -ENOMEM;
 		}

@@ -86,6 +86,7 @@ struct cpu_scratch {
 	uint16_t *qh;    /* [rmax][CPU_MAX_HD] queries in bf16 (dpbf16 kernel), zero-padded */
 	float *kf;       /* [TK][hdp] converted K tile */
 	float *vf;       /* [TK][hdp] converted V tile */
+	float *kt;       /* [hd][TK] transposed K tile (f32 decode loop, shared-prefix items) */
 	float *s;        /* [rmax][TK] scores, then probabilities */
 	float *acc;      /* [rmax][hdp] output accumulators */
 	float *m, *l;    /* [rmax] running max and sum */

@@ -1531,7 +1531,7 @@ static inline __attribute__((always_inline)) void scores_kt_rows(const struct cp
 static void scores_decf_kt(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *kraw, uint32_t R,
 			   struct pf_cursor *pc)
 {
-	float kt[CPU_MAX_HD * CPU_TK] __attribute__((aligned(64)));
+	float *kt = sc->kt;
 	uint32_t g, d, i, r;
 
 	for (g = 0; g < CPU_TK / 16; g++)
