@@ -74,7 +74,7 @@ static uint64_t sweep_bytes = 1ull << 30;
 /* Tokens per block of the decode and prefill pools (--block-size). */
 static uint32_t block_size = 16;
 /*
- * Cache dtype of the decode and prefill pools (--cache-dtype) and the
+ * Cache dtype of the decode, prefill and cascade pools (--cache-dtype) and the
  * activations' dtype (--act-dtype; default f32 over an f32 or f16 cache,
  * as the model client sends them, bf16 over a bf16 one).
  */
@@ -938,9 +938,10 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			printf("usage: pkv-bench attn [--json] [--threads N] [--plugin PATH|NAME] [--quick] [--sweep-mb MB] [--only decode|prefill|cascade] [--block-size N] [--rounds N] [--cache-dtype f32|f16|bf16] [--act-dtype f32|bf16]\n"
-			       "  --cache-dtype: the decode and prefill pools' dtype (default bf16); --act-dtype: the queries' (default\n"
+			       "  --cache-dtype: the decode, prefill and cascade pools' dtype (default bf16); --act-dtype: the queries' (default\n"
 			       "    bf16 over a bf16 cache, else f32, as the model client); figures are cache bytes read / call time\n"
-			       "  --only cascade: shared-prefix decode batches, cascade on vs off (text only)\n"
+			       "  --only cascade: shared-prefix decode batches, cascade on vs off (text only; f32 and bf16\n"
+			       "    activations over a bf16 cache, f32 over the others)\n"
 			       "  --rounds: STREAM/decode rounds per decode row (default %d, --quick %d)\n"
 			       "  default: 1 thread and all %ld CPUs; --threads N measures only N\n"
 			       "  --sweep-mb: decode pool size swept (default 1024; 0 = one layer, cache-resident)\n",
