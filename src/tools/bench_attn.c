@@ -71,6 +71,8 @@ static int quick;
 static const char *only;
 /* Bytes one sweep over the decode pool's layers covers: 1 GiB keeps KV out of the caches. */
 static uint64_t sweep_bytes = 1ull << 30;
+/* --sweep-mb given: the cascade rows sweep it too (by default their pool is one layer, cache-resident). */
+static int sweep_given;
 /* Tokens per block of the decode and prefill pools (--block-size). */
 static uint32_t block_size = 16;
 /*
@@ -666,7 +668,8 @@ static int merge_rows(struct pkv_plugin *pl, uint32_t threads)
  * SmolLM2-135M's attention shape, f32 and bf16 activations: median call
  * time with cascade decode (the plugin's default) and with it off
  * (cascade_min_keys=0, a second instance of the plugin), alternated call
- * by call blocks so both see the same machine. Text only.
+ * by call blocks so both see the same machine. The pool is one layer (from
+ * the caches) unless --sweep-mb is given. Text only.
  */
 static int cascade_rows(const char *plugin, struct pkv_host *host, uint32_t threads)
 {
@@ -697,7 +700,8 @@ static int cascade_rows(const char *plugin, struct pkv_host *host, uint32_t thre
 			uint32_t B = bsz[bi], sk = 512 + 64;
 
 			shared_blocks = 512 / block_size;
-			ret = pool_open(&bp[0], &pl[0], &shapes[0], (uint64_t)B * sk + 512, 0, cache_dt);
+			ret = pool_open(&bp[0], &pl[0], &shapes[0], (uint64_t)B * sk + 512, sweep_given ? sweep_bytes : 0,
+					cache_dt);
 			if (ret)
 				break;
 			/* One cache serves both instances (same plugin, same memory layout). */
@@ -922,7 +926,10 @@ int main(int argc, char **argv)
 		case 'o': only = optarg; break;
 		case 'b': block_size = (uint32_t)atoi(optarg); break;
 		case 'r': decode_rounds = atoi(optarg); break;
-		case 's': sweep_bytes = strtoull(optarg, NULL, 10) << 20; break;
+		case 's':
+			sweep_bytes = strtoull(optarg, NULL, 10) << 20;
+			sweep_given = 1;
+			break;
 		case 'C':
 			if (dt_from_name(optarg, &cache_dt)) {
 				fprintf(stderr, "pkv-bench attn: --cache-dtype must be f32, f16 or bf16\n");
@@ -944,7 +951,8 @@ int main(int argc, char **argv)
 			       "    activations over a bf16 cache, f32 over the others)\n"
 			       "  --rounds: STREAM/decode rounds per decode row (default %d, --quick %d)\n"
 			       "  default: 1 thread and all %ld CPUs; --threads N measures only N\n"
-			       "  --sweep-mb: decode pool size swept (default 1024; 0 = one layer, cache-resident)\n",
+			       "  --sweep-mb: decode pool size swept (default 1024; 0 = one layer, cache-resident); the cascade\n"
+			       "    rows sweep it only when given\n",
 			       ROUNDS_FULL, ROUNDS_QUICK, ncpu);
 			return 0;
 		default:
