@@ -788,8 +788,9 @@ static int cmp_u64(const void *x, const void *y)
  * block tables start with the same block ids read the same keys there (a
  * block's contents belong to its id), so one item per KV head can read
  * those keys once for all their queries: n_seqs x G rows against the
- * shared keys, a small matrix product on the prefill tile path where each
- * sequence alone is a G-row matrix-vector pass; each sequence's own keys
+ * shared keys, a small matrix product (on the f32 decode loop for f32
+ * queries, else on the prefill tile path or, for few rows, the bf16 decode
+ * loop) where each sequence alone is a G-row matrix-vector pass; each sequence's own keys
  * stay in decode items; both write partials, merged per sequence by their
  * log-sum-exp (merge_cascade).
  *
