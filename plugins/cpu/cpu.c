@@ -213,6 +213,7 @@ static void free_scratch(struct cpu_ctx *c)
 		c->host->free_aligned(c->host->host, s->qh);
 		c->host->free_aligned(c->host->host, s->kf);
 		c->host->free_aligned(c->host->host, s->vf);
+		c->host->free_aligned(c->host->host, s->kt);
 		c->host->free_aligned(c->host->host, s->s);
 		c->host->free_aligned(c->host->host, s->acc);
 		c->host->free_aligned(c->host->host, s->m);
@@ -243,13 +244,14 @@ static int ensure_scratch(struct cpu_ctx *c, uint32_t rmax)
 		s->qh = xalloc(c, (size_t)rmax * CPU_MAX_HD * sizeof(uint16_t));
 		s->kf = xalloc(c, (size_t)CPU_TK * CPU_MAX_HD * sizeof(float));
 		s->vf = xalloc(c, (size_t)CPU_TK * CPU_MAX_HD * sizeof(float));
+		s->kt = xalloc(c, (size_t)CPU_TK * CPU_MAX_HD * sizeof(float));
 		s->s = xalloc(c, (size_t)rmax * CPU_TK * sizeof(float));
 		s->acc = xalloc(c, (size_t)rmax * CPU_MAX_HD * sizeof(float));
 		s->m = xalloc(c, rmax * sizeof(float));
 		s->l = xalloc(c, rmax * sizeof(float));
 		s->lo = xalloc(c, rmax * sizeof(int32_t));
 		s->hi = xalloc(c, rmax * sizeof(int32_t));
-		if (!s->qf || !s->qh || !s->kf || !s->vf || !s->s || !s->acc || !s->m || !s->l || !s->lo || !s->hi) {
+		if (!s->qf || !s->qh || !s->kf || !s->vf || !s->kt || !s->s || !s->acc || !s->m || !s->l || !s->lo || !s->hi) {
 			free_scratch(c);
 			return -ENOMEM;
 		}
@@ -756,6 +758,24 @@ static int plan_general(struct cpu_ctx *c, const struct cpu_call *call, uint32_t
 	return 0;
 }
 
+/*
+ * Sequences per shared-prefix item where the kernel's f32-query decode loop
+ * takes the cascade's shared part (f32 queries, head dim % 32 == 0): as
+ * many as fit its dec_rows_f32 rows over every KV head, at most qb; 0 where
+ * it does not serve the call (or fewer than 2 would fit).
+ */
+static uint32_t cascade_f32_seqs(const struct cpu_ctx *c, const struct cpu_call *call, uint32_t nkv)
+{
+	uint32_t q;
+
+	if (call->adt != PKV_DTYPE_F32 || call->hd % 32 || !c->isa->dec_rows_f32)
+		return 0;
+	q = c->isa->dec_rows_f32 / (call->G * nkv);
+	if (q < 2)
+		return 0;
+	return q < call->qb ? q : call->qb;
+}
+
 static int cmp_u64(const void *x, const void *y)
 {
 	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
@@ -768,8 +788,9 @@ static int cmp_u64(const void *x, const void *y)
  * block tables start with the same block ids read the same keys there (a
  * block's contents belong to its id), so one item per KV head can read
  * those keys once for all their queries: n_seqs x G rows against the
- * shared keys, a small matrix product on the prefill tile path where each
- * sequence alone is a G-row matrix-vector pass; each sequence's own keys
+ * shared keys, a small matrix product (on the f32 decode loop for f32
+ * queries, else on the prefill tile path or, for few rows, the bf16 decode
+ * loop) where each sequence alone is a G-row matrix-vector pass; each sequence's own keys
  * stay in decode items; both write partials, merged per sequence by their
  * log-sum-exp (merge_cascade).
  *
@@ -794,9 +815,15 @@ static void plan_cascade(struct cpu_ctx *c, const struct cpu_call *call, uint32_
 	const int32_t *bt = b->block_tables;
 	size_t mb = b->max_blocks_per_seq;
 	uint32_t n = b->num_seqs, ns = 0, nseqs = 0, i, j, k, s;
-	/* Rows per KV head the decode loop takes for this call (0: it does not serve it). */
+	/* Rows per KV head the decode loop takes for this call (0: it does not serve it); sequences per chunk. */
 	uint32_t dec = call->cdt == PKV_DTYPE_BF16 && call->adt == PKV_DTYPE_BF16 && call->hd % 32 == 0 ?
-			       c->isa->dec_rows : 0;
+			       c->isa->dec_rows : 0, cq = call->qb, f32q = cascade_f32_seqs(c, call, nkv);
+
+	/* f32 queries: the f32 decode loop takes chunks of f32q sequences whole (see below). */
+	if (f32q) {
+		cq = f32q;
+		dec = f32q * call->G;
+	}
 
 	memset(c->cas, 0, (size_t)n * sizeof(*c->cas));
 	/* Fewer than 2 sequences per item (G >= 32) would read each prefix once per sequence anyway. */
@@ -850,9 +877,13 @@ static void plan_cascade(struct cpu_ctx *c, const struct cpu_call *call, uint32_
 		 * every KV head instead: the decode loop, whole token rows. (Cutting
 		 * every group into such chunks read no faster than plain decode
 		 * in pkv-bench attn --only cascade: the tile path wins from 4 x G
-		 * rows on.)
+		 * rows on.) The f32-query decode loop takes any number of rows per
+		 * KV head (queries a row at a time, PV four rows per V load): its
+		 * chunks are of cq sequences, every KV head in one item, up to its
+		 * dec_rows_f32 rows (cascade_f32_seqs); it beats the f32 tile path
+		 * at every group size measured (docs/performance.md).
 		 */
-		nch = (m + call->qb - 1) / call->qb;
+		nch = (m + cq - 1) / cq;
 		P = (uint32_t)(c->sort[best_k] >> 32) * call->bs;
 		/*
 		 * With several threads the shared keys are cut into pieces (flash-
@@ -1034,6 +1065,10 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 	/* A cascade item over every KV head (plan_cascade) takes up to dec_rows rows per KV head. */
 	if (c->cascade_min_keys && c->isa->dec_rows * g->num_kv_heads > rmax)
 		rmax = c->isa->dec_rows * g->num_kv_heads;
+	/* With f32 queries, chunks of cascade_f32_seqs sequences over every KV head. */
+	if (c->cascade_min_keys && b->num_seqs > 1 &&
+	    cascade_f32_seqs(c, call, g->num_kv_heads) * g->num_heads > rmax)
+		rmax = cascade_f32_seqs(c, call, g->num_kv_heads) * g->num_heads;
 	ret = ensure_scratch(c, rmax);
 	if (ret)
 		return ret;

@@ -86,6 +86,7 @@ struct cpu_scratch {
 	uint16_t *qh;    /* [rmax][CPU_MAX_HD] queries in bf16 (dpbf16 kernel), zero-padded */
 	float *kf;       /* [TK][hdp] converted K tile */
 	float *vf;       /* [TK][hdp] converted V tile */
+	float *kt;       /* [hd][TK] transposed K tile (f32 decode loop, shared-prefix items) */
 	float *s;        /* [rmax][TK] scores, then probabilities */
 	float *acc;      /* [rmax][hdp] output accumulators */
 	float *m, *l;    /* [rmax] running max and sum */
@@ -108,6 +109,11 @@ struct cpu_isa {
 	uint32_t rows_multiple;  /* rows per KV head in an item should be a multiple of this */
 	/* Most rows per KV head the decode loop takes (bf16 cache and queries, head dim % 32 == 0); 0: none. */
 	uint32_t dec_rows;
+	/*
+	 * Most rows in all (every KV head) the f32-query decode loop takes in a
+	 * shared-prefix item (f32 queries, any cache, head dim % 32 == 0); 0: none.
+	 */
+	uint32_t dec_rows_f32;
 };
 
 /* The same kernel source compiled for each instruction set (kernel_*.c). */

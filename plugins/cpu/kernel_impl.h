@@ -833,6 +833,8 @@ struct item_plan {
 	int use_amx, kdirect;   /* AMX tiles; AMX scores straight from K rows */
 	uint32_t *qt;           /* AMX kdirect: [nkvh][hd/2][Rh] Q^T pairs */
 	int dec;                /* tiles_decode: DEC_BF16 or DEC_FLOAT; DEC_NONE (0): the tile path */
+	int widen;              /* DEC_FLOAT over a 16-bit cache: each tile's rows widened once, for every row */
+	int many;               /* DEC_FLOAT, a shared item's many rows: scores on the transposed tile */
 };
 
 /*
@@ -1117,6 +1119,26 @@ static void tiles_general(const struct cpu_call *c, const struct cpu_item *it, s
 #endif
 #if DEC_F32 && !defined(__AVX512F__)
 #error "the f32 decode loop is AVX-512 code"
+#endif
+
+/*
+ * Most rows in all of a shared-prefix item (cascade decode: the decode
+ * queries of several sequences against their common keys, every KV head)
+ * that the f32 decode loop takes: its scores and PV take any number of rows
+ * (a row, or a block of DECF_ROWS rows, at a time); the bound keeps the
+ * scratch small (rmax rows of CPU_MAX_HD floats).
+ */
+#define DECF_WIDE_ROWS 256u
+/*
+ * Above this many rows per KV head a shared-prefix item widens a 16-bit
+ * cache's tile once (scratch kf/vf) rather than per row as it loads it.
+ */
+/* -DDECF_KT=0: a shared item's scores per row along the head dim (scores_decf) instead, for comparison. */
+#ifndef DECF_KT
+#define DECF_KT 1
+#endif
+#ifndef DECF_WIDEN_ROWS
+#define DECF_WIDEN_ROWS 4u
 #endif
 
 /* What tiles_decode computes a tile with. */
@@ -1481,17 +1503,17 @@ static inline __attribute__((always_inline)) void pv_decf_t(const struct cpu_cal
 
 /* One instance of the f32 decode tile per cache dtype. */
 static void scores_decf(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *kraw, uint32_t R,
-			struct pf_cursor *pc)
+			struct pf_cursor *pc, uint32_t cdt)
 {
-	/* The query in registers for head_dim 64 and 128 (f32 cache; 64 for the others). */
-	if (c->cdt == PKV_DTYPE_F32) {
+	/* The query in registers for head_dim 64 and 128 (f32 rows; 64 for the others). */
+	if (cdt == PKV_DTYPE_F32) {
 		if (c->hd == 64)
 			scores_decf_t(c, sc, kraw, R, pc, PKV_DTYPE_F32, 4);
 		else if (c->hd == 128)
 			scores_decf_t(c, sc, kraw, R, pc, PKV_DTYPE_F32, 8);
 		else
 			scores_decf_t(c, sc, kraw, R, pc, PKV_DTYPE_F32, 0);
-	} else if (c->cdt == PKV_DTYPE_F16) {
+	} else if (cdt == PKV_DTYPE_F16) {
 		scores_decf_t(c, sc, kraw, R, pc, PKV_DTYPE_F16, c->hd == 64 ? 4 : 0);
 	} else {
 		scores_decf_t(c, sc, kraw, R, pc, PKV_DTYPE_BF16, c->hd == 64 ? 4 : 0);
@@ -1499,14 +1521,122 @@ static void scores_decf(const struct cpu_call *c, struct cpu_scratch *sc, const 
 }
 
 static void pv_decf(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *vraw, uint32_t nt,
-		    uint32_t R, struct pf_cursor *pc)
+		    uint32_t R, struct pf_cursor *pc, uint32_t cdt)
 {
-	if (c->cdt == PKV_DTYPE_F32)
+	if (cdt == PKV_DTYPE_F32)
 		pv_decf_t(c, sc, vraw, nt, R, pc, PKV_DTYPE_F32);
-	else if (c->cdt == PKV_DTYPE_F16)
+	else if (cdt == PKV_DTYPE_F16)
 		pv_decf_t(c, sc, vraw, nt, R, pc, PKV_DTYPE_F16);
 	else
 		pv_decf_t(c, sc, vraw, nt, R, pc, PKV_DTYPE_BF16);
+}
+
+/* Transposes 16 vectors in place: m[i] lane j becomes m[j] lane i. */
+static inline __attribute__((always_inline)) void transpose16(__m512 *m)
+{
+	__m512 t[16];
+	int i, k;
+
+	/* Per 128-bit lane L: t[2i] = rows 2i, 2i+1 at columns 4L, 4L+1 interleaved; t[2i+1] at 4L+2, 4L+3. */
+#pragma GCC unroll 8
+	for (i = 0; i < 8; i++) {
+		t[2 * i] = _mm512_unpacklo_ps(m[2 * i], m[2 * i + 1]);
+		t[2 * i + 1] = _mm512_unpackhi_ps(m[2 * i], m[2 * i + 1]);
+	}
+	/* m[4i + k], lane L: column 4L + k of rows 4i..4i+3. */
+#pragma GCC unroll 4
+	for (i = 0; i < 4; i++) {
+		__m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+		__m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+
+		m[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+		m[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+		m[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+		m[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+	}
+	/* t[k]: column k of rows 0-3, k + 8 of 0-3, k of 4-7, k + 8 of 4-7 (t[4 + k]: k + 4, k + 12); t[8 + ...]: rows 8-15. */
+#pragma GCC unroll 4
+	for (k = 0; k < 4; k++) {
+		t[k] = _mm512_shuffle_f32x4(m[k], m[4 + k], 0x88);
+		t[4 + k] = _mm512_shuffle_f32x4(m[k], m[4 + k], 0xdd);
+		t[8 + k] = _mm512_shuffle_f32x4(m[8 + k], m[12 + k], 0x88);
+		t[12 + k] = _mm512_shuffle_f32x4(m[8 + k], m[12 + k], 0xdd);
+	}
+#pragma GCC unroll 4
+	for (k = 0; k < 4; k++) {
+		m[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
+		m[k + 8] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
+		m[k + 4] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0x88);
+		m[k + 12] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0xdd);
+	}
+}
+
+/* Rows per block of the transposed scores: 2 x nr accumulators (32 keys each), each K^T vector loaded once for them. */
+#define DECF_T_ROWS 6u
+
+/* Scores of rows [r0, r0 + nr) against the transposed tile kt ([hd][CPU_TK]); nr a constant where inlined. */
+static inline __attribute__((always_inline)) void scores_kt_rows(const struct cpu_call *c, struct cpu_scratch *sc,
+								 const float *kt, uint32_t r0, const uint32_t nr)
+{
+	__m512 a[DECF_T_ROWS][2];
+	uint32_t d, j;
+
+#pragma GCC unroll 6
+	for (j = 0; j < nr; j++)
+		a[j][0] = a[j][1] = _mm512_setzero_ps();
+	for (d = 0; d < c->hd; d++) {
+		__m512 k0 = _mm512_load_ps(kt + (size_t)d * CPU_TK), k1 = _mm512_load_ps(kt + (size_t)d * CPU_TK + 16);
+
+#pragma GCC unroll 6
+		for (j = 0; j < nr; j++) {
+			__m512 q = _mm512_set1_ps(sc->qf[(size_t)(r0 + j) * c->hdp + d]);
+
+			a[j][0] = _mm512_fmadd_ps(q, k0, a[j][0]);
+			a[j][1] = _mm512_fmadd_ps(q, k1, a[j][1]);
+		}
+	}
+#pragma GCC unroll 6
+	for (j = 0; j < nr; j++) {
+		_mm512_storeu_ps(sc->s + (size_t)(r0 + j) * CPU_TK, a[j][0]);
+		_mm512_storeu_ps(sc->s + (size_t)(r0 + j) * CPU_TK + 16, a[j][1]);
+	}
+}
+
+/*
+ * Scores of a shared-prefix item's many rows (R) against a tile of CPU_TK
+ * f32 K rows: the tile is transposed once (16 x 16 blocks, one prefetch
+ * step each), keys then lie along the lanes and each row's scores build up
+ * as q[d] x K^T[d], DECF_T_ROWS rows at a time: no horizontal sums per row,
+ * and each K^T vector is loaded once per block of rows.
+ */
+static void scores_decf_kt(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *kraw, uint32_t R,
+			   struct pf_cursor *pc)
+{
+	float *kt = sc->kt;
+	uint32_t g, d, i, r;
+
+	for (g = 0; g < CPU_TK / 16; g++)
+		for (d = 0; d < c->hd; d += 16) {
+			__m512 m[16];
+
+			pf_step(pc);
+#pragma GCC unroll 16
+			for (i = 0; i < 16; i++)
+				m[i] = _mm512_loadu_ps((const float *)kraw[16 * g + i] + d);
+			transpose16(m);
+#pragma GCC unroll 16
+			for (i = 0; i < 16; i++)
+				_mm512_store_ps(kt + (size_t)(d + i) * CPU_TK + 16 * g, m[i]);
+		}
+	for (r = 0; r + DECF_T_ROWS <= R; r += DECF_T_ROWS)
+		scores_kt_rows(c, sc, kt, r, DECF_T_ROWS);
+	switch (R - r) {
+	case 5: scores_kt_rows(c, sc, kt, r, 5); break;
+	case 4: scores_kt_rows(c, sc, kt, r, 4); break;
+	case 3: scores_kt_rows(c, sc, kt, r, 3); break;
+	case 2: scores_kt_rows(c, sc, kt, r, 2); break;
+	case 1: scores_kt_rows(c, sc, kt, r, 1); break;
+	}
 }
 
 /* Prefetch steps of a tile: scores one per DECF_KEYS keys x row, PV one per 4 keys x dim block x row block. */
@@ -1593,11 +1723,33 @@ static void tiles_decode(const struct cpu_call *c, const struct cpu_item *it, co
 				kraw[t] = vraw[t] = (const char *)zero_row;
 #if DEC_F32
 			if (pl->dec == DEC_FLOAT) {
-				pf_start(&pc, c->kbase, sp, ns, from, to - from, decf_steps(c, pl->Rh, 0));
-				scores_decf(c, &v, kraw, pl->Rh, &pc);
+				uint32_t rdt = c->cdt;
+
+				/*
+				 * A shared-prefix item's many rows over a 16-bit cache: the
+				 * tile's K and V rows widened once (head_dim % 32 == 0: no
+				 * padding), not once per query row as they are loaded.
+				 */
+				if (pl->widen) {
+					for (t = 0; t < nt; t++) {
+						row_to_f32(sc->kf + (size_t)t * c->hd, kraw[t], c->cdt, c->hd, c->hd);
+						row_to_f32(sc->vf + (size_t)t * c->hd, vraw[t], c->cdt, c->hd, c->hd);
+						kraw[t] = (const char *)(sc->kf + (size_t)t * c->hd);
+						vraw[t] = (const char *)(sc->vf + (size_t)t * c->hd);
+					}
+					rdt = PKV_DTYPE_F32;
+				}
+				if (pl->many) {
+					/* f32 rows (widened, or the cache's own): the transposed tile. */
+					pf_start(&pc, c->kbase, sp, ns, from, to - from, (CPU_TK / 16) * (c->hd / 16));
+					scores_decf_kt(c, &v, kraw, pl->Rh, &pc);
+				} else {
+					pf_start(&pc, c->kbase, sp, ns, from, to - from, decf_steps(c, pl->Rh, 0));
+					scores_decf(c, &v, kraw, pl->Rh, &pc, rdt);
+				}
 				softmax_tile(c, &v, t0, nt, pl->Rh);
 				pf_start(&pc, c->vbase, sp, ns, from, to - from, decf_steps(c, pl->Rh, 1));
-				pv_decf(c, &v, vraw, nt, pl->Rh, &pc);
+				pv_decf(c, &v, vraw, nt, pl->Rh, &pc, rdt);
 				continue;
 			}
 #endif
@@ -1634,11 +1786,15 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, con
 	 * loop, with vdpbf16ps for bf16 queries over a bf16 cache, with f32 FMAs
 	 * for f32 queries (head_dim % 32 == 0) over any cache.
 	 */
-	if (pl.Rh <= DEC_ROWS && it->nkvh * c->hd * pkv_dtype_size(c->cdt) == c->token_stride) {
-		if (DEC_PATH && pl.use_dp_pv)
+	if (it->nkvh * c->hd * pkv_dtype_size(c->cdt) == c->token_stride) {
+		if (DEC_PATH && pl.use_dp_pv && pl.Rh <= DEC_ROWS)
 			pl.dec = DEC_BF16;
-		else if (DEC_F32 && c->adt == PKV_DTYPE_F32 && c->hd % 32 == 0)
+		else if (DEC_F32 && c->adt == PKV_DTYPE_F32 && c->hd % 32 == 0 &&
+			 (pl.Rh <= DEC_ROWS || ((it->flags & CPU_ITEM_SHARED) && pl.R <= DECF_WIDE_ROWS))) {
 			pl.dec = DEC_FLOAT;
+			pl.many = (it->flags & CPU_ITEM_SHARED) && pl.Rh > DECF_WIDEN_ROWS && DECF_KT;
+			pl.widen = (it->flags & CPU_ITEM_SHARED) && c->cdt != PKV_DTYPE_F32 && pl.Rh > DECF_WIDEN_ROWS;
+		}
 	}
 	load_rows(c, it, sc, &pl);
 	if (pl.kend > 0) {
@@ -1674,4 +1830,5 @@ const struct cpu_isa ISA_SYM = {
 	.rows_multiple = 1,
 #endif
 	.dec_rows = DEC_PATH ? DEC_ROWS : 0,
+	.dec_rows_f32 = DEC_F32 ? DECF_WIDE_ROWS : 0,
 };

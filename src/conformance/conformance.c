@@ -47,7 +47,7 @@
 #include "conformance/ref.h"
 #include "loader/loader.h"
 
-#define MAX_SEQS 8
+#define MAX_SEQS 16
 
 struct seqdef {
 	int cached;      /* keys already in the cache */
@@ -1084,6 +1084,56 @@ static void shared_prefix_cases(void)
 }
 
 /*
+ * Shared-prefix decode batches with f32 queries, the model client's
+ * activations (a CPU backend may serve the shared part with many query
+ * rows per KV head at once): f32, f16 and bf16 caches, GQA 1, 3, 4 and 8
+ * at head_dim 64 and 128, 14 sequences (more than one item's worth of rows
+ * at every shape: groups cut into chunks, rows per KV head not a multiple
+ * of 4), members with no key of their own, one sharing fewer blocks, one
+ * sharing none; windows that keep some members out of the shared part.
+ */
+static void f32_cascade_group(struct casedef *c)
+{
+	/* 80 keys: 5 blocks of 16, 2 of 32 (and half a block the leader's own). */
+	int s, nb = 80 / c->bs;
+
+	seq(c, 116, 1, 0);
+	for (s = 1; s < 12; s++) {
+		/* 80 keys shared with the leader (the first nb blocks), then 0..40 of its own; sequence 4 has none. */
+		seq(c, s == 4 ? 79 : 80 + 4 * s - 1 - s % 3, 1, 0);
+		share(c, s, 0, 0, nb);
+	}
+	seq(c, 70, 1, 0);
+	share(c, 12, 0, 0, nb / 2);
+	seq(c, 95, 1, 0);
+}
+
+static void f32_cascade_cases(void)
+{
+	static const int gqa[][2] = { { 64, 64 }, { 9, 3 }, { 8, 2 }, { 16, 2 } }, hds[] = { 64, 128 };
+	static const int cdts[] = { PKV_DTYPE_F32, PKV_DTYPE_F16, PKV_DTYPE_BF16 };
+	struct casedef *c;
+	int g, h, d;
+
+	for (d = 0; d < 3; d++)
+		for (g = 0; g < 4; g++)
+			for (h = 0; h < 2; h++) {
+				c = add_case(gqa[g][0], gqa[g][1], hds[h], 16, cdts[d], PKV_DTYPE_F32,
+					     "decode, 12 of 14 sequences sharing 5 blocks");
+				f32_cascade_group(c);
+			}
+	c = add_case(9, 3, 64, 16, PKV_DTYPE_F32, PKV_DTYPE_F32, "decode, 14 sequences sharing, window 100");
+	f32_cascade_group(c);
+	c->window = 100;
+	c = add_case(8, 2, 128, 16, PKV_DTYPE_F32, PKV_DTYPE_F32, "decode, 14 sequences sharing, window 200 soft-cap 2");
+	f32_cascade_group(c);
+	c->window = 200;
+	c->softcap = 2.0f;
+	c = add_case(9, 3, 64, 32, PKV_DTYPE_F32, PKV_DTYPE_F32, "decode, 14 sequences sharing, bs 32");
+	f32_cascade_group(c);
+}
+
+/*
  * Decode batches of f32 queries over an f32 cache (the model client's KV
  * pool), and over f16 and bf16 ones: GQA 1, 3, 4 and 8 at head_dim 64 and
  * 128, uneven lengths ending in partly filled blocks (and a sequence shorter
@@ -1194,6 +1244,7 @@ static void build_cases(int full)
 	c->seq[1].shared_blocks = 2;
 	c->copy = 1;
 	shared_prefix_cases();
+	f32_cascade_cases();
 	f32_decode_cases();
 	c = add_case(8, 2, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_BF16, "sliding window 20");
 	seq(c, 60, 30, 0);

@@ -71,10 +71,12 @@ static int quick;
 static const char *only;
 /* Bytes one sweep over the decode pool's layers covers: 1 GiB keeps KV out of the caches. */
 static uint64_t sweep_bytes = 1ull << 30;
+/* --sweep-mb given: the cascade rows sweep it too (by default their pool is one layer, cache-resident). */
+static int sweep_given;
 /* Tokens per block of the decode and prefill pools (--block-size). */
 static uint32_t block_size = 16;
 /*
- * Cache dtype of the decode and prefill pools (--cache-dtype) and the
+ * Cache dtype of the decode, prefill and cascade pools (--cache-dtype) and the
  * activations' dtype (--act-dtype; default f32 over an f32 or f16 cache,
  * as the model client sends them, bf16 over a bf16 one).
  */
@@ -666,7 +668,8 @@ static int merge_rows(struct pkv_plugin *pl, uint32_t threads)
  * SmolLM2-135M's attention shape, f32 and bf16 activations: median call
  * time with cascade decode (the plugin's default) and with it off
  * (cascade_min_keys=0, a second instance of the plugin), alternated call
- * by call blocks so both see the same machine. Text only.
+ * by call blocks so both see the same machine. The pool is one layer (from
+ * the caches) unless --sweep-mb is given. Text only.
  */
 static int cascade_rows(const char *plugin, struct pkv_host *host, uint32_t threads)
 {
@@ -688,7 +691,8 @@ static int cascade_rows(const char *plugin, struct pkv_host *host, uint32_t thre
 		return ret;
 	}
 	ret = merge_rows(&pl[0], threads);
-	for (a = 0; a < 2 && !ret; a++)
+	/* bf16 activations only over a bf16 cache (--cache-dtype): the model client sends f32 over the others. */
+	for (a = cache_dt == PKV_DTYPE_BF16 ? 0 : 1; a < 2 && !ret; a++)
 		for (bi = 0; bi < 4 && !ret; bi++) {
 			struct bench_pool bp[2];
 			struct batch_data d;
@@ -696,7 +700,8 @@ static int cascade_rows(const char *plugin, struct pkv_host *host, uint32_t thre
 			uint32_t B = bsz[bi], sk = 512 + 64;
 
 			shared_blocks = 512 / block_size;
-			ret = pool_open(&bp[0], &pl[0], &shapes[0], (uint64_t)B * sk + 512, 0, PKV_DTYPE_BF16);
+			ret = pool_open(&bp[0], &pl[0], &shapes[0], (uint64_t)B * sk + 512, sweep_given ? sweep_bytes : 0,
+					cache_dt);
 			if (ret)
 				break;
 			/* One cache serves both instances (same plugin, same memory layout). */
@@ -718,8 +723,8 @@ static int cascade_rows(const char *plugin, struct pkv_host *host, uint32_t thre
 				break;
 			med[0] = median(t[0], 7);
 			med[1] = median(t[1], 7);
-			printf("  cascade %-5s act %-4s batch %2u (512 shared + 64 own): %7.1f us cascade, %7.1f us off: "
-			       "%.2fx\n", shapes[0].name, a ? "f32" : "bf16", B, med[0] * 1e6, med[1] * 1e6, med[1] / med[0]);
+			printf("  cascade %-5s cache %-4s act %-4s batch %2u (512 shared + 64 own): %7.1f us cascade, %7.1f us "
+			       "off: %.2fx\n", shapes[0].name, dt_name(cache_dt), a ? "f32" : "bf16", B, med[0] * 1e6, med[1] * 1e6, med[1] / med[0]);
 		}
 	pkv_plugin_unload(&pl[1]);
 	pkv_plugin_unload(&pl[0]);
@@ -921,7 +926,10 @@ int main(int argc, char **argv)
 		case 'o': only = optarg; break;
 		case 'b': block_size = (uint32_t)atoi(optarg); break;
 		case 'r': decode_rounds = atoi(optarg); break;
-		case 's': sweep_bytes = strtoull(optarg, NULL, 10) << 20; break;
+		case 's':
+			sweep_bytes = strtoull(optarg, NULL, 10) << 20;
+			sweep_given = 1;
+			break;
 		case 'C':
 			if (dt_from_name(optarg, &cache_dt)) {
 				fprintf(stderr, "pkv-bench attn: --cache-dtype must be f32, f16 or bf16\n");
@@ -937,12 +945,14 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			printf("usage: pkv-bench attn [--json] [--threads N] [--plugin PATH|NAME] [--quick] [--sweep-mb MB] [--only decode|prefill|cascade] [--block-size N] [--rounds N] [--cache-dtype f32|f16|bf16] [--act-dtype f32|bf16]\n"
-			       "  --cache-dtype: the decode and prefill pools' dtype (default bf16); --act-dtype: the queries' (default\n"
+			       "  --cache-dtype: the decode, prefill and cascade pools' dtype (default bf16); --act-dtype: the queries' (default\n"
 			       "    bf16 over a bf16 cache, else f32, as the model client); figures are cache bytes read / call time\n"
-			       "  --only cascade: shared-prefix decode batches, cascade on vs off (text only)\n"
+			       "  --only cascade: shared-prefix decode batches, cascade on vs off (text only; f32 and bf16\n"
+			       "    activations over a bf16 cache, f32 over the others)\n"
 			       "  --rounds: STREAM/decode rounds per decode row (default %d, --quick %d)\n"
 			       "  default: 1 thread and all %ld CPUs; --threads N measures only N\n"
-			       "  --sweep-mb: decode pool size swept (default 1024; 0 = one layer, cache-resident)\n",
+			       "  --sweep-mb: decode pool size swept (default 1024; 0 = one layer, cache-resident); the cascade\n"
+			       "    rows sweep it only when given\n",
 			       ROUNDS_FULL, ROUNDS_QUICK, ncpu);
 			return 0;
 		default:
