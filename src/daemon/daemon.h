@@ -236,6 +236,7 @@ struct worker {
 	cpu_set_t home;               /* worker only: its CPU mask at start */
 	uint32_t ncpu;                /* worker only: CPUs in home (at least 1) */
 	int moved;                    /* worker only: it left a client's CPU (maybe_move) */
+	int batch_policy;             /* worker only: -1 never switch; else 1 while it runs SCHED_BATCH (worker.c) */
 	int stop, sleeping;
 	uint64_t last_take_ns;        /* worker only: when it last took an SQE from any ring */
 	uint64_t idle_from_ns;        /* worker only: when its rings went quiet (0: not quiet) */

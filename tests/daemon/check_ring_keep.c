@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,6 +186,18 @@ static int worker_tid(void)
 	return tid;
 }
 
+/* The thread's scheduling policy once it is want, or as it is after ms. */
+static int policy_within(int tid, int want, int ms)
+{
+	int p = sched_getscheduler(tid);
+
+	for (int i = 0; p != want && i < ms; i++) {
+		usleep(1000);
+		p = sched_getscheduler(tid);
+	}
+	return p;
+}
+
 START_TEST(test_client_on_every_cpu_is_not_spun_for)
 {
 	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 4 << 20, .timeout_ms = 5000,
@@ -233,6 +246,22 @@ START_TEST(test_client_on_every_cpu_is_not_spun_for)
 	run_step_pause_us = 0;
 	ck_assert_msg(after - before >= 40, "the worker slept %ld times over 80 attends 200 us apart",
 		      after - before);
+	/*
+	 * With a step of that client open the worker waits for a free core
+	 * instead of preempting one (SCHED_BATCH); with none, it is an ordinary
+	 * thread again.
+	 */
+	{
+		uint32_t k = 1;
+
+		ck_assert_int_eq(pkv_step_begin(c, &seq, &k, toks + 60, 1), 0);
+		ck_assert_int_eq(attend_layer(c, toks, 60, 1, 0, NULL), 0);
+		ck_assert_int_eq(policy_within(tid, SCHED_BATCH, 2000), SCHED_BATCH);
+		for (uint32_t l = 1; l < T_LAYERS; l++)
+			ck_assert_int_eq(attend_layer(c, toks, 60, 1, l, NULL), 0);
+		ck_assert_int_eq(pkv_step_end(c), 0);
+		ck_assert_int_eq(policy_within(tid, SCHED_OTHER, 2000), SCHED_OTHER);
+	}
 	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
 	pkv_disconnect(c);
 	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
