@@ -158,8 +158,8 @@ START_TEST(test_kept_ring_serves_steps_without_the_loop)
 }
 END_TEST
 
-/* The daemon's worker thread (named pkv-worker), or -1. */
-static int worker_tid(void)
+/* The daemon's worker thread (named pkv-worker) now, or -1. */
+static int find_worker_tid(void)
 {
 	char path[320], comm[32];
 	struct dirent *e;
@@ -183,6 +183,22 @@ static int worker_tid(void)
 		}
 	}
 	closedir(dir);
+	return tid;
+}
+
+/*
+ * The daemon's worker thread (named pkv-worker), or -1 after 5 s: the
+ * harness calls a daemon ready when its socket accepts, which can come
+ * before the worker thread has started and named itself.
+ */
+static int worker_tid(void)
+{
+	int tid = find_worker_tid();
+
+	for (int t = 0; tid < 0 && t < 500; t++) {
+		usleep(10000);
+		tid = find_worker_tid();
+	}
 	return tid;
 }
 
