@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* pagedkvd: options, lock file, listening socket, plugins, then the event loop until SIGTERM. */
+/* pagedkvd: options, lock file, plugins and threads, then the listening socket and the event loop until SIGTERM. */
 #include "config.h"
 #include <dirent.h>
 #include <errno.h>
@@ -579,7 +579,7 @@ int main(int argc, char **argv)
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	loop_setup_fds(d);
-	if (ctl_init(d) || (!d->activated && (take_lock(d) || open_socket(d))))
+	if (ctl_init(d) || (!d->activated && take_lock(d)))
 		goto out;
 	d->signal_fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
 	d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -607,6 +607,14 @@ int main(int argc, char **argv)
 		pkv_err("worker thread: %s", strerror(-r));
 		goto out_tier;
 	}
+	/*
+	 * The socket comes last: a client whose connect succeeds finds every
+	 * thread and descriptor of ours in place (a probe that waits for the
+	 * socket to accept, as a test harness or a unit's ExecStartPost does,
+	 * once saw the worker thread missing).
+	 */
+	if (!d->activated && open_socket(d))
+		goto out_worker;
 	pkv_info("listening on %s%s (protocol %u, budget %llu MiB)", d->cfg.socket_path,
 		 d->activated ? " (from systemd)" : "", PKV_PROTO_VERSION,
 		 (unsigned long long)(d->cfg.memory_budget >> 20));
