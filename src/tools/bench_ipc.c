@@ -333,15 +333,15 @@ static int bench_noop(const char *sock, const struct opts *o, struct results *re
 
 static int bench_attend(const char *sock, const struct opts *o, struct results *res)
 {
-	size_t n = o->quick ? 300 : 5000, steps = o->quick ? 20 : 200;
-	uint64_t *v = malloc(sizeof(uint64_t) * n), t0, *sv = malloc(sizeof(uint64_t) * steps);
+	size_t n = o->quick ? 300 : 5000;
+	uint64_t *v = malloc(sizeof(uint64_t) * n), t0;
 	struct pkv_client *c = bench_client(sock, 1000000, 1);
 	int32_t tok = 7;
 	uint32_t seq, one = 1;
 	struct tensors t;
 	int r;
 
-	if (!c || !v || !sv)
+	if (!c || !v)
 		return -ENOMEM;
 	r = prefill(c, 1, &seq);
 	if (!r)
@@ -359,104 +359,205 @@ static int bench_attend(const char *sock, const struct opts *o, struct results *
 	if (!r)
 		r = pkv_step_abort(c);
 	res->attend_hot_p50 = pct(v, n, 0.5);
-	/* Full 30-layer decode steps at ctx 128, opened and aborted so the context stays 128. */
-	for (size_t s = 0; s < steps && !r; s++) {
-		t0 = pkv_now_ns();
-		r = pkv_step_begin(c, &seq, &one, &tok, 1);
-		for (uint32_t l = 0; l < L && !r; l++)
-			r = pkv_attend(c, l, t.q, t.k, t.v, t.o);
-		if (!r)
-			r = pkv_step_abort(c);
-		sv[s] = pkv_now_ns() - t0;
-	}
-	res->step_daemon_us = (double)pct(sv, steps, 0.5) / 1000.0;
 	if (r)
 		fprintf(stderr, "pkv-bench ipc: attend: %s (%s)\n", pkv_strerror(r), pkv_last_error(c));
 	pkv_disconnect(c);
 	free(v);
-	free(sv);
 	return r;
 }
 
 /* The same 30 decode attends called in-process through the loader, no daemon, no rings. */
-static int bench_inproc(const struct opts *o, struct results *res)
-{
-	size_t steps = o->quick ? 20 : 200;
-	struct pkv_pool_desc desc = { PKV_BACKEND_ABI_VERSION, sizeof(desc),
-				      { L, H, KVH, HD, PKV_DTYPE_BF16, BS, NBLK }, PKV_DTYPE_F32 };
+struct inproc {
+	struct pkv_host *host;
 	struct pkv_plugin plug;
 	struct pkv_dispatch d;
-	struct pkv_host *host;
 	struct pkv_attn_batch b;
-	int32_t cu_q[2] = { 0, 1 }, cu_k[2] = { 0, CTX }, bt[CTX / BS], csl[1] = { CTX - 1 };
-	int64_t slot[1] = { CTX - 1 };
-	float *q = calloc(H * HD, 4), *k = calloc(KVH * HD, 4), *v = calloc(KVH * HD, 4), *out = calloc(H * HD, 4);
-	uint64_t *sv = malloc(sizeof(uint64_t) * steps);
+	int32_t cu_q[2], cu_k[2], bt[CTX / BS], csl[1];
+	int64_t slot[1];
+	float *q, *k, *v, *out;
+	int loaded, opened;
+};
+
+static void inproc_close(struct inproc *ip)
+{
+	if (ip->opened)
+		pkv_dispatch_close(&ip->d);
+	if (ip->loaded)
+		pkv_plugin_unload(&ip->plug);
+	if (ip->host)
+		pkv_host_destroy(ip->host);
+	free(ip->q);
+	free(ip->k);
+	free(ip->v);
+	free(ip->out);
+	memset(ip, 0, sizeof(*ip));
+}
+
+static int inproc_open(const struct opts *o, struct inproc *ip)
+{
+	struct pkv_pool_desc desc = { PKV_BACKEND_ABI_VERSION, sizeof(desc),
+				      { L, H, KVH, HD, PKV_DTYPE_BF16, BS, NBLK }, PKV_DTYPE_F32 };
+	struct pkv_attn_batch *b = &ip->b;
 	char err[512];
 	int r;
 
+	memset(ip, 0, sizeof(*ip));
+	ip->q = calloc(H * HD, 4);
+	ip->k = calloc(KVH * HD, 4);
+	ip->v = calloc(KVH * HD, 4);
+	ip->out = calloc(H * HD, 4);
+	if (!ip->q || !ip->k || !ip->v || !ip->out) {
+		inproc_close(ip);
+		return -ENOMEM;
+	}
 	for (uint32_t i = 0; i < CTX / BS; i++)
-		bt[i] = (int32_t)i;
+		ip->bt[i] = (int32_t)i;
 	for (size_t i = 0; i < H * HD; i++)
-		q[i] = sinf((float)i * 0.01f);
-	r = pkv_host_create((unsigned)atoi(o->workers), PKV_LOG_ERROR, &host);
-	if (r)
-		return r;
-	r = pkv_plugin_load("cpu", NULL, o->plugin_dir, NULL, host, &plug, err, sizeof(err));
-	if (r) {
-		fprintf(stderr, "pkv-bench ipc: in-process reference: %s\n", err);
-		pkv_host_destroy(host);
-		return r;
-	}
-	r = pkv_dispatch_open(&d, &plug, &plug, &desc, err, sizeof(err));
-	if (r) {
-		fprintf(stderr, "pkv-bench ipc: in-process reference: %s\n", err);
-		goto out_plug;
-	}
-	memset(&b, 0, sizeof(b));
-	b.abi_version = PKV_BACKEND_ABI_VERSION;
-	b.struct_size = sizeof(b);
-	b.num_seqs = 1;
-	b.total_q = 1;
-	b.act_dtype = PKV_DTYPE_F32;
-	b.q = q;
-	b.k_new = k;
-	b.v_new = v;
-	b.o = out;
-	b.q_stride_tok = b.o_stride_tok = H * HD;
-	b.q_stride_head = b.o_stride_head = HD;
-	b.kv_stride_tok = KVH * HD;
-	b.kv_stride_head = HD;
-	b.cu_seq_lens_q = cu_q;
-	b.cu_seq_lens_k = cu_k;
-	b.max_length_q = 1;
-	b.max_length_k = CTX;
-	b.block_tables = bt;
-	b.max_blocks_per_seq = CTX / BS;
-	b.cache_seqlens = csl;
-	b.slot_mapping = slot;
-	b.window_left = -1;
-	for (int w = 0; w < 20 && !r; w++)
-		r = pkv_dispatch_attend(&d, &b);
-	for (size_t s = 0; s < steps && !r; s++) {
-		uint64_t t0 = pkv_now_ns();
-
-		for (uint32_t l = 0; l < L && !r; l++) {
-			b.layer = l;
-			r = pkv_dispatch_attend(&d, &b);
+		ip->q[i] = sinf((float)i * 0.01f);
+	r = pkv_host_create((unsigned)atoi(o->workers), PKV_LOG_ERROR, &ip->host);
+	if (!r) {
+		r = pkv_plugin_load("cpu", NULL, o->plugin_dir, NULL, ip->host, &ip->plug, err, sizeof(err));
+		ip->loaded = !r;
+		if (!r) {
+			r = pkv_dispatch_open(&ip->d, &ip->plug, &ip->plug, &desc, err, sizeof(err));
+			ip->opened = !r;
 		}
-		sv[s] = pkv_now_ns() - t0;
+		if (r)
+			fprintf(stderr, "pkv-bench ipc: in-process reference: %s\n", err);
 	}
-	res->step_inproc_us = (double)pct(sv, steps, 0.5) / 1000.0;
-	pkv_dispatch_close(&d);
-out_plug:
-	pkv_plugin_unload(&plug);
-	pkv_host_destroy(host);
-	free(q);
-	free(k);
-	free(v);
-	free(out);
-	free(sv);
+	if (r) {
+		inproc_close(ip);
+		return r;
+	}
+	ip->cu_q[1] = 1;
+	ip->cu_k[1] = CTX;
+	ip->csl[0] = CTX - 1;
+	ip->slot[0] = CTX - 1;
+	memset(b, 0, sizeof(*b));
+	b->abi_version = PKV_BACKEND_ABI_VERSION;
+	b->struct_size = sizeof(*b);
+	b->num_seqs = 1;
+	b->total_q = 1;
+	b->act_dtype = PKV_DTYPE_F32;
+	b->q = ip->q;
+	b->k_new = ip->k;
+	b->v_new = ip->v;
+	b->o = ip->out;
+	b->q_stride_tok = b->o_stride_tok = H * HD;
+	b->q_stride_head = b->o_stride_head = HD;
+	b->kv_stride_tok = KVH * HD;
+	b->kv_stride_head = HD;
+	b->cu_seq_lens_q = ip->cu_q;
+	b->cu_seq_lens_k = ip->cu_k;
+	b->max_length_q = 1;
+	b->max_length_k = CTX;
+	b->block_tables = ip->bt;
+	b->max_blocks_per_seq = CTX / BS;
+	b->cache_seqlens = ip->csl;
+	b->slot_mapping = ip->slot;
+	b->window_left = -1;
+	for (int w = 0; w < 20 && !r; w++)
+		r = pkv_dispatch_attend(&ip->d, b);
+	if (r)
+		inproc_close(ip);
+	return r;
+}
+
+static int inproc_step(struct inproc *ip, uint64_t *ns)
+{
+	uint64_t t0 = pkv_now_ns();
+	int r = 0;
+
+	for (uint32_t l = 0; l < L && !r; l++) {
+		ip->b.layer = l;
+		r = pkv_dispatch_attend(&ip->d, &ip->b);
+	}
+	*ns = pkv_now_ns() - t0;
+	return r;
+}
+
+/* One 30-layer decode step at ctx 128 through the daemon, opened and aborted so the context stays 128. */
+static int daemon_step(struct pkv_client *c, uint32_t seq, const struct tensors *t, uint64_t *ns)
+{
+	uint64_t t0 = pkv_now_ns();
+	int32_t tok = 7;
+	uint32_t one = 1;
+	int r = pkv_step_begin(c, &seq, &one, &tok, 1);
+
+	for (uint32_t l = 0; l < L && !r; l++)
+		r = pkv_attend(c, l, t->q, t->k, t->v, t->o);
+	if (!r)
+		r = pkv_step_abort(c);
+	*ns = pkv_now_ns() - t0;
+	return r;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median_d(double *v, size_t n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/*
+ * 30-layer decode steps through the daemon against the same steps
+ * in-process, in alternating rounds: the host time-slices this machine's
+ * vCPUs for seconds at a time, and a reference measured a minute apart
+ * read 327-501 us between runs. The overhead is the median of the rounds'
+ * ratios (each round's medians), the step times the medians of the rounds'.
+ */
+#define STEP_ROUNDS 10
+
+static int bench_step30(const char *sock, const struct opts *o, struct results *res)
+{
+	size_t per = o->quick ? 5 : 20;
+	double dm[STEP_ROUNDS], im[STEP_ROUNDS], ratio[STEP_ROUNDS];
+	uint64_t *dv = malloc(sizeof(uint64_t) * per), *iv = malloc(sizeof(uint64_t) * per), ns;
+	struct pkv_client *c = bench_client(sock, 1000000, 1);
+	struct inproc ip;
+	struct tensors t;
+	uint32_t seq;
+	int r = -ENOMEM;
+
+	if (!c || !dv || !iv)
+		goto out;
+	r = prefill(c, 1, &seq);
+	if (!r)
+		r = alloc_tensors(c, &t, 1);
+	if (!r)
+		r = inproc_open(o, &ip);
+	if (r)
+		goto out;
+	for (int w = 0; w < 5 && !r; w++)
+		r = daemon_step(c, seq, &t, &ns);
+	for (int k = 0; k < STEP_ROUNDS && !r; k++) {
+		for (size_t s = 0; s < per && !r; s++)
+			r = daemon_step(c, seq, &t, &dv[s]);
+		for (size_t s = 0; s < per && !r; s++)
+			r = inproc_step(&ip, &iv[s]);
+		dm[k] = (double)pct(dv, per, 0.5) / 1000.0;
+		im[k] = (double)pct(iv, per, 0.5) / 1000.0;
+		ratio[k] = dm[k] / im[k];
+	}
+	inproc_close(&ip);
+	if (!r) {
+		res->step_overhead_pct = 100.0 * (median_d(ratio, STEP_ROUNDS) - 1.0);
+		res->step_daemon_us = median_d(dm, STEP_ROUNDS);
+		res->step_inproc_us = median_d(im, STEP_ROUNDS);
+	} else {
+		fprintf(stderr, "pkv-bench ipc: 30-layer steps: %s (%s)\n", pkv_strerror(r), pkv_last_error(c));
+	}
+out:
+	if (c)
+		pkv_disconnect(c);
+	free(dv);
+	free(iv);
 	return r;
 }
 
@@ -551,13 +652,6 @@ fail:
 	return -1;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /*
  * For each client count: alternates on/off daemons three times each (the
  * machine drifts), keeps the medians. shared: the clients share a system
@@ -618,6 +712,8 @@ static void usage(FILE *f)
 		   "  --clients: decoding client counts for the coalescing comparison (default 8).\n"
 		   "  --profile: CPU time and context switches of every daemon thread and client, to stderr.\n"
 		   "  --shared-only: only the coalescing comparison of clients sharing a system prompt.\n"
+		   "  step30_*: 30-layer decode steps through the daemon and the same calls in-process,\n"
+		   "    10 alternating rounds; the overhead is the median of the rounds' ratios.\n"
 		   "  Without --socket (or $PAGEDKV_SOCKET) a private pagedkvd is started.\n"
 		   "  The coalescing comparison always uses two private daemons (on, off).\n");
 }
@@ -701,11 +797,9 @@ int main(int argc, char **argv)
 		stop_daemon(&priv);
 		return 1;
 	}
+	res.have_step = !bench_step30(sock, &o, &res);
 	if (priv.pid)
 		stop_daemon(&priv);
-	res.have_step = !bench_inproc(&o, &res);
-	if (res.have_step)
-		res.step_overhead_pct = 100.0 * (res.step_daemon_us - res.step_inproc_us) / res.step_inproc_us;
 	res.have_coal = !bench_coalesce(&o, &res, 0);
 	res.have_coal_sh = !bench_coalesce(&o, &res, 1);
 report:
