@@ -501,6 +501,8 @@ static int sleep_cq(struct pkv_client *c, int ms)
 		return n < 0 ? -EPROTO : 0;
 	}
 	c->sleeps++;
+	/* Where we sleep: the daemon may serve us on the CPU this frees (worker.c follow_sleeper). */
+	pkv_ring_set_cpu(&c->cq, (uint32_t)(sched_getcpu() + 1));
 	r = pkv_ring_wait(&c->cq, seq, &ts);
 	pkv_ring_clear_wakeup(&c->cq);
 	/* Woken, or the word moved before we slept: a completion is there. */

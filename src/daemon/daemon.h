@@ -235,7 +235,8 @@ struct worker {
 	uint32_t cpu1;                /* worker only: CPU + 1 of the current poll */
 	cpu_set_t home;               /* worker only: its CPU mask at start */
 	uint32_t ncpu;                /* worker only: CPUs in home (at least 1) */
-	int moved;                    /* worker only: it left a client's CPU (maybe_move) */
+	int moved;                    /* worker only: it left a client's CPU (maybe_move) or follows one */
+	uint32_t follow_cpu1;         /* worker only: CPU + 1 it is pinned to (follow_sleeper), or 0 */
 	int batch_policy;             /* worker only: -1 never switch; else 1 while it runs SCHED_BATCH (worker.c) */
 	int stop, sleeping;
 	uint64_t last_take_ns;        /* worker only: when it last took an SQE from any ring */

@@ -188,8 +188,8 @@ static int find_worker_tid(void)
 
 /*
  * The daemon's worker thread (named pkv-worker), or -1 after 5 s: the
- * harness calls a daemon ready when its socket accepts, which can come
- * before the worker thread has started and named itself.
+ * daemon binds its socket after starting the thread, but the thread names
+ * itself once it runs.
  */
 static int worker_tid(void)
 {
@@ -280,6 +280,73 @@ START_TEST(test_client_on_every_cpu_is_not_spun_for)
 	}
 	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
 	pkv_disconnect(c);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
+}
+END_TEST
+
+/* How many CPUs the thread may run on once that is want, or as it is after ms. */
+static int cpus_within(int tid, int want, int ms)
+{
+	cpu_set_t m;
+	int n = -1;
+
+	for (int i = 0; i <= ms; i++) {
+		n = sched_getaffinity(tid, sizeof(m), &m) ? -1 : CPU_COUNT(&m);
+		if (n == want)
+			break;
+		usleep(1000);
+	}
+	return n;
+}
+
+START_TEST(test_lone_client_on_every_cpu_is_served_where_it_sleeps)
+{
+	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 4 << 20, .timeout_ms = 5000,
+				      .compute_threads = 4096 };
+	struct pkv_pool_params pp;
+	struct pkv_client *c, *other;
+	int32_t toks[64], otoks[20];
+	uint32_t seq, oseq, nc, k = 1;
+	cpu_set_t mine;
+	int tid, all;
+
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
+	all = CPU_COUNT(&mine); /* the daemon inherits our mask */
+	tid = worker_tid();
+	ck_assert_int_gt(tid, 0);
+	ck_assert_int_eq(pkv_connect(&o, &c), 0);
+	test_pool_params(&pp, "p");
+	ck_assert_int_eq(pkv_pool_attach(c, &pp), 0);
+	make_prompt(toks, 64, 4);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 20, &seq, &nc), 0);
+	ck_assert_float_le(step_and_check(c, seq, toks, 20, 0, NULL), 1e-5f);
+	/*
+	 * It claims every CPU, so it sleeps for each attend: with a step of it
+	 * open the worker runs only on the CPU it sleeps on (one CPU has nothing
+	 * to pin to: the mask stays whole).
+	 */
+	ck_assert_int_eq(pkv_step_begin(c, &seq, &k, toks + 20, 1), 0);
+	for (uint32_t l = 0; l < T_LAYERS; l++)
+		ck_assert_int_eq(attend_layer(c, toks, 20, 1, l, NULL), 0);
+	ck_assert_int_eq(cpus_within(tid, all >= 2 ? 1 : all, 2000), all >= 2 ? 1 : all);
+	/* A second client stepping beside it: the worker serves both from every CPU again. */
+	other = test_client(D.sock, "p", 4 << 20, 5000);
+	ck_assert_ptr_nonnull(other);
+	make_prompt(otoks, 20, 5);
+	ck_assert_int_eq(pkv_seq_open(other, otoks, 20, &oseq, &nc), 0);
+	ck_assert_uint_lt(nc, 20);
+	k = 20 - nc;
+	ck_assert_int_eq(pkv_step_begin(other, &oseq, &k, otoks + nc, 1), 0);
+	for (uint32_t l = 0; l < T_LAYERS; l++)
+		ck_assert_int_eq(attend_layer(other, otoks, nc, k, l, NULL), 0);
+	ck_assert_int_eq(cpus_within(tid, all, 2000), all);
+	ck_assert_int_eq(pkv_step_end(other), 0);
+	ck_assert_int_eq(pkv_step_end(c), 0);
+	ck_assert_int_eq(pkv_seq_close(other, oseq), 0);
+	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
+	pkv_disconnect(other);
+	pkv_disconnect(c);
+	ck_assert_int_eq(cpus_within(tid, all, 2000), all);
 	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
 END_TEST
@@ -488,6 +555,7 @@ static Suite *suite(void)
 	tcase_set_timeout(t, 60);
 	tcase_add_test(t, test_kept_ring_serves_steps_without_the_loop);
 	tcase_add_test(t, test_client_on_every_cpu_is_not_spun_for);
+	tcase_add_test(t, test_lone_client_on_every_cpu_is_served_where_it_sleeps);
 	tcase_add_test(t, test_ring_idle_mid_step_goes_back_and_still_serves);
 	tcase_add_test(t, test_hang_up_mid_step_releases_the_ring);
 	tcase_add_test(t, test_hostile_doorbell_leaves_others_served);
