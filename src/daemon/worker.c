@@ -1242,7 +1242,11 @@ static void *worker_main(void *arg)
 				quiet = 0;
 				w->last_take_ns = pkv_now_ns();
 				learn_gap(w, w->last_take_ns);
-				maybe_move(w);
+				/* Following a client: re-checked while hot too, so a second client stepping frees us at once. */
+				if (w->follow_cpu1)
+					follow_sleeper(w);
+				else
+					maybe_move(w);
 				continue;
 			}
 			if (!w->n_owned)
