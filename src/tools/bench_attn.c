@@ -39,6 +39,7 @@
 
 #include <pagedkv/dtype.h>
 #include "loader/loader.h"
+#include "bench_stats.h"
 
 #define STREAM_BYTES (1ull << 30)
 
@@ -109,19 +110,6 @@ static double now(void)
 
 	clock_gettime(bench_clock, &ts);
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* ---- STREAM read ---- */
@@ -221,8 +209,8 @@ static void sample_add(struct samples *s, double t, int preempted)
 static double sample_median(struct samples *s)
 {
 	if (s->nk >= 3)
-		return median(s->kept, s->nk);
-	return s->na ? median(s->all, s->na) : 0;
+		return bench_median(s->kept, s->nk);
+	return s->na ? bench_median(s->all, s->na) : 0;
 }
 
 /* Bytes one piece reads (each thread's share rounded to 4 KiB pages). */
@@ -456,7 +444,7 @@ static double time_calls(struct bench_pool *bp, struct batch_data *d, int decode
 	}
 	if (cpu_share)
 		*cpu_share = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / ((clock_s(CLOCK_MONOTONIC) - w0) * threads);
-	return median(t, n);
+	return bench_median(t, n);
 }
 
 /* What one decode row reports. */
@@ -558,10 +546,10 @@ static int decode_row(const struct pkv_host_api *api, const struct bench_pool *s
 	rs->cpu_share = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / ((clock_s(CLOCK_MONOTONIC) - w0) * threads);
 	rs->preempted = n_all ? 1.0 - (double)n_kept / n_all : 0;
 	rs->rounds = R;
-	rs->gbs = median(gbs, R);
+	rs->gbs = bench_median(gbs, R);
 	rs->us = rs->gbs > 0 ? bytes / rs->gbs / 1e3 : 0;
-	rs->stream_gbs = median(st, R);
-	rs->of_stream = median(ratio, R); /* sorts ratio */
+	rs->stream_gbs = bench_median(st, R);
+	rs->of_stream = bench_median(ratio, R); /* sorts ratio */
 	rs->of_stream_lo = ratio[R / 4];
 	rs->of_stream_hi = ratio[(3 * R) / 4 < R ? (3 * R) / 4 : R - 1];
 	return 0;
@@ -657,7 +645,7 @@ static int merge_rows(struct pkv_plugin *pl, uint32_t threads)
 				if (!ret)
 					printf("  merge   %-5s act %-4s batch %2u ctx %3u (own contexts): %7.1f us merged, %7.1f us "
 					       "as %u calls: %.2fx\n", shapes[0].name, a ? "f32" : "bf16", B, sk,
-					       median(t[0], 7) * 1e6, median(t[1], 7) * 1e6, B, median(t[1], 7) / median(t[0], 7));
+					       bench_median(t[0], 7) * 1e6, bench_median(t[1], 7) * 1e6, B, bench_median(t[1], 7) / bench_median(t[0], 7));
 			}
 	return ret;
 }
@@ -721,8 +709,8 @@ static int cascade_rows(const char *plugin, struct pkv_host *host, uint32_t thre
 			pool_close(&bp[0]);
 			if (ret)
 				break;
-			med[0] = median(t[0], 7);
-			med[1] = median(t[1], 7);
+			med[0] = bench_median(t[0], 7);
+			med[1] = bench_median(t[1], 7);
 			printf("  cascade %-5s cache %-4s act %-4s batch %2u (512 shared + 64 own): %7.1f us cascade, %7.1f us "
 			       "off: %.2fx\n", shapes[0].name, dt_name(cache_dt), a ? "f32" : "bf16", B, med[0] * 1e6, med[1] * 1e6, med[1] / med[0]);
 		}

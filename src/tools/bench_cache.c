@@ -7,6 +7,7 @@
 #include <time.h>
 #include "cache/cache_int.h"
 #include "common/clock.h"
+#include "bench_stats.h"
 
 #define BLOCK 16
 #define PROMPT 1000
@@ -19,19 +20,6 @@ static int commit(struct pkv_cache *c, struct pkv_step *st)
 		pkv_cache_step_layer_done(st, l);
 	return pkv_cache_step_commit(c, st);
 }
-static int cmp_d(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_d);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static struct pkv_cache *make_cache(void)
 {
 	struct pkv_geometry g = { 32, 32, 8, 128, PKV_DTYPE_BF16, BLOCK, POOL };
@@ -231,9 +219,9 @@ int main(int argc, char **argv)
 		}
 	}
 	{
-		double a = median(af, reps), m = median(mf, reps), s = median(sd, reps);
-		double p = median(sp, reps), h = median(lh, reps), x = median(lm, reps);
-		double o = median(ho, reps);
+		double a = bench_median(af, reps), m = bench_median(mf, reps), s = bench_median(sd, reps);
+		double p = bench_median(sp, reps), h = bench_median(lh, reps), x = bench_median(lm, reps);
+		double o = bench_median(ho, reps);
 
 		if (json) {
 			printf("{\"alloc_free_ns\": %.2f, \"step_ns_per_token\": %.2f, "

@@ -16,6 +16,7 @@
 #include "../../examples/llama/session.h"
 #include "bench_e2e_burst.h"
 #include "bench_peer.h"
+#include "bench_stats.h"
 
 struct opts {
 	struct session_opts so;
@@ -24,18 +25,6 @@ struct opts {
 	uint32_t prompt_len, decode_len;
 	const char *peer; /* llama-bench binary, or NULL */
 };
-
-static int cmp_d(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof *v, cmp_d);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* Text of about n tokens; `salt` makes its start unique so it never hits the prefix cache. */
 static int32_t *make_prompt(const struct tokenizer *t, uint32_t n, unsigned salt, int *out_n)
@@ -359,12 +348,12 @@ int main(int argc, char **argv)
 	for (int procs = 0; o.burst && procs < 2; procs++)
 		for (int on = 0; on < 2; on++)
 			for (int k = 0; k < 3; k++)
-				bm[procs][on][k] = median(bx[procs][on][k], o.reps);
-	double m_at = median(at, o.reps), m_ad = median(ad, o.reps), m_ab = median(ab, o.reps),
-	       m_as = median(as, o.reps);
-	double m_pf = median(pf, o.reps), m_dc = median(dc, o.reps), m_ai = median(ai, o.reps),
-	       m_ap = median(ap, o.reps), m_tc = median(tc, o.reps), m_tw = median(tw, o.reps);
-	double m_ppf = o.peer ? median(ppf, o.reps) : 0, m_pdc = o.peer ? median(pdc, o.reps) : 0;
+				bm[procs][on][k] = bench_median(bx[procs][on][k], o.reps);
+	double m_at = bench_median(at, o.reps), m_ad = bench_median(ad, o.reps), m_ab = bench_median(ab, o.reps),
+	       m_as = bench_median(as, o.reps);
+	double m_pf = bench_median(pf, o.reps), m_dc = bench_median(dc, o.reps), m_ai = bench_median(ai, o.reps),
+	       m_ap = bench_median(ap, o.reps), m_tc = bench_median(tc, o.reps), m_tw = bench_median(tw, o.reps);
+	double m_ppf = o.peer ? bench_median(ppf, o.reps) : 0, m_pdc = o.peer ? bench_median(pdc, o.reps) : 0;
 	if (o.json) {
 		printf("{\"model\": \"%s\", \"attention\": \"%s\", \"kv_dtype\": \"%s\", \"isa\": \"%s\", \"threads\": %d, "
 		       "\"reps\": %d, \"prompt_tokens\": %u, \"decode_tokens\": %u, "

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../../examples/llama/engine.h"
+#include "bench_stats.h"
 
 #define CONVS 8
 #define SYS_TOKENS 546
@@ -186,13 +187,6 @@ static int run_procs(const struct session_opts *so, int sharing, unsigned salt, 
 	return ok == CONVS ? 0 : -EIO;
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 int e2e_burst(const struct session_opts *so, int procs, int sharing, unsigned salt, struct burst_figures *f)
 {
 	struct conv_report rep[CONVS] = { 0 };
@@ -221,7 +215,7 @@ int e2e_burst(const struct session_opts *so, int procs, int sharing, unsigned sa
 		ttft[i] = rep[i].ttft_ms;
 		sum += ttft[i];
 	}
-	qsort(ttft, CONVS, sizeof *ttft, cmp_d);
+	qsort(ttft, CONVS, sizeof *ttft, bench_cmp_double);
 	f->ttft_mean_ms = sum / CONVS;
 	f->ttft_p99_ms = ttft[CONVS - 1];   /* of 8, the 99th percentile is the slowest */
 	return 0;

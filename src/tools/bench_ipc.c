@@ -17,6 +17,7 @@
 #include <pagedkv/pagedkv.h>
 #include "common/clock.h"
 #include "loader/loader.h"
+#include "bench_stats.h"
 
 /* SmolLM2-135M attention shape. */
 #define L 30u
@@ -492,19 +493,6 @@ static int daemon_step(struct pkv_client *c, uint32_t seq, const struct tensors 
 	return r;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median_d(double *v, size_t n)
-{
-	qsort(v, n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /*
  * 30-layer decode steps through the daemon against the same steps
  * in-process, in alternating rounds: the host time-slices this machine's
@@ -547,9 +535,9 @@ static int bench_step30(const char *sock, const struct opts *o, struct results *
 	}
 	inproc_close(&ip);
 	if (!r) {
-		res->step_overhead_pct = 100.0 * (median_d(ratio, STEP_ROUNDS) - 1.0);
-		res->step_daemon_us = median_d(dm, STEP_ROUNDS);
-		res->step_inproc_us = median_d(im, STEP_ROUNDS);
+		res->step_overhead_pct = 100.0 * (bench_median(ratio, STEP_ROUNDS) - 1.0);
+		res->step_daemon_us = bench_median(dm, STEP_ROUNDS);
+		res->step_inproc_us = bench_median(im, STEP_ROUNDS);
 	} else {
 		fprintf(stderr, "pkv-bench ipc: 30-layer steps: %s (%s)\n", pkv_strerror(r), pkv_last_error(c));
 	}
@@ -687,8 +675,8 @@ static int bench_coalesce(const struct opts *o, struct results *res, int shared)
 				else
 					off[r] = tps;
 			}
-		qsort(on, reps, sizeof(double), cmp_double);
-		qsort(off, reps, sizeof(double), cmp_double);
+		qsort(on, reps, sizeof(double), bench_cmp_double);
+		qsort(off, reps, sizeof(double), bench_cmp_double);
 		(shared ? res->coal_sh : res->coal)[c].on = on[reps / 2];
 		(shared ? res->coal_sh : res->coal)[c].off = off[reps / 2];
 		/* The headline figure is the 8-client one (the last count when 8 is not asked for). */

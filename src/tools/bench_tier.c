@@ -17,6 +17,7 @@
 #include "common/msg.h"
 #include "common/proto.h"
 #include "tier/tier.h"
+#include "bench_stats.h"
 
 struct opts {
 	const char *dir;
@@ -32,19 +33,6 @@ static double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, uint32_t n)
-{
-	qsort(v, n, sizeof(*v), cmp_d);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static void rm_rf(const char *path)
@@ -314,15 +302,15 @@ static int bench_bandwidth(const struct opts *o, struct bw *res)
 			r, sp[r], sb[r], rw[r], fe[r], rr[r]);
 		rm_rf(dir);
 	}
-	res->spill_gbps = median(sp, runs);
-	res->behind_gbps = median(sb, runs);
-	res->ratio_spill = median(qs, runs);
-	res->ratio_behind = median(qb, runs);
-	res->fetch_gbps = median(fe, runs);
-	res->ref_w_gbps = median(rw, runs);
-	res->ref_r_gbps = median(rr, runs);
-	res->dev_w_gbps = median(dw, runs);
-	res->dev_r_gbps = median(dr, runs);
+	res->spill_gbps = bench_median(sp, runs);
+	res->behind_gbps = bench_median(sb, runs);
+	res->ratio_spill = bench_median(qs, runs);
+	res->ratio_behind = bench_median(qb, runs);
+	res->fetch_gbps = bench_median(fe, runs);
+	res->ref_w_gbps = bench_median(rw, runs);
+	res->ref_r_gbps = bench_median(rr, runs);
+	res->dev_w_gbps = bench_median(dw, runs);
+	res->dev_r_gbps = bench_median(dr, runs);
 	return 0;
 }
 
@@ -391,7 +379,7 @@ static int bench_startup(const struct opts *o, struct startup *res)
 		res->rss_bytes_per_block = st.blocks ? (double)(rss_bytes() - rss0) / (double)st.blocks : 0;
 		pkv_tier_close(t);
 	}
-	res->open_s = median(opens, 5);
+	res->open_s = bench_median(opens, 5);
 	if (!o->startup_dir)
 		rm_rf(dir);
 	return res->blocks == o->startup_blocks ? 0 : -1;
@@ -631,7 +619,7 @@ static int bench_opens(const struct opts *o, struct opens *res)
 			v[k][i] = *f[k];
 		if (i + 1 == runs)
 			for (int k = 0; k < F; k++)
-				*f[k] = median(v[k], runs);
+				*f[k] = bench_median(v[k], runs);
 	}
 	return 0;
 }

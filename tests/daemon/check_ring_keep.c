@@ -214,14 +214,32 @@ static int policy_within(int tid, int want, int ms)
 	return p;
 }
 
-START_TEST(test_client_on_every_cpu_is_not_spun_for)
+/*
+ * A client of D saying it computes on more threads than there are CPUs,
+ * with a 20-token sequence of prompt seed `seed` (toks: 64) prefilled.
+ */
+static struct pkv_client *client_on_every_cpu(int32_t *toks, int32_t seed, uint32_t *seq)
 {
 	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 4 << 20, .timeout_ms = 5000,
 				      .compute_threads = 4096 };
 	struct pkv_pool_params pp;
 	struct pkv_client *c;
+	uint32_t nc;
+
+	ck_assert_int_eq(pkv_connect(&o, &c), 0);
+	test_pool_params(&pp, "p");
+	ck_assert_int_eq(pkv_pool_attach(c, &pp), 0);
+	make_prompt(toks, 64, seed);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 20, seq, &nc), 0);
+	ck_assert_float_le(step_and_check(c, *seq, toks, 20, 0, NULL), 1e-5f);
+	return c;
+}
+
+START_TEST(test_client_on_every_cpu_is_not_spun_for)
+{
+	struct pkv_client *c;
 	int32_t toks[64];
-	uint32_t seq, nc;
+	uint32_t seq;
 	long before, after;
 	char path[96];
 	int tid;
@@ -238,13 +256,7 @@ START_TEST(test_client_on_every_cpu_is_not_spun_for)
 	unsetenv("PAGEDKV_SPIN_POLICY");
 	tid = worker_tid();
 	ck_assert_int_gt(tid, 0);
-	o.socket_path = D.sock;
-	ck_assert_int_eq(pkv_connect(&o, &c), 0);
-	test_pool_params(&pp, "p");
-	ck_assert_int_eq(pkv_pool_attach(c, &pp), 0);
-	make_prompt(toks, 64, 3);
-	ck_assert_int_eq(pkv_seq_open(c, toks, 20, &seq, &nc), 0);
-	ck_assert_float_le(step_and_check(c, seq, toks, 20, 0, NULL), 1e-5f);
+	c = client_on_every_cpu(toks, 3, &seq);
 	/*
 	 * The client says it computes on more threads than there are CPUs:
 	 * between its attends (200 us apart, within the gap the worker would
@@ -301,9 +313,6 @@ static int cpus_within(int tid, int want, int ms)
 
 START_TEST(test_lone_client_on_every_cpu_is_served_where_it_sleeps)
 {
-	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 4 << 20, .timeout_ms = 5000,
-				      .compute_threads = 4096 };
-	struct pkv_pool_params pp;
 	struct pkv_client *c, *other;
 	int32_t toks[64], otoks[20];
 	uint32_t seq, oseq, nc, k = 1;
@@ -314,12 +323,7 @@ START_TEST(test_lone_client_on_every_cpu_is_served_where_it_sleeps)
 	all = CPU_COUNT(&mine); /* the daemon inherits our mask */
 	tid = worker_tid();
 	ck_assert_int_gt(tid, 0);
-	ck_assert_int_eq(pkv_connect(&o, &c), 0);
-	test_pool_params(&pp, "p");
-	ck_assert_int_eq(pkv_pool_attach(c, &pp), 0);
-	make_prompt(toks, 64, 4);
-	ck_assert_int_eq(pkv_seq_open(c, toks, 20, &seq, &nc), 0);
-	ck_assert_float_le(step_and_check(c, seq, toks, 20, 0, NULL), 1e-5f);
+	c = client_on_every_cpu(toks, 4, &seq);
 	/*
 	 * It claims every CPU, so it sleeps for each attend: with a step of it
 	 * open the worker runs only on the CPU it sleeps on (one CPU has nothing
