@@ -20,6 +20,7 @@ static int commit(struct pkv_cache *c, struct pkv_step *st)
 		pkv_cache_step_layer_done(st, l);
 	return pkv_cache_step_commit(c, st);
 }
+
 static struct pkv_cache *make_cache(void)
 {
 	struct pkv_geometry g = { 32, 32, 8, 128, PKV_DTYPE_BF16, BLOCK, POOL };

@@ -538,10 +538,10 @@ static int bench_step30(const char *sock, const struct opts *o, struct results *
 		res->step_overhead_pct = 100.0 * (bench_median(ratio, STEP_ROUNDS) - 1.0);
 		res->step_daemon_us = bench_median(dm, STEP_ROUNDS);
 		res->step_inproc_us = bench_median(im, STEP_ROUNDS);
-	} else {
-		fprintf(stderr, "pkv-bench ipc: 30-layer steps: %s (%s)\n", pkv_strerror(r), pkv_last_error(c));
 	}
 out:
+	if (r)
+		fprintf(stderr, "pkv-bench ipc: 30-layer steps: %s (%s)\n", pkv_strerror(r), c ? pkv_last_error(c) : "");
 	if (c)
 		pkv_disconnect(c);
 	free(dv);
