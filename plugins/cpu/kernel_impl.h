@@ -18,7 +18,7 @@
  *   (dim pair) x (16 keys) vectors, or AMX tiles (TDPBF16PS) for 16-row
  *   blocks and decode heads.
  * - Softmax: online (flash-attention), f32, a tile of 32 scores per row
- *   exponentiated as two vectors; rows that see no key stay at l = 0 -> 0.
+ *   exponentiated in native vectors (2 zmm, 4 ymm, 8 xmm); rows that see no key stay at l = 0 -> 0.
  * - PV: f32 rows of V broadcast-multiplied into per-row accumulators, or
  *   for bf16 key pairs interleaved once per tile with P rounded to bf16
  *   (vdpbf16ps / AMX), accumulating in f32.
@@ -53,11 +53,6 @@ static inline v16sf ld(const float *p)
 static inline void st(float *p, v16sf v)
 {
 	memcpy(p, &v, sizeof(v));
-}
-
-static inline v16sf splat(float x)
-{
-	return (v16sf){ 0 } + x;
 }
 
 static inline v16sf as_f(v16si i)
@@ -128,37 +123,6 @@ static inline v4sf hsum4(v16sf a, v16sf b, v16sf c, v16sf d)
 	return __builtin_shufflevector(abcd, abcd, 0, 1, 2, 3) + __builtin_shufflevector(abcd, abcd, 4, 5, 6, 7);
 }
 
-/*
- * e^x for a vector, relative error ~2e-7; exactly 0 below -87.3 (so -inf,
- * a masked score, gives a probability of exactly 0).
- */
-static inline v16sf vexp(v16sf x)
-{
-	v16si under = x < splat(-87.3f);
-	v16sf xc = sel(x > splat(88.3f), splat(88.3f), sel(under, splat(-87.3f), x));
-	v16sf n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;
-	v16sf r = xc - n * 0.693145752f;
-	v16sf p;
-	v16si e;
-
-	r = r - n * 1.42860677e-6f;
-	p = splat(1.0f / 720);
-	p = p * r + 1.0f / 120;
-	p = p * r + 1.0f / 24;
-	p = p * r + 1.0f / 6;
-	p = p * r + 0.5f;
-	p = p * r + 1.0f;
-	p = p * r + 1.0f;
-	e = (__builtin_convertvector(n, v16si) + 127) << 23;
-	return as_f(as_i(p * as_f(e)) & ~under);
-}
-
-/* tanh via e^(2x): 1 - 2 / (e^2x + 1); saturates cleanly to +-1. */
-static inline v16sf vtanh(v16sf x)
-{
-	return 1.0f - 2.0f / (vexp(x + x) + 1.0f);
-}
-
 /* 16 elements of dtype at p as f32. */
 static inline v16sf cvt16(const void *p, uint32_t dtype)
 {
@@ -220,6 +184,59 @@ typedef v8sf vnat;
 typedef v4sf vnat;
 #define NW 4u
 #endif
+typedef int32_t vnati __attribute__((vector_size(sizeof(vnat))));
+
+/* mask ? a : b in the native width, where mask lanes are all-ones or zero. */
+static inline vnat seln(vnati mask, vnat a, vnat b)
+{
+	return (vnat)(((vnati)a & mask) | ((vnati)b & ~mask));
+}
+
+/*
+ * e^x for a vector, relative error ~2e-7; exactly 0 below -87.3 (so -inf,
+ * a masked score, gives a probability of exactly 0).
+ */
+static inline vnat vexp(vnat x)
+{
+	const vnat z = { 0 };
+	vnati under = x < z - 87.3f;
+	vnat xc = seln(x > z + 88.3f, z + 88.3f, seln(under, z - 87.3f, x));
+	vnat n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;
+	vnat r = xc - n * 0.693145752f;
+	vnat p;
+	vnati e;
+
+	r = r - n * 1.42860677e-6f;
+	p = z + 1.0f / 720;
+	p = p * r + 1.0f / 120;
+	p = p * r + 1.0f / 24;
+	p = p * r + 1.0f / 6;
+	p = p * r + 0.5f;
+	p = p * r + 1.0f;
+	p = p * r + 1.0f;
+	e = (__builtin_convertvector(n, vnati) + 127) << 23;
+	return (vnat)((vnati)(p * (vnat)e) & ~under);
+}
+
+/* tanh via e^(2x): 1 - 2 / (e^2x + 1); saturates cleanly to +-1. */
+static inline vnat vtanh(vnat x)
+{
+	return 1.0f - 2.0f / (vexp(x + x) + 1.0f);
+}
+
+/* The largest lane of a native vector. */
+static inline float hmaxn(vnat v)
+{
+#if defined(__AVX512F__)
+	return hmax(v);
+#else
+	float m = v[0];
+
+	for (uint32_t i = 1; i < NW; i++)
+		m = v[i] > m ? v[i] : m;
+	return m;
+#endif
+}
 
 static inline vnat ldn(const float *p)
 {
@@ -253,6 +270,18 @@ static inline v4sf hsum4n(vnat a, vnat b, vnat c, vnat d)
 	v4sf cd = __builtin_shufflevector(c4, d4, 0, 4, 2, 6) + __builtin_shufflevector(c4, d4, 1, 5, 3, 7);
 
 	return __builtin_shufflevector(ab, cd, 0, 1, 4, 5) + __builtin_shufflevector(ab, cd, 2, 3, 6, 7);
+#endif
+}
+
+/* The sum of a native vector's lanes. */
+static inline float hsumn(vnat v)
+{
+#if defined(__AVX512F__)
+	return hsum(v);
+#else
+	const vnat z = { 0 };
+
+	return hsum4n(v, z, z, z)[0];
 #endif
 }
 
@@ -740,50 +769,65 @@ static void accumulate_pv(const struct cpu_call *c, struct cpu_scratch *sc, cons
  */
 static void softmax_tile(const struct cpu_call *c, struct cpu_scratch *sc, uint32_t t0, uint32_t nt, uint32_t R)
 {
-	const v16sf ninf = splat(-INFINITY);
-	v16si idx0 = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 };
-	uint32_t nc = c->hdp / 16, r, k;
+	enum { NV = CPU_TK / NW };
+	const vnat ninf = (vnat){ 0 } - INFINITY, z = { 0 };
+	vnati idx0;
+	uint32_t nc = c->hdp / NW, r, k, j;
 
+	for (j = 0; j < NW; j++)
+		idx0[j] = (int32_t)j;
 	for (r = 0; r < R; r++) {
 		float *s = sc->s + (size_t)r * CPU_TK;
-		v16sf s0 = ld(s) * c->scale, s1 = ld(s + 16) * c->scale;
-		/* Key index of each lane relative to this row's visible range. */
-		v16si j0 = idx0 + (int32_t)t0, j1 = j0 + 16;
+		vnat sv[NV], m, sum = z;
 		int32_t lo = sc->lo[r], hi = sc->hi[r];
 		int32_t last = (int32_t)(t0 + nt) - 1;
 		float mt, mnew, corr;
-		v16sf e0, e1;
 
+#pragma GCC unroll 8
+		for (j = 0; j < NV; j++)
+			sv[j] = ldn(s + NW * j) * c->scale;
 		if (c->softcap > 0) {
-			s0 = c->softcap * vtanh(s0 * (1.0f / c->softcap));
-			s1 = c->softcap * vtanh(s1 * (1.0f / c->softcap));
+#pragma GCC unroll 8
+			for (j = 0; j < NV; j++)
+				sv[j] = c->softcap * vtanh(sv[j] * (1.0f / c->softcap));
 		}
 		if (lo > (int32_t)t0 || hi < last || nt < CPU_TK) {
+			/* Key index of each lane relative to this row's visible range. */
 			int32_t h = hi < last ? hi : last;
 
-			s0 = sel((j0 >= lo) & (j0 <= h), s0, ninf);
-			s1 = sel((j1 >= lo) & (j1 <= h), s1, ninf);
+#pragma GCC unroll 8
+			for (j = 0; j < NV; j++) {
+				vnati jv = idx0 + (int32_t)(t0 + NW * j);
+
+				sv[j] = seln((jv >= lo) & (jv <= h), sv[j], ninf);
+			}
 		}
-		mt = hmax(vmax(s0, s1));
+		m = sv[0];
+#pragma GCC unroll 8
+		for (j = 1; j < NV; j++)
+			m = seln(sv[j] > m, sv[j], m);
+		mt = hmaxn(m);
 		mnew = mt > sc->m[r] ? mt : sc->m[r];
 		if (mnew == -INFINITY) {
 			/* Nothing visible yet: probabilities 0, state unchanged. */
-			st(s, (v16sf){ 0 });
-			st(s + 16, (v16sf){ 0 });
+			memset(s, 0, CPU_TK * sizeof(float));
 			continue;
 		}
-		e0 = vexp(s0 - mnew);
-		e1 = vexp(s1 - mnew);
-		st(s, e0);
-		st(s + 16, e1);
+#pragma GCC unroll 8
+		for (j = 0; j < NV; j++) {
+			vnat e = vexp(sv[j] - mnew);
+
+			stn(s + NW * j, e);
+			sum += e;
+		}
 		corr = sc->m[r] == -INFINITY ? 0.0f : expf(sc->m[r] - mnew);
-		sc->l[r] = sc->l[r] * corr + hsum(e0 + e1);
+		sc->l[r] = sc->l[r] * corr + hsumn(sum);
 		sc->m[r] = mnew;
 		if (corr != 1.0f) {
 			float *a = sc->acc + (size_t)r * c->hdp;
 
 			for (k = 0; k < nc; k++)
-				st(a + 16 * k, ld(a + 16 * k) * corr);
+				stn(a + NW * k, ldn(a + NW * k) * corr);
 		}
 	}
 }
@@ -1448,7 +1492,7 @@ static inline __attribute__((always_inline)) void pv_decf_rows(const struct cpu_
 #pragma GCC unroll 4
 		for (j = 0; j < nr; j++) {
 			float pj = pr[j * CPU_TK + t];
-			/* A broadcast of pj (splat's 0 + pj would be one more dependent add). */
+			/* A broadcast of pj ((v16sf){ 0 } + pj would be one more dependent add). */
 			v16sf p = { pj, pj, pj, pj, pj, pj, pj, pj, pj, pj, pj, pj, pj, pj, pj, pj };
 
 #pragma GCC unroll 4
