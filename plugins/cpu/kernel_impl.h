@@ -295,7 +295,7 @@ static inline vnat cvtn(const void *p, uint32_t dtype)
 		return (vnat)_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(p)), 16));
 	return (vnat)_mm256_cvtph_ps(_mm_loadu_si128(p));
 #else
-	vnat v;
+	vnat v = { 0 };
 
 	for (uint32_t i = 0; i < NW; i++)
 		v[i] = pkv_cpu_load(p, dtype, i);
@@ -682,9 +682,21 @@ static void unpermute_acc(float *a, uint32_t hd)
 }
 #endif
 
-/* Scores of R query vectors against nt keys (rows of f32 at krow[t], hdp long). */
-static void scores_f32(const struct cpu_call *c, struct cpu_scratch *sc, const float *const *krow,
-		       uint32_t nt, uint32_t R)
+/*
+ * NW elements of a K or V row from element i on: f32 rows as stored, bf16
+ * and f16 rows widened as loaded (dt is a constant at every call).
+ */
+static inline __attribute__((always_inline)) vnat ldrow(const void *row, uint32_t i, uint32_t dt)
+{
+	if (dt == PKV_DTYPE_F32)
+		return ldn((const float *)row + i);
+	return cvtn((const char *)row + (size_t)i * 2, dt);
+}
+
+/* Scores of R query vectors against nt keys (rows of dt at krow[t], hdp long). */
+static inline __attribute__((always_inline)) void scores_rows(const struct cpu_call *c, struct cpu_scratch *sc,
+							      const void *const *krow, uint32_t nt, uint32_t R,
+							      uint32_t dt)
 {
 	uint32_t nc = c->hdp / NW, r, t, k;
 
@@ -693,16 +705,16 @@ static void scores_f32(const struct cpu_call *c, struct cpu_scratch *sc, const f
 		float *s = sc->s + (size_t)r * CPU_TK;
 
 		for (t = 0; t + 4 <= nt; t += 4) {
-			const float *k0 = krow[t], *k1 = krow[t + 1], *k2 = krow[t + 2], *k3 = krow[t + 3];
+			const void *k0 = krow[t], *k1 = krow[t + 1], *k2 = krow[t + 2], *k3 = krow[t + 3];
 			vnat a0 = { 0 }, a1 = { 0 }, a2 = { 0 }, a3 = { 0 };
 
 			for (k = 0; k < nc; k++) {
 				vnat qv = ldn(q + NW * k);
 
-				a0 += qv * ldn(k0 + NW * k);
-				a1 += qv * ldn(k1 + NW * k);
-				a2 += qv * ldn(k2 + NW * k);
-				a3 += qv * ldn(k3 + NW * k);
+				a0 += qv * ldrow(k0, NW * k, dt);
+				a1 += qv * ldrow(k1, NW * k, dt);
+				a2 += qv * ldrow(k2, NW * k, dt);
+				a3 += qv * ldrow(k3, NW * k, dt);
 			}
 			{
 				v4sf h = hsum4n(a0, a1, a2, a3);
@@ -714,15 +726,16 @@ static void scores_f32(const struct cpu_call *c, struct cpu_scratch *sc, const f
 			vnat a0 = { 0 }, z = { 0 };
 
 			for (k = 0; k < nc; k++)
-				a0 += ldn(q + NW * k) * ldn(krow[t] + NW * k);
+				a0 += ldn(q + NW * k) * ldrow(krow[t], NW * k, dt);
 			s[t] = hsum4n(a0, z, z, z)[0];
 		}
 	}
 }
 
-/* acc[r] += P[r] . V for a tile, 4 rows at a time sharing each V load. */
-static void accumulate_pv(const struct cpu_call *c, struct cpu_scratch *sc, const float *const *vrow,
-			  uint32_t nt, uint32_t R)
+/* acc[r] += P[r] . V for a tile (rows of dt), 4 rows at a time sharing each V load. */
+static inline __attribute__((always_inline)) void pv_rows(const struct cpu_call *c, struct cpu_scratch *sc,
+							  const void *const *vrow, uint32_t nt, uint32_t R,
+							  uint32_t dt)
 {
 	uint32_t nc = c->hdp / NW, r, t, k;
 
@@ -733,7 +746,7 @@ static void accumulate_pv(const struct cpu_call *c, struct cpu_scratch *sc, cons
 			vnat a0 = ldn(a), a1 = ldn(a + c->hdp), a2 = ldn(a + 2 * c->hdp), a3 = ldn(a + 3 * c->hdp);
 
 			for (t = 0; t < nt; t++) {
-				vnat v = ldn(vrow[t] + NW * k);
+				vnat v = ldrow(vrow[t], NW * k, dt);
 
 				a0 += p[t] * v;
 				a1 += p[CPU_TK + t] * v;
@@ -752,15 +765,54 @@ static void accumulate_pv(const struct cpu_call *c, struct cpu_scratch *sc, cons
 			vnat a0 = ldn(a), a1 = { 0 };
 
 			for (t = 0; t + 2 <= nt; t += 2) {
-				a0 += p[t] * ldn(vrow[t] + NW * k);
-				a1 += p[t + 1] * ldn(vrow[t + 1] + NW * k);
+				a0 += p[t] * ldrow(vrow[t], NW * k, dt);
+				a1 += p[t + 1] * ldrow(vrow[t + 1], NW * k, dt);
 			}
 			if (t < nt)
-				a0 += p[t] * ldn(vrow[t] + NW * k);
+				a0 += p[t] * ldrow(vrow[t], NW * k, dt);
 			stn(a, a0 + a1);
 		}
 	}
 }
+
+static void scores_f32(const struct cpu_call *c, struct cpu_scratch *sc, const float *const *krow,
+		       uint32_t nt, uint32_t R)
+{
+	scores_rows(c, sc, (const void *const *)krow, nt, R, PKV_DTYPE_F32);
+}
+
+static void accumulate_pv(const struct cpu_call *c, struct cpu_scratch *sc, const float *const *vrow,
+			  uint32_t nt, uint32_t R)
+{
+	pv_rows(c, sc, (const void *const *)vrow, nt, R, PKV_DTYPE_F32);
+}
+
+#if !defined(__AVX512F__)
+/*
+ * Scores and PV straight from bf16 / f16 rows, widened as loaded (a
+ * vpmovzxwd and a shift, or a vcvtph2ps, per 8 values on AVX2): converting
+ * each tile's rows into scratch first wrote and read every value once more,
+ * and a bf16 decode read at 31 % of STREAM. The AVX-512 kernels keep the
+ * conversion (or use vdpbf16ps and their decode loops).
+ */
+static void scores_widen(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *krow,
+			 uint32_t nt, uint32_t R)
+{
+	if (c->cdt == PKV_DTYPE_BF16)
+		scores_rows(c, sc, (const void *const *)krow, nt, R, PKV_DTYPE_BF16);
+	else
+		scores_rows(c, sc, (const void *const *)krow, nt, R, PKV_DTYPE_F16);
+}
+
+static void pv_widen(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *vrow, uint32_t nt,
+		     uint32_t R)
+{
+	if (c->cdt == PKV_DTYPE_BF16)
+		pv_rows(c, sc, (const void *const *)vrow, nt, R, PKV_DTYPE_BF16);
+	else
+		pv_rows(c, sc, (const void *const *)vrow, nt, R, PKV_DTYPE_F16);
+}
+#endif
 
 /*
  * Online softmax over one tile: turns row r's scores into probabilities
@@ -873,6 +925,7 @@ struct item_plan {
 	int32_t kstart, kend;   /* keys [kstart, kend) cover every row's visible range; kend <= 0: none */
 	uint32_t Rh, R;         /* rows per KV head, rows in all */
 	int direct;             /* f32 cache rows used in place */
+	int load16;             /* tile path: bf16 / f16 rows widened as loaded (kernels without AVX-512) */
 	int use_dp, use_dp_pv;  /* bf16 scores / PV with vdpbf16ps */
 	int use_amx, kdirect;   /* AMX tiles; AMX scores straight from K rows */
 	uint32_t *qt;           /* AMX kdirect: [nkvh][hd/2][Rh] Q^T pairs */
@@ -1054,6 +1107,12 @@ static void head_scores(const struct cpu_call *c, const struct item_plan *pl, st
 	}
 #endif
 	prefetch_rows(c, knext);
+#if !defined(__AVX512F__)
+	if (pl->load16) {
+		scores_widen(c, v, kraw, nt, pl->Rh);
+		return;
+	}
+#endif
 	for (t = 0; t < nt; t++) {
 		if (pl->direct) {
 			krow[t] = (const float *)kraw[t];
@@ -1085,6 +1144,12 @@ static void head_pv(const struct cpu_call *c, const struct item_plan *pl, struct
 	}
 #endif
 	prefetch_rows(c, vnext);
+#if !defined(__AVX512F__)
+	if (pl->load16) {
+		pv_widen(c, v, vraw, nt, pl->Rh);
+		return;
+	}
+#endif
 	for (t = 0; t < nt; t++) {
 		if (pl->direct) {
 			vrow[t] = (const float *)vraw[t];
@@ -1821,6 +1886,7 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, con
 	pl.Rh = it->nq * c->G;
 	pl.R = pl.Rh * it->nkvh;
 	pl.direct = c->cdt == PKV_DTYPE_F32 && c->hd == c->hdp;
+	pl.load16 = (c->cdt == PKV_DTYPE_BF16 || c->cdt == PKV_DTYPE_F16) && c->hd == c->hdp;
 #if defined(KERNEL_DPBF16)
 	pl.use_dp = c->cdt == PKV_DTYPE_BF16 && c->adt == PKV_DTYPE_BF16;
 	pl.use_dp_pv = pl.use_dp && c->hd % 32 == 0;
