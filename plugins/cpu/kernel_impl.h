@@ -787,6 +787,15 @@ static void accumulate_pv(const struct cpu_call *c, struct cpu_scratch *sc, cons
 	pv_rows(c, sc, (const void *const *)vrow, nt, R, PKV_DTYPE_F32);
 }
 
+/*
+ * Rows per KV head up to which the tile path widens 16-bit rows as loaded:
+ * each row of the tile is loaded once per query row, so with many rows (a
+ * prefill's 16 queries x G) converting the tile once pays (AVX2 bf16 prefill
+ * hd128 read 16-19 GFLOP/s widening per row against 25-29 converting).
+ */
+#ifndef LOAD16_MAX_ROWS
+#define LOAD16_MAX_ROWS 8u
+#endif
 #if !defined(__AVX512F__)
 /*
  * Scores and PV straight from bf16 / f16 rows, widened as loaded (a
@@ -1886,7 +1895,8 @@ static void attend_item(const struct cpu_call *c, const struct cpu_item *it, con
 	pl.Rh = it->nq * c->G;
 	pl.R = pl.Rh * it->nkvh;
 	pl.direct = c->cdt == PKV_DTYPE_F32 && c->hd == c->hdp;
-	pl.load16 = (c->cdt == PKV_DTYPE_BF16 || c->cdt == PKV_DTYPE_F16) && c->hd == c->hdp;
+	pl.load16 = (c->cdt == PKV_DTYPE_BF16 || c->cdt == PKV_DTYPE_F16) && c->hd == c->hdp &&
+		    pl.Rh <= LOAD16_MAX_ROWS;
 #if defined(KERNEL_DPBF16)
 	pl.use_dp = c->cdt == PKV_DTYPE_BF16 && c->adt == PKV_DTYPE_BF16;
 	pl.use_dp_pv = pl.use_dp && c->hd % 32 == 0;
