@@ -63,25 +63,6 @@ static inline v16sf as_f(v16si i)
 	return f;
 }
 
-static inline v16si as_i(v16sf f)
-{
-	v16si i;
-
-	memcpy(&i, &f, sizeof(i));
-	return i;
-}
-
-/* mask ? a : b, where mask lanes are all-ones or zero. */
-static inline v16sf sel(v16si mask, v16sf a, v16sf b)
-{
-	return as_f((as_i(a) & mask) | (as_i(b) & ~mask));
-}
-
-static inline v16sf vmax(v16sf a, v16sf b)
-{
-	return sel(a > b, a, b);
-}
-
 static inline float hsum(v16sf v)
 {
 	v8sf a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
@@ -89,15 +70,6 @@ static inline float hsum(v16sf v)
 	v4sf b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
 
 	return (b[0] + b[2]) + (b[1] + b[3]);
-}
-
-static inline float hmax(v16sf v)
-{
-	v = vmax(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
-	v = vmax(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
-	v = vmax(v, __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
-	v = vmax(v, __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
-	return v[0];
 }
 
 /* Horizontal sums of four vectors at once: [sum a, sum b, sum c, sum d]. */
@@ -228,7 +200,17 @@ static inline vnat vtanh(vnat x)
 static inline float hmaxn(vnat v)
 {
 #if defined(__AVX512F__)
-	return hmax(v);
+	/* A halving tree: each step keeps the larger of every lane and its partner. */
+	vnat t = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+
+	v = seln(v > t, v, t);
+	t = __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+	v = seln(v > t, v, t);
+	t = __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+	v = seln(v > t, v, t);
+	t = __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+	v = seln(v > t, v, t);
+	return v[0];
 #else
 	float m = v[0];
 
@@ -866,7 +848,7 @@ static void softmax_tile(const struct cpu_call *c, struct cpu_scratch *sc, uint3
 		m = sv[0];
 #pragma GCC unroll 8
 		for (j = 1; j < NV; j++)
-			m = seln(sv[j] > m, sv[j], m);
+			m = seln(m > sv[j], m, sv[j]);
 		mt = hmaxn(m);
 		mnew = mt > sc->m[r] ? mt : sc->m[r];
 		if (mnew == -INFINITY) {
