@@ -1038,8 +1038,7 @@ static void follow_sleeper(struct worker *w)
 			n++;
 			cpu1 = claims_all(w, w->owned[i]) ? pkv_ring_peer_cpu(&w->owned[i]->s->cq) : 0;
 		}
-	if (n != 1 || !cpu1 || cpu1 > CPU_SETSIZE || !CPU_ISSET(cpu1 - 1, &w->home) ||
-	    CPU_COUNT(&w->home) < 2) {
+	if (n != 1 || !cpu1 || cpu1 > CPU_SETSIZE || !CPU_ISSET(cpu1 - 1, &w->home) || w->ncpu < 2) {
 		if (w->follow_cpu1)
 			go_home(w);
 		return;

@@ -426,10 +426,10 @@ static int daemon_fds(void)
 }
 
 /*
- * The daemon's descriptors once it is fully up: the harness calls it ready
- * when its socket accepts, before the daemon has set up its io_uring and
- * worker (a slow start, as under ASan, opened two more after a first count).
- * A round trip proves the loop runs; then the count must hold still.
+ * The daemon's descriptors once it is serving: it binds its socket after its
+ * io_uring and worker exist, and a round trip and a count that holds still
+ * keep whatever a first connection opens out of the leak comparison (an ASan
+ * CI run once counted two descriptors more after than before).
  */
 static int settled_daemon_fds(void)
 {
