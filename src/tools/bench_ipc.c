@@ -270,18 +270,21 @@ static int prefill(struct pkv_client *c, int32_t seed, uint32_t *seq)
 
 /* ---------------------------------------------------------------- measurements */
 
+/* Coalescing pairs per client count, and of how many alternated runs (each this many steps per client). */
+#define COAL_PAIRS 7
+#define COAL_STEPS 150
+
 struct coal_pair {
-	double on, off;
+	double on, off;        /* medians of the runs, tokens per second */
+	double speedup, lo, hi; /* median, least and greatest of the pairs' on / off */
+	int pairs;
 };
 
 struct results {
 	uint64_t noop_hot_p50, noop_hot_p99, noop_cold_p50, attend_hot_p50;
 	double noop_ops, step_daemon_us, step_inproc_us, step_overhead_pct;
-	double coal_on_tps, coal_off_tps, coal_speedup;
-	int coal_clients;
+	int coal_head, coal_sh_head; /* the count that gives the headline figure (8 clients if measured) */
 	struct coal_pair coal[8];
-	double coal_sh_on_tps, coal_sh_off_tps, coal_sh_speedup;
-	int coal_sh_clients;
 	struct coal_pair coal_sh[8];
 	int coal_sh_unshared;  /* clients that found less than the system prompt cached */
 	int have_step, have_coal, have_coal_sh;
@@ -641,56 +644,91 @@ fail:
 }
 
 /*
- * For each client count: alternates on/off daemons three times each (the
- * machine drifts), keeps the medians. shared: the clients share a system
- * prompt (decode_clients), the figures go to coal_sh*.
+ * For each client count: two private daemons, coalescing on and off, each
+ * warmed by one run, then measured in alternating pairs (on first in even
+ * pairs, off first in odd ones: the machine drifts within a pair too). A
+ * run lasts a fraction of a second and its rate moves by 2-3x from one run
+ * to the next here (other tenants of the host), so the speedup is the
+ * median of the pairs' ratios, not a ratio of medians taken minutes apart.
+ * shared: the clients share a system prompt (decode_clients), the figures
+ * go to coal_sh*.
  */
 static int bench_coalesce(const struct opts *o, struct results *res, int shared)
 {
-	int steps = o->quick ? 5 : 40, reps = o->quick ? 1 : 3;
-	double *on_tps = shared ? &res->coal_sh_on_tps : &res->coal_on_tps;
-	double *off_tps = shared ? &res->coal_sh_off_tps : &res->coal_off_tps;
-	int *clients = shared ? &res->coal_sh_clients : &res->coal_clients;
+	int steps = o->quick ? 5 : COAL_STEPS, pairs = o->quick ? 1 : COAL_PAIRS, ret = 0;
+	struct coal_pair *out = shared ? res->coal_sh : res->coal;
 
-	for (int c = 0; c < o->n_counts; c++) {
-		double on[3], off[3];
-		struct priv p;
+	for (int c = 0; c < o->n_counts && !ret; c++) {
+		double on[COAL_PAIRS], off[COAL_PAIRS], ratio[COAL_PAIRS];
+		struct priv d[2] = { 0 }; /* [mode]: 1 coalescing, 0 not */
+		char tag[32];
 
-		for (int r = 0; r < reps; r++)
-			for (int mode = 1; mode >= 0; mode--) {
-				double tps;
-				char tag[32];
-
-				if (start_daemon(&p, o, mode))
-					return -1;
-				tps = decode_clients(p.sock, o->counts[c], steps, o->profile, shared, &res->coal_sh_unshared);
-				snprintf(tag, sizeof(tag), "%dc-%s%s", o->counts[c], shared ? "shared-" : "", mode ? "on" : "off");
-				if (o->profile)
-					profile_daemon(p.pid, tag);
-				stop_daemon(&p);
-				if (tps < 0)
-					return -1;
-				if (mode)
-					on[r] = tps;
-				else
-					off[r] = tps;
-			}
-		qsort(on, reps, sizeof(double), bench_cmp_double);
-		qsort(off, reps, sizeof(double), bench_cmp_double);
-		(shared ? res->coal_sh : res->coal)[c].on = on[reps / 2];
-		(shared ? res->coal_sh : res->coal)[c].off = off[reps / 2];
-		/* The headline figure is the 8-client one (the last count when 8 is not asked for). */
-		if (*clients != 8) {
-			*on_tps = on[reps / 2];
-			*off_tps = off[reps / 2];
-			*clients = o->counts[c];
+		if (start_daemon(&d[1], o, 1) || start_daemon(&d[0], o, 0) ||
+		    decode_clients(d[1].sock, o->counts[c], steps, 0, shared, &res->coal_sh_unshared) < 0 ||
+		    decode_clients(d[0].sock, o->counts[c], steps, 0, shared, &res->coal_sh_unshared) < 0) {
+			ret = -1;
+			goto next;
 		}
+		res->coal_sh_unshared = 0; /* the warm-up runs found nothing cached yet */
+		for (int r = 0; r < pairs; r++)
+			for (int k = 0; k < 2; k++) {
+				int mode = (r + k) % 2 == 0;
+				/* --profile: the clients of the last pair (the daemons' totals follow). */
+				double tps = decode_clients(d[mode].sock, o->counts[c], steps,
+							    o->profile && r == pairs - 1, shared, &res->coal_sh_unshared);
+
+				if (tps < 0) {
+					ret = -1;
+					goto next;
+				}
+				(mode ? on : off)[r] = tps;
+			}
+		for (int r = 0; r < pairs; r++)
+			ratio[r] = on[r] / off[r];
+		out[c].speedup = bench_median(ratio, (size_t)pairs);
+		out[c].lo = ratio[0];
+		out[c].hi = ratio[pairs - 1];
+		out[c].on = bench_median(on, (size_t)pairs);
+		out[c].off = bench_median(off, (size_t)pairs);
+		out[c].pairs = pairs;
+		if (o->profile)
+			for (int mode = 1; mode >= 0; mode--) {
+				snprintf(tag, sizeof(tag), "%dc-%s%s", o->counts[c], shared ? "shared-" : "",
+					 mode ? "on" : "off");
+				profile_daemon(d[mode].pid, tag);
+			}
+next:
+		for (int mode = 0; mode < 2; mode++)
+			if (d[mode].pid > 0)
+				stop_daemon(&d[mode]);
 	}
-	if (shared)
-		res->coal_sh_speedup = *on_tps / *off_tps;
-	else
-		res->coal_speedup = *on_tps / *off_tps;
+	if (ret)
+		return ret;
+	/* The headline figure is the 8-client one (the last count when 8 is not asked for). */
+	for (int c = 0; c < o->n_counts; c++)
+		if (c == o->n_counts - 1 || o->counts[c] == 8) {
+			*(shared ? &res->coal_sh_head : &res->coal_head) = c;
+			break;
+		}
 	return 0;
+}
+
+/* The headline keys of one comparison: "<key>_speedup" and its companions. */
+static void print_coal_json(const char *key, const struct coal_pair *p, int clients)
+{
+	printf("\"%s_speedup\":%.3f,\"%s_speedup_min\":%.3f,\"%s_speedup_max\":%.3f,\"%s_on_tok_per_s\":%.1f,"
+	       "\"%s_off_tok_per_s\":%.1f,\"%s_clients\":%d,\"%s_pairs\":%d,",
+	       key, p->speedup, key, p->lo, key, p->hi, key, p->on, key, p->off, key, clients, key, p->pairs);
+}
+
+static void print_coal_by_clients(const char *key, const struct coal_pair *p, const struct opts *o)
+{
+	printf("\"%s_by_clients\":[", key);
+	for (int i = 0; i < o->n_counts; i++)
+		printf("%s{\"clients\":%d,\"speedup\":%.3f,\"speedup_min\":%.3f,\"speedup_max\":%.3f,"
+		       "\"on_tok_per_s\":%.1f,\"off_tok_per_s\":%.1f}",
+		       i ? "," : "", o->counts[i], p[i].speedup, p[i].lo, p[i].hi, p[i].on, p[i].off);
+	printf("]");
 }
 
 static void usage(FILE *f)
@@ -703,7 +741,8 @@ static void usage(FILE *f)
 		   "  step30_*: 30-layer decode steps through the daemon and the same calls in-process,\n"
 		   "    10 alternating rounds; the overhead is the median of the rounds' ratios.\n"
 		   "  Without --socket (or $PAGEDKV_SOCKET) a private pagedkvd is started.\n"
-		   "  The coalescing comparison always uses two private daemons (on, off).\n");
+		   "  The coalescing comparison always uses two private daemons (on, off), alternated in\n"
+		   "    7 pairs of runs; coalesce*_speedup is the median of the pairs' ratios.\n");
 }
 
 int main(int argc, char **argv)
@@ -808,28 +847,18 @@ report:
 		else
 			printf("\"step30_overhead_pct\":null,");
 		if (res.have_coal) {
-			printf("\"coalesce_speedup\":%.3f,\"coalesce_on_tok_per_s\":%.1f,\"coalesce_off_tok_per_s\":%.1f,"
-			       "\"coalesce_clients\":%d,\"coalesce_by_clients\":[",
-			       res.coal_speedup, res.coal_on_tps, res.coal_off_tps, res.coal_clients);
-			for (int i = 0; i < o.n_counts; i++)
-				printf("%s{\"clients\":%d,\"speedup\":%.3f,\"on_tok_per_s\":%.1f,\"off_tok_per_s\":%.1f}",
-				       i ? "," : "", o.counts[i], res.coal[i].on / res.coal[i].off, res.coal[i].on,
-				       res.coal[i].off);
-			printf("],");
+			print_coal_json("coalesce", &res.coal[res.coal_head], o.counts[res.coal_head]);
+			print_coal_by_clients("coalesce", res.coal, &o);
+			printf(",");
 		} else if (!o.shared_only)
 			printf("\"coalesce_speedup\":null,");
 		if (res.have_coal_sh) {
-			printf("\"coalesce_shared_speedup\":%.3f,\"coalesce_shared_on_tok_per_s\":%.1f,"
-			       "\"coalesce_shared_off_tok_per_s\":%.1f,\"coalesce_shared_clients\":%d,"
-			       "\"coalesce_shared_prompt_tokens\":%u,\"coalesce_shared_own_tokens\":%u,"
-			       "\"coalesce_shared_unshared_clients\":%d,\"coalesce_shared_by_clients\":[",
-			       res.coal_sh_speedup, res.coal_sh_on_tps, res.coal_sh_off_tps, res.coal_sh_clients, SYS, SOWN,
-			       res.coal_sh_unshared);
-			for (int i = 0; i < o.n_counts; i++)
-				printf("%s{\"clients\":%d,\"speedup\":%.3f,\"on_tok_per_s\":%.1f,\"off_tok_per_s\":%.1f}",
-				       i ? "," : "", o.counts[i], res.coal_sh[i].on / res.coal_sh[i].off, res.coal_sh[i].on,
-				       res.coal_sh[i].off);
-			printf("]}\n");
+			print_coal_json("coalesce_shared", &res.coal_sh[res.coal_sh_head], o.counts[res.coal_sh_head]);
+			printf("\"coalesce_shared_prompt_tokens\":%u,\"coalesce_shared_own_tokens\":%u,"
+			       "\"coalesce_shared_unshared_clients\":%d,",
+			       SYS, SOWN, res.coal_sh_unshared);
+			print_coal_by_clients("coalesce_shared", res.coal_sh, &o);
+			printf("}\n");
 		} else
 			printf("\"coalesce_shared_speedup\":null}\n");
 		return 0;
@@ -849,13 +878,13 @@ report:
 		printf("  30-layer decode step: %.1f us via daemon, %.1f us in-process: overhead %.1f%% (target <= 5%%)\n",
 		       res.step_daemon_us, res.step_inproc_us, res.step_overhead_pct);
 	for (int i = 0; res.have_coal && i < o.n_counts; i++)
-		printf("  %d decoding clients: %.0f tok/s coalesced, %.0f tok/s not: speedup %.2fx\n", o.counts[i],
-		       res.coal[i].on, res.coal[i].off, res.coal[i].on / res.coal[i].off);
+		printf("  %d decoding clients: %.0f tok/s coalesced, %.0f tok/s not: speedup %.2fx (%.2f-%.2f)\n",
+		       o.counts[i], res.coal[i].on, res.coal[i].off, res.coal[i].speedup, res.coal[i].lo, res.coal[i].hi);
 shared:
 	for (int i = 0; res.have_coal_sh && i < o.n_counts; i++)
 		printf("  %d decoding clients, %u-token shared prompt + %u own: %.0f tok/s coalesced, %.0f tok/s not: "
-		       "speedup %.2fx\n", o.counts[i], SYS, SOWN, res.coal_sh[i].on, res.coal_sh[i].off,
-		       res.coal_sh[i].on / res.coal_sh[i].off);
+		       "speedup %.2fx (%.2f-%.2f)\n", o.counts[i], SYS, SOWN, res.coal_sh[i].on, res.coal_sh[i].off,
+		       res.coal_sh[i].speedup, res.coal_sh[i].lo, res.coal_sh[i].hi);
 	if (res.have_coal_sh && res.coal_sh_unshared)
 		printf("  (%d clients found less than the shared prompt cached)\n", res.coal_sh_unshared);
 	return 0;
