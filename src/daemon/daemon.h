@@ -327,11 +327,14 @@ int session_process(struct pkv_daemon *d, struct session *s);
  * most new tokens a step may carry on the caller's thread: a larger
  * STEP_BEGIN/END/ABORT returns SESSION_NOT_HERE having changed nothing.
  * Otherwise the completion's result (0, a count, or -errno with the
- * session's error text set) and its payload, or 1 when it completes later.
- * A STEP_BEGIN that succeeded may leave copies (s->meta.num_copies) for
- * the caller to run before any attend of the step.
+ * session's error text set) and its payload, or SESSION_LATER when it
+ * completes later. A STEP_BEGIN that succeeded may leave copies
+ * (s->meta.num_copies) for the caller to run before any attend of the step.
+ * Neither value is a result any opcode completes with (a count of 1 or 2
+ * blocks is: a PIN of one block once hung its client).
  */
-#define SESSION_NOT_HERE 2
+#define SESSION_LATER INT32_MAX
+#define SESSION_NOT_HERE (INT32_MAX - 1)
 int session_exec(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e, uint32_t max_step,
 		 uint64_t *p0, uint64_t *p1);
 /* Whether e is a step boundary (STEP_BEGIN, STEP_END, STEP_ABORT) the worker may run for s. */

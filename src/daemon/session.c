@@ -705,8 +705,9 @@ static uint32_t turn_blocks(const struct pkv_cache *c)
 }
 
 /*
- * Opens the sequence: the completion's result (payload in p0, p1), or 1
- * when its walk goes on over the next turns (open_continue). Takes tok.
+ * Opens the sequence: the completion's result (payload in p0, p1), or
+ * SESSION_LATER when its walk goes on over the next turns (open_continue).
+ * Takes tok.
  */
 static int open_begin(struct pkv_daemon *d, struct session *s, int32_t *tok, uint32_t n, uint32_t flags,
 		      uint32_t lookup, uint64_t ud, uint64_t *p0, uint64_t *p1)
@@ -736,7 +737,7 @@ static int open_begin(struct pkv_daemon *d, struct session *s, int32_t *tok, uin
 		s->open_n = n;
 		s->open_seq = seq;
 		s->open_ud = ud;
-		return 1;
+		return SESSION_LATER;
 	}
 	free(tok);
 	s->hit_tokens += n_cached;
@@ -772,7 +773,7 @@ static int open_continue(struct pkv_daemon *d, struct session *s)
 			r = open_begin(d, s, tok, s->open_n, s->open_flags, s->open_lookup, s->open_ud, &p0, &p1);
 		tenant_sync(d, s);
 		pool_unlock(s->pool);
-		if (r == 1)
+		if (r == SESSION_LATER)
 			return 0;
 		if (r < 0)
 			s->errors++;
@@ -872,7 +873,7 @@ static int op_seq_open(struct pkv_daemon *d, struct session *s, const struct pkv
 		s->open_ud = e->user_data;
 		s->open_flags = e->flags;
 		s->open_lookup = e->n;
-		return 1;
+		return SESSION_LATER;
 	}
 	return open_begin(d, s, tok, n, e->flags, e->n, e->user_data, p0, p1);
 }
@@ -1233,7 +1234,7 @@ int session_process(struct pkv_daemon *d, struct session *s)
 		if (session_faulted(d, s))
 			break;
 		work += sqe_work(s, &e);
-		if (r == 1) {
+		if (r == SESSION_LATER) {
 			if (s->open_tokens)
 				break;   /* a long open: its walk goes on next turn */
 			continue;

@@ -476,6 +476,16 @@ static int take(struct job *o, const struct pkv_sqe *e, struct attend_item *it)
 		post(o, e->user_data, r);
 		return r;
 	}
+	/*
+	 * Its copy-on-write failed: the copies' target blocks hold whatever
+	 * they held before (maybe another uid's KV), and an attend would read
+	 * them. The step's end aborts it.
+	 */
+	if (s->step_poisoned) {
+		session_set_err(s, "copy-on-write failed in the backend; the step's attends fail until it ends");
+		post(o, e->user_data, -EIO);
+		return -EIO;
+	}
 	*it = (struct attend_item){
 		.s = s, .owner = o, .user_data = e->user_data, .meta = &s->meta,
 		.q = s->arena + e->off[0], .k = s->arena + e->off[1],
@@ -505,20 +515,27 @@ static void start_big(struct job *o, const struct attend_item *it, uint32_t laye
 
 /*
  * Whether merging a step into batch b would pad the merged block table (all
- * sequences x the longest table) past PKV_MAX_STEP_TABLE: each step is held
- * to it alone, and merging must not multiply it (one long sequence beside
- * many short ones from another client).
+ * sequences x the longest table) past PKV_MAX_STEP_TABLE, or carry more
+ * query rows or keys than one step may: each step is held to those alone,
+ * and merging must not multiply them (one long sequence beside many short
+ * ones from another client; keys past INT32_MAX would wrap the merged
+ * cu_seq_lens_k, and the backend check would then fail every member).
  */
 static int merge_too_big(const struct job *b, const struct pkv_step_meta *m)
 {
-	uint64_t seqs = m->num_seqs, maxb = m->max_blocks_per_seq;
+	uint64_t seqs = m->num_seqs, maxb = m->max_blocks_per_seq, q = m->total_q;
+	uint64_t keys = (uint64_t)m->cu_seq_lens_k[m->num_seqs];
 
 	for (uint32_t i = 0; i < b->n_items; i++) {
-		seqs += b->items[i].meta->num_seqs;
-		if (b->items[i].meta->max_blocks_per_seq > maxb)
-			maxb = b->items[i].meta->max_blocks_per_seq;
+		const struct pkv_step_meta *o = b->items[i].meta;
+
+		seqs += o->num_seqs;
+		q += o->total_q;
+		keys += (uint64_t)o->cu_seq_lens_k[o->num_seqs];
+		if (o->max_blocks_per_seq > maxb)
+			maxb = o->max_blocks_per_seq;
 	}
-	return seqs * maxb > PKV_MAX_STEP_TABLE;
+	return seqs * maxb > PKV_MAX_STEP_TABLE || q > PKV_MAX_STEP_TOKENS || keys > INT32_MAX;
 }
 
 /*

@@ -441,6 +441,31 @@ START_TEST(test_pin_survives_flush_until_unpinned)
 }
 END_TEST
 
+/* A pin of one block completes with 1: the loop once read that count as "completes later" and the client hung. */
+START_TEST(test_pin_of_one_block_completes)
+{
+	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 4 << 20, .timeout_ms = 5000 };
+	struct pkv_pool_params p;
+	struct pkv_client *c;
+	int32_t toks[2];
+	uint32_t seq, nc;
+
+	ck_assert_int_eq(pkv_connect(&o, &c), 0);
+	test_pool_params(&p, "bs1");
+	p.geo.block_size = 1;
+	ck_assert_int_eq(pkv_pool_attach(c, &p), 0);
+	make_prompt(toks, 2, 3);
+	ck_assert_int_eq(pkv_seq_open(c, toks, 2, &seq, &nc), 0);
+	ck_assert_int_eq(run_step(c, seq, toks, 0, 2, NULL), 0);
+	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
+	ck_assert_int_eq(pkv_pin(c, toks, 1), 1);
+	ck_assert_int_eq(pkv_unpin(c, toks, 1), 1);
+	ck_assert_int_eq(pkv_pin(c, toks, 2), 2);
+	ck_assert_int_eq(pkv_unpin(c, toks, 2), 2);
+	pkv_disconnect(c);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("daemon");
@@ -457,6 +482,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_pagedkvctl_commands);
 	tcase_add_test(t, test_coalesced_attends_match_reference);
 	tcase_add_test(t, test_pin_survives_flush_until_unpinned);
+	tcase_add_test(t, test_pin_of_one_block_completes);
 	suite_add_tcase(s, t);
 	return s;
 }
