@@ -288,6 +288,12 @@ struct pkv_daemon {
 	struct pool *pools;
 	uint64_t budget_used;
 	struct tenant *tenants;       /* per-uid records (loop thread only) */
+	/*
+	 * Uids with a connection past its hello (written by the loop, read by
+	 * the worker): while more than one is, no client's spin hints decide
+	 * how the worker is scheduled (worker.c, one_uid).
+	 */
+	uint32_t uids_connected;
 	struct pkv_host *host;
 	struct pkv_plugin plug_varlen, plug_decode;
 	int same_plugin;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "common/barrier.h"
 #include "common/log.h"
 #include "daemon/daemon.h"
 #include "daemon/tenant.h"
@@ -78,7 +79,8 @@ int tenant_hello(struct pkv_daemon *d, struct session *s, uint64_t region_bytes,
 		tenant_maybe_drop(d, t);
 		return -EDQUOT;
 	}
-	t->conns++;
+	if (!t->conns++)
+		pkv_store_relaxed(&d->uids_connected, d->uids_connected + 1);
 	t->region_bytes += region_bytes;
 	s->tenant = t;
 	s->charged_region = region_bytes;
@@ -225,7 +227,8 @@ void tenant_leave(struct pkv_daemon *d, struct session *s)
 		}
 		s->tp = NULL;
 	}
-	t->conns--;
+	if (!--t->conns)
+		pkv_store_relaxed(&d->uids_connected, d->uids_connected - 1);
 	t->region_bytes -= s->charged_region;
 	s->charged_region = 0;
 	s->tenant = NULL;

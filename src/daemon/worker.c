@@ -995,6 +995,19 @@ static int poll_rings(struct pkv_daemon *d)
 	return n;
 }
 
+/*
+ * Whether every connected client is one uid's. The spin hints (a client's
+ * CPU, its compute_threads) are the client's word: they may decide how the
+ * worker serves that uid's clients (SCHED_BATCH, following a sleeper), never
+ * how it serves another uid's, who would pay for a false hint with a
+ * scheduler slice of waiting at every attend (a client claiming every CPU
+ * while its threads spin keeps a SCHED_BATCH worker from running).
+ */
+static int one_uid(const struct worker *w)
+{
+	return pkv_load_relaxed(&w->d->uids_connected) <= 1;
+}
+
 /* Whether a held ring's client says its threads compute on every CPU we may use (then it never spins). */
 static int claims_all(const struct worker *w, const struct job *o)
 {
@@ -1055,7 +1068,7 @@ static void follow_sleeper(struct worker *w)
 			n++;
 			cpu1 = claims_all(w, w->owned[i]) ? pkv_ring_peer_cpu(&w->owned[i]->s->cq) : 0;
 		}
-	if (n != 1 || !cpu1 || cpu1 > CPU_SETSIZE || !CPU_ISSET(cpu1 - 1, &w->home) || w->ncpu < 2) {
+	if (n != 1 || !cpu1 || cpu1 > CPU_SETSIZE || !CPU_ISSET(cpu1 - 1, &w->home) || w->ncpu < 2 || !one_uid(w)) {
 		if (w->follow_cpu1)
 			go_home(w);
 		return;
@@ -1252,6 +1265,11 @@ static void *worker_main(void *arg)
 
 	while (!pkv_load_relaxed(&w->stop)) {
 		absorb(d);
+		/* Another uid connected: what the first one's hints set is undone before its attends run. */
+		if ((w->follow_cpu1 || w->batch_policy > 0) && !one_uid(w)) {
+			go_home(w);
+			worker_policy(w, 0);
+		}
 		if (w->n_owned) {
 			/* Hot: poll the rings ourselves; the loop may sleep meanwhile. */
 			if (poll_rings(d)) {
@@ -1270,7 +1288,7 @@ static void *worker_main(void *arg)
 			/* Gone quiet: how long to spin is decided once, not per turn of the spin. */
 			if (!w->idle_from_ns) {
 				uint32_t busy = clients_threads(w);
-				int claimed = busy >= w->ncpu;
+				int claimed = busy >= w->ncpu && one_uid(w);
 
 				w->idle_from_ns = pkv_now_ns();
 				w->idle_spin_ns = claimed ? claimed_spin_ns(w, spin_ns) : idle_spin_ns(w, spin_ns, busy > 0);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <pagedkv/pagedkv.h>
 #include "harness.h"
@@ -355,6 +356,88 @@ START_TEST(test_lone_client_on_every_cpu_is_served_where_it_sleeps)
 }
 END_TEST
 
+/* A uid that is not ours: another user's client, for the one-uid rules of the worker. */
+#define OTHER_UID 61013
+
+/*
+ * A client's hints decide how the worker serves its own uid only: while a
+ * connection of another uid exists, the worker of a hinting client that
+ * claims every CPU neither follows it onto one CPU nor runs as SCHED_BATCH
+ * (the other uid's attends would wait out the hinting client's slices),
+ * and it does both again once that uid has left. Needs root.
+ */
+START_TEST(test_another_uid_undoes_a_clients_hints)
+{
+	static const char *const open_socket[] = { "--socket-mode", "0666", NULL };
+	struct pkv_client *c;
+	int32_t toks[64];
+	uint32_t seq, k = 1;
+	cpu_set_t mine;
+	int tid, all, go[2], ready[2], st;
+	pid_t pid;
+	char ch;
+
+	/* A daemon another uid may reach. */
+	ck_assert_int_eq(dmn_stop(&D), 0);
+	dmn_cleanup(&D);
+	ck_assert_int_eq(dmn_start(&D, open_socket), 0);
+	ck_assert_int_eq(chmod(D.dir, 0755), 0);
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
+	all = CPU_COUNT(&mine);
+	tid = worker_tid();
+	ck_assert_int_gt(tid, 0);
+	c = client_on_every_cpu(toks, 6, &seq);
+	ck_assert_int_eq(pkv_step_begin(c, &seq, &k, toks + 20, 1), 0);
+	for (uint32_t l = 0; l < T_LAYERS; l++)
+		ck_assert_int_eq(attend_layer(c, toks, 20, 1, l, NULL), 0);
+	ck_assert_int_eq(policy_within(tid, SCHED_BATCH, 2000), SCHED_BATCH);
+	ck_assert_int_eq(cpus_within(tid, all >= 2 ? 1 : all, 2000), all >= 2 ? 1 : all);
+	ck_assert_int_eq(pkv_step_end(c), 0);
+	ck_assert_int_eq(pipe(go), 0);
+	ck_assert_int_eq(pipe(ready), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 1 << 20, .timeout_ms = 5000 };
+		struct pkv_client *other;
+
+		if (setgid(OTHER_UID) || setuid(OTHER_UID) || pkv_connect(&o, &other))
+			_exit(3);
+		if (write(ready[1], "r", 1) != 1 || read(go[0], &ch, 1) != 1)
+			_exit(4);
+		pkv_disconnect(other);
+		_exit(0);
+	}
+	close(ready[1]);
+	close(go[0]);
+	ck_assert_int_eq(read(ready[0], &ch, 1), 1);
+	/* The same client steps on beside the idle connection of another uid. */
+	k = 1;
+	ck_assert_int_eq(pkv_step_begin(c, &seq, &k, toks + 21, 1), 0);
+	for (uint32_t l = 0; l < T_LAYERS; l++)
+		ck_assert_int_eq(attend_layer(c, toks, 21, 1, l, NULL), 0);
+	ck_assert_int_eq(policy_within(tid, SCHED_OTHER, 2000), SCHED_OTHER);
+	ck_assert_int_eq(cpus_within(tid, all, 2000), all);
+	ck_assert_int_eq(pkv_step_end(c), 0);
+	ck_assert_int_eq(write(go[1], "q", 1), 1);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_int_eq(child_status(st), 0);
+	/* That uid gone, the client's hints count again (the loop counts it out on the hang-up). */
+	usleep(100000);
+	k = 1;
+	ck_assert_int_eq(pkv_step_begin(c, &seq, &k, toks + 22, 1), 0);
+	for (uint32_t l = 0; l < T_LAYERS; l++)
+		ck_assert_int_eq(attend_layer(c, toks, 22, 1, l, NULL), 0);
+	ck_assert_int_eq(policy_within(tid, SCHED_BATCH, 2000), SCHED_BATCH);
+	ck_assert_int_eq(pkv_step_end(c), 0);
+	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
+	pkv_disconnect(c);
+	close(go[1]);
+	close(ready[0]);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
+}
+END_TEST
+
 START_TEST(test_ring_idle_mid_step_goes_back_and_still_serves)
 {
 	struct pkv_client *c = test_client(D.sock, "p", 4 << 20, 5000);
@@ -560,6 +643,9 @@ static Suite *suite(void)
 	tcase_add_test(t, test_kept_ring_serves_steps_without_the_loop);
 	tcase_add_test(t, test_client_on_every_cpu_is_not_spun_for);
 	tcase_add_test(t, test_lone_client_on_every_cpu_is_served_where_it_sleeps);
+	/* Needs root to become another uid; not added (so not counted) otherwise. */
+	if (geteuid() == 0)
+		tcase_add_test(t, test_another_uid_undoes_a_clients_hints);
 	tcase_add_test(t, test_ring_idle_mid_step_goes_back_and_still_serves);
 	tcase_add_test(t, test_hang_up_mid_step_releases_the_ring);
 	tcase_add_test(t, test_hostile_doorbell_leaves_others_served);
