@@ -211,6 +211,7 @@ struct job {
 	struct attend_item big;
 	uint32_t big_row;
 	uint64_t big_served_ns;       /* when it last ran a slice (round robin) */
+	uint64_t led_ns;              /* when its SQE last led a sweep (round robin) */
 	uint64_t big_backend_ns;      /* its slices' time in the backend so far */
 	int32_t *big_arrays;          /* cu_q, cu_k, cache_seqlens of the current slice */
 };
@@ -252,7 +253,7 @@ struct worker {
 	size_t scratch_len;
 	uint64_t batches, merged_items, slices;
 	uint64_t slice_ns;            /* attend_slice_us */
-	uint32_t rr;                  /* first ring collect() looks at (rotates) */
+	uid_t last_lead_uid;          /* uid whose SQE led the last sweep (round robin per uid) */
 	uid_t last_big_uid;           /* uid of the last slice run (round robin per uid) */
 	uint64_t last_short_ns;       /* when the last batch of short attends ran */
 };

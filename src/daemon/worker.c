@@ -561,7 +561,47 @@ static uint64_t keep_ns(const struct worker *w, const struct job *o)
 }
 
 /*
- * One sweep over the owned rings, starting at a rotating index: takes the
+ * Round robin per uid, then per connection within a uid: whether a (of uid
+ * ua, last served at ta) takes its turn before b. The next turn is the
+ * smallest uid after the last one served, wrapping around, so a uid's many
+ * connections get one uid's turn; within a uid, the one served longest ago.
+ */
+static int turn_before(uid_t last, uid_t ua, uint64_t ta, uid_t ub, uint64_t tb)
+{
+	int a_after = ua > last, b_after = ub > last;
+
+	if (a_after != b_after)
+		return a_after;
+	return ua != ub ? ua < ub : ta < tb;
+}
+
+/*
+ * The ring a sweep starts at: the first in turn (turn_before) of those with
+ * an SQE waiting. Starting at a rotating index gave every connection a turn:
+ * a uid with 64 connections' attends queued led 64 batches for each one of
+ * another uid's single connection.
+ */
+static uint32_t sweep_start(const struct worker *w)
+{
+	const struct job *best = NULL;
+	uint32_t at = 0;
+
+	for (uint32_t i = 0; i < w->n_owned; i++) {
+		const struct job *o = w->owned[i];
+
+		if (o->in_batch || o->give_back || pkv_ring_avail(&o->s->sq) <= 0)
+			continue;
+		if (!best || turn_before(w->last_lead_uid, o->s->uid, o->led_ns, best->s->uid, best->led_ns)) {
+			best = o;
+			at = i;
+		}
+	}
+	return at;
+}
+
+/*
+ * One sweep over the owned rings, starting at the ring whose turn it is
+ * (sweep_start; its SQE leads the sweep): takes the
  * head attend of every ring whose head matches the first one's pool and
  * layer (coalescing; only the first with coalescing off), while the batch's
  * estimated time stays within the slice and its padded table within
@@ -574,10 +614,11 @@ static int collect(struct pkv_daemon *d, struct job *b)
 	uint64_t now = pkv_now_ns();
 	int n = 0;
 
-	if (w->n_owned)
-		w->rr = (w->rr + 1) % w->n_owned;
+	uint32_t first = sweep_start(w);
+	int lead = !b->n_items; /* the first SQE this sweep takes was the turn of its uid */
+
 	for (uint32_t k = 0; k < w->n_owned; k++) {
-		struct job *o = w->owned[(w->rr + k) % w->n_owned];
+		struct job *o = w->owned[(first + k) % w->n_owned];
 		struct attend_item it;
 		struct pkv_sqe e;
 		enum head h;
@@ -601,6 +642,11 @@ static int collect(struct pkv_daemon *d, struct job *b)
 		if (h == HEAD_FULL) {
 			o->give_back = 1; /* the loop waits for it to reap, as it always did */
 			continue;
+		}
+		if (lead && (h == HEAD_STEP || h == HEAD_ATTEND)) {
+			lead = 0;
+			w->last_lead_uid = o->s->uid;
+			o->led_ns = now;
 		}
 		if (h == HEAD_STEP) {
 			run_step(d, o, &e);
@@ -881,29 +927,18 @@ static void run_slice(struct pkv_daemon *d, struct job *o)
 		end_big(o, res);
 }
 
-/*
- * The sliced attend to run next: round robin over uids (the next uid after
- * the last one served, so a uid's many connections get one uid's turn), and
- * within a uid the connection served longest ago.
- */
+/* The sliced attend to run next: round robin per uid, then per connection (turn_before). */
 static struct job *pick_big(struct worker *w)
 {
 	struct job *best = NULL;
-	int best_after = 0;
 
 	for (uint32_t i = 0; i < w->n_owned; i++) {
 		struct job *o = w->owned[i];
-		int after;
 
 		if (!o->big_on)
 			continue;
-		after = o->s->uid > w->last_big_uid;
-		if (!best || (after && !best_after) ||
-		    (after == best_after && (o->s->uid < best->s->uid ||
-					     (o->s->uid == best->s->uid && o->big_served_ns < best->big_served_ns)))) {
+		if (!best || turn_before(w->last_big_uid, o->s->uid, o->big_served_ns, best->s->uid, best->big_served_ns))
 			best = o;
-			best_after = after;
-		}
 	}
 	return best;
 }

@@ -30,6 +30,8 @@
 #define BIG 8192u            /* tokens of the attacker's single attend */
 #define FLOOD_PROMPT 16384u  /* tokens of the prefix the open flood walks */
 #define FLOODERS 8
+#define RINGERS 16           /* connections of the many_rings attack */
+#define RING_CTX 8192u       /* context each of them decodes at */
 #define MAX_SAMPLES 200000
 
 #define UID_VICTIM 61101
@@ -225,6 +227,24 @@ static int prefill(struct pkv_client *c, const int32_t *toks, uint32_t n, uint32
 	return r;
 }
 
+/* Steps toks[from..n) of seq in chunks, one layer (the sequence holds toks[0..from) already). */
+static int prefill_more(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t from, uint32_t n,
+			uint32_t chunk, const struct tensors *t)
+{
+	int r = 0;
+
+	for (uint32_t done = from; !r && done < n; done += chunk) {
+		uint32_t k = n - done < chunk ? n - done : chunk;
+
+		r = pkv_step_begin(c, &seq, &k, toks + done, 1);
+		if (!r)
+			r = pkv_attend(c, 0, t->q, t->k, t->v, t->o);
+		if (!r)
+			r = pkv_step_end(c);
+	}
+	return r;
+}
+
 /*
  * The victim (in its own process and uid): attaches its pool under attack,
  * prefills, then decodes one token per step for phase_s, truncating back to
@@ -334,6 +354,60 @@ static void attack_opens(int ready)
 				if (!pkv_seq_open(f, toks, FLOOD_PROMPT, &seq, &nc))
 					pkv_seq_close(f, seq);
 		}
+	if (write(ready, "r", 1) != 1)
+		_exit(3);
+	for (;;)
+		pause();
+}
+
+/*
+ * RINGERS processes of one uid, each decoding one token at a RING_CTX
+ * context in a loop (layer 0 of a one-layer pool; the prompt is shared, so
+ * it is prefilled once): many connections' decode attends of ~0.5 ms, each
+ * under a slice, queued at once. Round robin per connection would put the
+ * victim's attend behind every one of them.
+ */
+static void attack_rings(int ready)
+{
+	static int32_t toks[RING_CTX + 1];
+	uint32_t n_blocks = RING_CTX / BS + 4 * RINGERS + 16;
+
+	for (uint32_t i = 0; i <= RING_CTX; i++)
+		toks[i] = (int32_t)(i * 13 + 5);
+	for (int i = 0; i < RINGERS; i++) {
+		int go[2];
+		char ch;
+
+		if (pipe(go))
+			_exit(4);
+		if (fork() == 0) {
+			struct pkv_client *c = client(8 << 20, "rings", 1, H, KVH, HD, n_blocks);
+			struct tensors t;
+			uint32_t seq, nc, one;
+
+			close(go[0]);
+			if (!c || tensors(c, &t, 1024, H, KVH, HD))
+				_exit(4);
+			if (pkv_seq_open(c, toks, RING_CTX, &seq, &nc))
+				_exit(5);
+			if (nc < RING_CTX && prefill_more(c, seq, toks, nc, RING_CTX, 1024, &t))
+				_exit(5);
+			if (write(go[1], "r", 1) != 1)
+				_exit(3);
+			for (;;) {
+				one = 1;
+				if (!pkv_step_begin(c, &seq, &one, toks + RING_CTX, 1)) {
+					pkv_attend(c, 0, t.q, t.k, t.v, t.o);
+					pkv_step_abort(c);
+				}
+			}
+		}
+		close(go[1]);
+		/* One after the other: each later one finds the prompt cached. */
+		if (read(go[0], &ch, 1) != 1)
+			_exit(5);
+		close(go[0]);
+	}
 	if (write(ready, "r", 1) != 1)
 		_exit(3);
 	for (;;)
@@ -537,7 +611,7 @@ static void usage(FILE *f)
 		   "                           [--daemon-arg ARG]... [--only CLASS]\n"
 		   "  Starts a private pagedkvd (PKV_PAGEDKVD to pick the binary) and measures a victim\n"
 		   "  uid's decode step latency alone, then while another uid runs each attack class.\n"
-		   "  Classes: big_attend, open_flood, connection_flood, quota_squat.\n"
+		   "  Classes: big_attend, open_flood, connection_flood, many_rings, quota_squat.\n"
 		   "  Needs root for two real uids (otherwise both run as the caller, said in the output).\n");
 }
 
@@ -556,6 +630,7 @@ int main(int argc, char **argv)
 		{ .name = "solo" }, { .name = "big_attend", .attack = attack_big },
 		{ .name = "open_flood", .attack = attack_opens },
 		{ .name = "connection_flood", .attack = attack_conns },
+		{ .name = "many_rings", .attack = attack_rings },
 		{ .name = "quota_squat", .attack = attack_squat },
 	};
 	char exe[PATH_MAX], self[2048];
