@@ -508,7 +508,12 @@ static void start_big(struct job *o, const struct attend_item *it, uint32_t laye
 	o->big = *it;
 	o->big_row = 0;
 	o->big_on = 1;
-	o->big_served_ns = 0;
+	/*
+	 * big_served_ns stays as the connection's last slice left it: reset,
+	 * every new attend of a connection went before one still being sliced,
+	 * and a uid's 16-row prefill starved behind its own 15 connections'
+	 * one-slice decode attends (their client timed out after 10 s).
+	 */
 	o->layer = layer;
 	o->in_batch = 1;
 }
@@ -659,8 +664,17 @@ static int collect(struct pkv_daemon *d, struct job *b)
 			continue;
 		}
 		est = w->slice_ns ? o->s->step_units * ns_per_unit(o->s->pool) : 0;
-		/* A decode step (one row per sequence) is what the slices protect: never sliced itself. */
-		if (est > (double)w->slice_ns && !o->s->meta.decode_only) {
+		/*
+		 * Longer than a slice: run in slices of whole query rows, between
+		 * other clients' batches. A decode step too (whole sequences per
+		 * slice, a single one as one slice): unsliced, a uid decoding at a
+		 * long context from many connections held every other uid's short
+		 * attend for a whole attend of its own at every layer (pkv-bench
+		 * isolation many_rings); as slices, follow_short serves the short
+		 * ones' next layers between them, and they wait about one slice
+		 * per step.
+		 */
+		if (est > (double)w->slice_ns) {
 			if (!take(o, &e, &it))
 				start_big(o, &it, e.layer);
 			n++;

@@ -384,23 +384,35 @@ static void attack_rings(int ready)
 			struct pkv_client *c = client(8 << 20, "rings", 1, H, KVH, HD, n_blocks);
 			struct tensors t;
 			uint32_t seq, nc, one;
+			int r;
 
 			close(go[0]);
+			close(ready); /* the phase must see EOF there if the attack fails to start */
 			if (!c || tensors(c, &t, 1024, H, KVH, HD))
 				_exit(4);
-			if (pkv_seq_open(c, toks, RING_CTX, &seq, &nc))
+			if (pkv_seq_open(c, toks, RING_CTX, &seq, &nc)) {
+				fprintf(stderr, "pkv-bench isolation: ringer %d: open: %s\n", i, pkv_last_error(c));
 				_exit(5);
-			if (nc < RING_CTX && prefill_more(c, seq, toks, nc, RING_CTX, 1024, &t))
+			}
+			if (nc < RING_CTX && (r = prefill_more(c, seq, toks, nc, RING_CTX, 1024, &t))) {
+				fprintf(stderr, "pkv-bench isolation: ringer %d: prefill from %u: %s (%s)\n", i, nc,
+					pkv_strerror(r), pkv_last_error(c));
 				_exit(5);
+			}
 			if (write(go[1], "r", 1) != 1)
 				_exit(3);
-			for (;;) {
+			/* Until the phase ends (SIGKILL), or the daemon is gone. */
+			for (uint32_t fails = 0; fails < 1000;) {
 				one = 1;
 				if (!pkv_step_begin(c, &seq, &one, toks + RING_CTX, 1)) {
+					fails = 0;
 					pkv_attend(c, 0, t.q, t.k, t.v, t.o);
 					pkv_step_abort(c);
+				} else {
+					fails++;
 				}
 			}
+			_exit(6);
 		}
 		close(go[1]);
 		/* One after the other: each later one finds the prompt cached. */
