@@ -141,6 +141,7 @@ struct session {
 	 * its need-wakeup flag, and sleeps on its doorbell (worker.c).
 	 */
 	int worker_owned;
+	uint32_t worker_copies;       /* worker only: its JOB_COPYs not done yet (its ring waits for them) */
 	pthread_spinlock_t cq_lock;   /* the loop and the worker both post completions */
 	int cq_broken;                /* set by a poster that found the ring corrupted */
 	struct seq_ent *seqs;
@@ -214,6 +215,10 @@ struct job {
 	uint64_t led_ns;              /* when its SQE last led a sweep (round robin) */
 	uint64_t big_backend_ns;      /* its slices' time in the backend so far */
 	int32_t *big_arrays;          /* cu_q, cu_k, cache_seqlens of the current slice */
+	/* Copy-on-write run in pieces (worker only): a step begin's (copy_on) or a JOB_COPY's, from copy_next on. */
+	int copy_on;
+	uint32_t copy_next;
+	uint64_t copy_ud, copy_p0, copy_p1; /* the begin's completion, posted after the last piece */
 };
 
 struct worker {
@@ -231,6 +236,8 @@ struct worker {
 	struct job *done;             /* finished, for the loop */
 	struct job **owned;           /* worker only: JOB_POLLs of the rings it consumes */
 	uint32_t n_owned, cap_owned;
+	struct job **copying;         /* worker only: JOB_COPYs being run in pieces */
+	uint32_t n_copying, cap_copying;
 	struct attend_item *batch;    /* worker only: the attends of one backend call */
 	uint32_t cap_batch;
 	uint32_t cpu1;                /* worker only: CPU + 1 of the current poll */
@@ -303,9 +310,11 @@ struct pkv_daemon {
 	 * Held around every backend call: the ABI promises a plugin context is
 	 * never entered twice at once, and pool creation (cache_alloc, in the
 	 * loop) may coincide with an attend on the worker. The loop takes it
-	 * only when a pool is created.
+	 * only when a pool is created or freed (backend_lock_loop), and the
+	 * worker holds it at most a slice or one piece of copies at a time.
 	 */
 	pthread_mutex_t backend_mu;
+	uint32_t backend_wanted;      /* the loop waits for backend_mu: the worker lets it in between pieces */
 	uint64_t accepted, refused;
 	/* accept under pressure (loop.c) */
 	int reserve_fd;               /* given back to accept-and-refuse when out of descriptors */
@@ -340,6 +349,8 @@ int session_process(struct pkv_daemon *d, struct session *s);
  * Neither value is a result any opcode completes with (a count of 1 or 2
  * blocks is: a PIN of one block once hung its client).
  */
+/* The loop's way to take backend_mu: ahead of the worker's next piece of copies. */
+void backend_lock_loop(struct pkv_daemon *d);
 #define SESSION_LATER INT32_MAX
 #define SESSION_NOT_HERE (INT32_MAX - 1)
 int session_exec(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e, uint32_t max_step,

@@ -183,7 +183,7 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid,
 	desc.struct_size = sizeof(desc);
 	desc.geo = p->geo;
 	desc.act_dtype = p->act_dtype;
-	pthread_mutex_lock(&d->backend_mu);
+	backend_lock_loop(d);
 	r = pkv_dispatch_open(&p->disp, &d->plug_varlen, d->same_plugin ? &d->plug_varlen : &d->plug_decode,
 			      &desc, why, why_len);
 	pthread_mutex_unlock(&d->backend_mu);
@@ -207,7 +207,7 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid,
 	*out = p;
 	return 0;
 err_disp:
-	pthread_mutex_lock(&d->backend_mu);
+	backend_lock_loop(d);
 	pkv_dispatch_close(&p->disp);
 	pthread_mutex_unlock(&d->backend_mu);
 err_free:
@@ -252,11 +252,18 @@ void pool_reap(struct pkv_daemon *d, uint64_t now_ns)
  * session that attached was released, and release waits for the worker's
  * jobs of that session: no job names the pool).
  */
+void backend_lock_loop(struct pkv_daemon *d)
+{
+	__atomic_add_fetch(&d->backend_wanted, 1, __ATOMIC_ACQ_REL);
+	pthread_mutex_lock(&d->backend_mu);
+	__atomic_sub_fetch(&d->backend_wanted, 1, __ATOMIC_ACQ_REL);
+}
+
 void pool_destroy(struct pkv_daemon *d, struct pool *p)
 {
 	tier_glue_pool_destroy(d, p);   /* spills what it caches while its KV memory lives */
 	/* The plugin's context may be inside an attend of another pool on the worker. */
-	pthread_mutex_lock(&d->backend_mu);
+	backend_lock_loop(d);
 	pkv_dispatch_close(&p->disp);
 	pthread_mutex_unlock(&d->backend_mu);
 	pkv_cache_destroy(p->cache);

@@ -297,6 +297,112 @@ static int own(struct worker *w, struct job *j)
 }
 
 /*
+ * Copy-on-write copies run in pieces of about COPY_PIECE_BYTES (a few
+ * hundred microseconds of memcpy), the backend lock let go between them. A
+ * step's copies are one block (every layer's K and V) per forked sequence
+ * whose last block it shares: a client's to choose, up to what its pool
+ * holds, and repeatable at every step. The pieces are served in turn with
+ * the slices (pick_big), a step begun here (copy_on) or on the loop
+ * (JOB_COPY) alike, so other uids' attends run between them, and the
+ * session's own ring waits until they are done. The loop, which takes the
+ * lock to create or free a pool, waits one piece and gets the lock before
+ * the next one (a mutex let go and taken again at once would keep it).
+ */
+#define COPY_PIECE_BYTES (4u << 20)
+
+static uint32_t copy_piece_blocks(const struct pool *p)
+{
+	const struct pkv_geometry *g = &p->geo;
+	uint64_t blk = (uint64_t)g->num_layers * 2 * g->num_kv_heads * g->head_dim * g->block_size *
+		       pkv_dtype_size(g->cache_dtype);
+
+	return blk && blk < COPY_PIECE_BYTES ? (uint32_t)(COPY_PIECE_BYTES / blk) : 1;
+}
+
+static int copy_piece(struct pkv_daemon *d, struct pool *p, const struct pkv_block_copy *c, uint32_t n)
+{
+	int r;
+
+	while (__atomic_load_n(&d->backend_wanted, __ATOMIC_ACQUIRE))
+		sched_yield();
+	pthread_mutex_lock(&d->backend_mu);
+	r = pkv_dispatch_copy_blocks(&p->disp, c, n);
+	pthread_mutex_unlock(&d->backend_mu);
+	return r;
+}
+
+/* The next piece of o's copies c[0..n) (from o->copy_next); 1 when none is left or one failed (*res then < 0). */
+static int copy_step(struct pkv_daemon *d, struct job *o, const struct pkv_block_copy *c, uint32_t n, int *res)
+{
+	uint32_t k = copy_piece_blocks(o->s->pool);
+
+	if (k > n - o->copy_next)
+		k = n - o->copy_next;
+	*res = pkv_load_relaxed(&o->s->closing) ? -ECANCELED : copy_piece(d, o->s->pool, c + o->copy_next, k);
+	o->copy_next += k;
+	o->big_served_ns = pkv_now_ns();
+	d->worker.last_big_uid = o->s->uid;
+	return *res < 0 || o->copy_next >= n;
+}
+
+/* A failed copy-on-write poisons the step: its end aborts it, its attends fail meanwhile (take). */
+static void copy_failed(struct session *s, int res)
+{
+	if (res != -ECANCELED) /* its client hung up meanwhile */
+		pkv_warn("client %u: copy-on-write failed: %s", s->id, strerror(-res));
+	s->step_poisoned = 1;
+}
+
+/*
+ * One piece of a JOB_COPY (a step the loop began); after the last one the
+ * job goes back to the loop, which then lets the step end. Returns whether
+ * it did. The poison is set before the loop learns of it: the step's end
+ * may run on this thread once the ring is handed over.
+ */
+static int run_copy_job(struct pkv_daemon *d, struct job *j)
+{
+	struct worker *w = &d->worker;
+	int r;
+
+	if (!copy_step(d, j, j->copies, j->n_copies, &r))
+		return 0;
+	if (r < 0)
+		copy_failed(j->s, r);
+	j->res = r < 0 ? r : 0;
+	j->s->worker_copies--;
+	for (uint32_t i = 0; i < w->n_copying; i++)
+		if (w->copying[i] == j) {
+			w->copying[i] = w->copying[--w->n_copying];
+			break;
+		}
+	finish(d, j);
+	return 1;
+}
+
+/* Queues a JOB_COPY to run in pieces (out of memory: all of it now). */
+static void queue_copy_job(struct pkv_daemon *d, struct job *j)
+{
+	struct worker *w = &d->worker;
+
+	j->copy_next = 0;
+	j->big_served_ns = 0;
+	j->s->worker_copies++;
+	if (w->n_copying == w->cap_copying) {
+		uint32_t c = w->cap_copying ? w->cap_copying * 2 : 8;
+		struct job **n = realloc(w->copying, c * sizeof(*n));
+
+		if (!n) {
+			while (!run_copy_job(d, j))
+				;
+			return;
+		}
+		w->copying = n;
+		w->cap_copying = c;
+	}
+	w->copying[w->n_copying++] = j;
+}
+
+/*
  * Takes every queued job in order: a copy runs now, before any attend of its
  * session (the session's ring is handed over after its copy was queued); a
  * ring joins the polled set.
@@ -317,18 +423,7 @@ static void absorb(struct pkv_daemon *d)
 
 		j->next = NULL;
 		if (j->kind == JOB_COPY) {
-			pthread_mutex_lock(&d->backend_mu);
-			j->res = pkv_dispatch_copy_blocks(&j->pool->disp, j->copies, j->n_copies);
-			pthread_mutex_unlock(&d->backend_mu);
-			/*
-			 * A failed copy-on-write poisons the step: its commit must not
-			 * publish. Set here, before the loop learns of the copy: the
-			 * step's end may run on this thread once the ring is handed over
-			 * (the loop waits for the copy before it runs one itself).
-			 */
-			if (j->res < 0)
-				j->s->step_poisoned = 1;
-			finish(d, j);
+			queue_copy_job(d, j);
 		} else if (own(w, j)) {
 			j->res = -ENOMEM;
 			finish(d, j);
@@ -438,19 +533,36 @@ static void run_step(struct pkv_daemon *d, struct job *o, const struct pkv_sqe *
 		o->give_back = 1;
 		return;
 	}
-	/* Its copy-on-write before any attend of the step; a failure poisons the step (its end aborts it). */
+	/*
+	 * Its copy-on-write before any attend of the step: in pieces, in turn
+	 * with the slices (run_copy_piece), its ring held meanwhile; the begin
+	 * completes after the last one.
+	 */
 	if (!r && e->opcode == PKV_OP_STEP_BEGIN && s->meta.num_copies) {
-		int c;
-
-		pthread_mutex_lock(&d->backend_mu);
-		c = pkv_dispatch_copy_blocks(&p->disp, s->meta.copies, s->meta.num_copies);
-		pthread_mutex_unlock(&d->backend_mu);
-		if (c < 0) {
-			pkv_warn("client %u: copy-on-write failed: %s", s->id, strerror(-c));
-			s->step_poisoned = 1;
-		}
+		o->copy_on = 1;
+		o->copy_next = 0;
+		o->copy_ud = e->user_data;
+		o->copy_p0 = p0;
+		o->copy_p1 = p1;
+		o->in_batch = 1;
+		return;
 	}
 	post_p(o, e->user_data, r, p0, p1);
+}
+
+/* One piece of the copies of o's step begin; the begin completes after the last one. */
+static void run_copy_piece(struct pkv_daemon *d, struct job *o)
+{
+	struct session *s = o->s;
+	int r;
+
+	if (!copy_step(d, o, s->meta.copies, s->meta.num_copies, &r))
+		return;
+	o->copy_on = 0;
+	o->in_batch = 0;
+	if (r < 0)
+		copy_failed(s, r);
+	post_p(o, o->copy_ud, 0, o->copy_p0, o->copy_p1);
 }
 
 /* Consumes the attend at the head of o's ring (copied in e); 0 with the item, or completed with its error. */
@@ -594,7 +706,7 @@ static uint32_t sweep_start(const struct worker *w)
 	for (uint32_t i = 0; i < w->n_owned; i++) {
 		const struct job *o = w->owned[i];
 
-		if (o->in_batch || o->give_back || pkv_ring_avail(&o->s->sq) <= 0)
+		if (o->in_batch || o->give_back || o->s->worker_copies || pkv_ring_avail(&o->s->sq) <= 0)
 			continue;
 		if (!best || turn_before(w->last_lead_uid, o->s->uid, o->led_ns, best->s->uid, best->led_ns)) {
 			best = o;
@@ -629,7 +741,8 @@ static int collect(struct pkv_daemon *d, struct job *b)
 		enum head h;
 		double est;
 
-		if (o->in_batch || o->give_back)
+		/* Busy, or its step's copies (begun on the loop) are not done: its attends wait. */
+		if (o->in_batch || o->give_back || o->s->worker_copies)
 			continue;
 		/* Its memory faulted (the loop learns why from the handler's slot). */
 		if (pkv_sigbus_faulted(o->s->bus_slot)) {
@@ -941,7 +1054,7 @@ static void run_slice(struct pkv_daemon *d, struct job *o)
 		end_big(o, res);
 }
 
-/* The sliced attend to run next: round robin per uid, then per connection (turn_before). */
+/* The sliced attend or piece of copies to run next: round robin per uid, then per connection (turn_before). */
 static struct job *pick_big(struct worker *w)
 {
 	struct job *best = NULL;
@@ -949,10 +1062,16 @@ static struct job *pick_big(struct worker *w)
 	for (uint32_t i = 0; i < w->n_owned; i++) {
 		struct job *o = w->owned[i];
 
-		if (!o->big_on)
+		if (!o->big_on && !o->copy_on)
 			continue;
 		if (!best || turn_before(w->last_big_uid, o->s->uid, o->big_served_ns, best->s->uid, best->big_served_ns))
 			best = o;
+	}
+	for (uint32_t i = 0; i < w->n_copying; i++) {
+		struct job *j = w->copying[i];
+
+		if (!best || turn_before(w->last_big_uid, j->s->uid, j->big_served_ns, best->s->uid, best->big_served_ns))
+			best = j;
 	}
 	return best;
 }
@@ -1036,7 +1155,12 @@ static int poll_rings(struct pkv_daemon *d)
 		if (o) {
 			if (b.n_items)
 				follow_short(d);
-			run_slice(d, o);
+			if (o->kind == JOB_COPY)
+				run_copy_job(d, o);
+			else if (o->copy_on)
+				run_copy_piece(d, o);
+			else
+				run_slice(d, o);
 			n++;
 		}
 	}
@@ -1174,7 +1298,7 @@ static void sleep_on_rings(struct pkv_daemon *d)
 		uint64_t t;
 
 		/* A ring that cannot wake us (or is being sliced, or broken) is polled, not slept on. */
-		if (!o->watched || o->big_on || o->give_back) {
+		if (!o->watched || o->big_on || o->copy_on || o->give_back) {
 			work = 1;
 			break;
 		}
@@ -1186,7 +1310,7 @@ static void sleep_on_rings(struct pkv_daemon *d)
 	pkv_store_relaxed(&w->sleeping, 1);
 	/* Pairs with the fence in worker_push/worker_kick: we see their job or they see the flag. */
 	pkv_smp_mb();
-	if (pkv_load_acquire(&w->head) || pkv_load_relaxed(&w->stop))
+	if (pkv_load_acquire(&w->head) || pkv_load_relaxed(&w->stop) || w->n_copying)
 		work = 1;
 	if (!work && w->n_owned) {
 		if (until <= now)
@@ -1319,8 +1443,8 @@ static void *worker_main(void *arg)
 			go_home(w);
 			worker_policy(w, 0);
 		}
-		if (w->n_owned) {
-			/* Hot: poll the rings ourselves; the loop may sleep meanwhile. */
+		if (w->n_owned || w->n_copying) {
+			/* Hot: poll the rings ourselves (and run queued copies); the loop may sleep meanwhile. */
 			if (poll_rings(d)) {
 				quiet = 0;
 				w->last_take_ns = pkv_now_ns();
@@ -1390,6 +1514,13 @@ static void *worker_main(void *arg)
 		finish(d, w->owned[i]);
 	}
 	w->n_owned = 0;
+	while (w->n_copying) {
+		struct job *j = w->copying[--w->n_copying];
+
+		j->res = -ECANCELED;
+		j->s->worker_copies--;
+		finish(d, j);
+	}
 	return NULL;
 }
 
@@ -1464,6 +1595,7 @@ void worker_stop(struct pkv_daemon *d)
 		job_free(j);
 	}
 	free(w->owned);
+	free(w->copying);
 	free(w->batch);
 	free(w->scratch);
 	pthread_mutex_destroy(&w->mu);

@@ -32,6 +32,8 @@
 #define FLOODERS 8
 #define RINGERS 16           /* connections of the many_rings attack */
 #define RING_CTX 8192u       /* context each of them decodes at */
+#define FORKS 48             /* children of the fork_copies attack */
+#define FORK_BS 256u         /* its pool's block size */
 #define MAX_SAMPLES 200000
 
 #define UID_VICTIM 61101
@@ -426,6 +428,49 @@ static void attack_rings(int ready)
 		pause();
 }
 
+/*
+ * Copy-on-write on demand: FORKS children of a one-token sequence in a pool
+ * of FORK_BS-token blocks (5.9 MiB each over 30 layers), all stepped one
+ * token at once and aborted, again and again: every begin copies each
+ * child's shared last block (~280 MiB).
+ */
+static void attack_forks(int ready)
+{
+	struct pkv_connect_opts co = { .socket_path = sock_path, .arena_bytes = 8 << 20, .timeout_ms = 10000 };
+	struct pkv_pool_params p = { 0 };
+	static uint32_t kids[FORKS], ones[FORKS];
+	static int32_t toks[FORKS];
+	struct pkv_client *c;
+	struct tensors t;
+	uint32_t seq, nc, one = 1;
+
+	p.name = "forks";
+	p.geo = (struct pkv_geometry){ L, H, KVH, HD, PKV_DTYPE_BF16, FORK_BS, FORKS + 8 };
+	p.act_dtype = PKV_DTYPE_F32;
+	p.model_id = 0x151;
+	p.window_left = -1;
+	if (pkv_connect(&co, &c) || pkv_pool_attach(c, &p) || tensors(c, &t, FORKS, H, KVH, HD))
+		_exit(4);
+	toks[0] = 7;
+	if (pkv_seq_open(c, toks, 1, &seq, &nc) || pkv_step_begin(c, &seq, &one, toks, 1))
+		_exit(5);
+	for (uint32_t l = 0; l < L; l++)
+		if (pkv_attend(c, l, t.q, t.k, t.v, t.o))
+			_exit(5);
+	if (pkv_step_end(c))
+		_exit(5);
+	for (int i = 0; i < FORKS; i++) {
+		if (pkv_seq_fork(c, seq, &kids[i]))
+			_exit(5);
+		ones[i] = 1;
+	}
+	if (write(ready, "r", 1) != 1)
+		_exit(3);
+	for (;;)
+		if (!pkv_step_begin(c, kids, ones, toks, FORKS))
+			pkv_step_abort(c);
+}
+
 /* Connections that never say hello: as many as the daemon lets in, churned. */
 static void attack_conns(int ready)
 {
@@ -623,7 +668,7 @@ static void usage(FILE *f)
 		   "                           [--daemon-arg ARG]... [--only CLASS]\n"
 		   "  Starts a private pagedkvd (PKV_PAGEDKVD to pick the binary) and measures a victim\n"
 		   "  uid's decode step latency alone, then while another uid runs each attack class.\n"
-		   "  Classes: big_attend, open_flood, connection_flood, many_rings, quota_squat.\n"
+		   "  Classes: big_attend, open_flood, connection_flood, many_rings, fork_copies, quota_squat.\n"
 		   "  Needs root for two real uids (otherwise both run as the caller, said in the output).\n");
 }
 
@@ -643,6 +688,7 @@ int main(int argc, char **argv)
 		{ .name = "open_flood", .attack = attack_opens },
 		{ .name = "connection_flood", .attack = attack_conns },
 		{ .name = "many_rings", .attack = attack_rings },
+		{ .name = "fork_copies", .attack = attack_forks },
 		{ .name = "quota_squat", .attack = attack_squat },
 	};
 	char exe[PATH_MAX], self[2048];
