@@ -441,6 +441,96 @@ START_TEST(test_pin_survives_flush_until_unpinned)
 }
 END_TEST
 
+/*
+ * One decode step of n sequences at position pos (one new token each, toks[i][pos]): every row's
+ * attention against the reference for its own sequence's tokens; returns the worst difference.
+ */
+enum { FORK_SEQS = 6, FORK_PREFIX = 20, FORK_TOKS = 24 };
+
+static float step_seqs(struct pkv_client *c, const uint32_t *seqs, int32_t (*toks)[FORK_TOKS], uint32_t n,
+		       uint32_t pos)
+{
+	size_t qn = (size_t)T_HEADS * T_DIM, kn = (size_t)T_KV_HEADS * T_DIM;
+	uint32_t ones[FORK_SEQS];
+	int32_t next[FORK_SEQS];
+	float *q = pkv_alloc(c, n * qn * 4), *k = pkv_alloc(c, n * kn * 4), *v = pkv_alloc(c, n * kn * 4);
+	float *o = pkv_alloc(c, n * qn * 4), ref[T_HEADS * T_DIM], worst = 0;
+
+	ck_assert(q && k && v && o);
+	for (uint32_t i = 0; i < n; i++) {
+		ones[i] = 1;
+		next[i] = toks[i][pos];
+	}
+	ck_assert_int_eq(pkv_step_begin(c, seqs, ones, next, n), 0);
+	for (uint32_t l = 0; l < T_LAYERS; l++) {
+		for (uint32_t i = 0; i < n; i++) {
+			for (uint32_t h = 0; h < T_HEADS; h++)
+				for (uint32_t x = 0; x < T_DIM; x++)
+					q[(i * T_HEADS + h) * T_DIM + x] = act_q(toks[i][pos], pos, l, h, x);
+			for (uint32_t h = 0; h < T_KV_HEADS; h++)
+				for (uint32_t x = 0; x < T_DIM; x++) {
+					k[(i * T_KV_HEADS + h) * T_DIM + x] = act_k(toks[i][pos], pos, l, h, x);
+					v[(i * T_KV_HEADS + h) * T_DIM + x] = act_v(toks[i][pos], pos, l, h, x);
+				}
+		}
+		ck_assert_int_eq(pkv_attend(c, l, q, k, v, o), 0);
+		for (uint32_t i = 0; i < n; i++) {
+			float e;
+
+			ref_attend(toks[i], pos + 1, pos, l, ref);
+			e = max_diff(o + i * qn, ref, qn);
+			worst = e > worst ? e : worst;
+		}
+	}
+	ck_assert_int_eq(pkv_step_end(c), 0);
+	pkv_free(c, q);
+	pkv_free(c, k);
+	pkv_free(c, v);
+	pkv_free(c, o);
+	return worst;
+}
+
+/*
+ * Copy-on-write in pieces: forks whose shared last block is 2 MiB (4096-token
+ * blocks) step together, so a begin's copies span more than one ~4 MiB piece:
+ * once begun on the loop (the ring came back to it for the forks), once on the
+ * worker (right after a step it ended). Every row must match the reference for
+ * its own sequence.
+ */
+START_TEST(test_fork_copies_in_pieces_match_reference)
+{
+	struct pkv_connect_opts co = { .socket_path = D.sock, .arena_bytes = 4 << 20, .timeout_ms = 5000 };
+	struct pkv_pool_params p;
+	struct pkv_client *c;
+	int32_t toks[FORK_SEQS][FORK_TOKS];
+	uint32_t seqs[FORK_SEQS], nc;
+
+	ck_assert_int_eq(pkv_connect(&co, &c), 0);
+	test_pool_params(&p, "big-blocks");
+	p.geo.block_size = 4096;
+	p.geo.num_blocks = 16;
+	ck_assert_int_eq(pkv_pool_attach(c, &p), 0);
+	for (int i = 0; i < FORK_SEQS; i++) {
+		make_prompt(toks[i], FORK_TOKS, 9);
+		for (int t = FORK_PREFIX; t < FORK_TOKS; t++)
+			toks[i][t] = 600 + 10 * i + t; /* each diverges after the shared prefix */
+	}
+	ck_assert_int_eq(pkv_seq_open(c, toks[0], FORK_PREFIX, &seqs[0], &nc), 0);
+	ck_assert_float_le(step_and_check(c, seqs[0], toks[0], FORK_PREFIX, 0, NULL), 1e-5f);
+	for (int i = 1; i < FORK_SEQS; i++)
+		ck_assert_int_eq(pkv_seq_fork(c, seqs[0], &seqs[i]), 0);
+	/* Three sequences append into the shared 2 MiB block, then the other three. */
+	ck_assert_float_le(step_seqs(c, seqs, toks, 3, FORK_PREFIX), 1e-5f);
+	ck_assert_float_le(step_seqs(c, seqs + 3, toks + 3, 3, FORK_PREFIX), 1e-5f);
+	/* All six on their own blocks now: one more step each, nothing shared left to copy. */
+	ck_assert_float_le(step_seqs(c, seqs, toks, FORK_SEQS, FORK_PREFIX + 1), 1e-5f);
+	for (int i = 0; i < FORK_SEQS; i++)
+		ck_assert_int_eq(pkv_seq_close(c, seqs[i]), 0);
+	pkv_disconnect(c);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
+}
+END_TEST
+
 /* A pin of one block completes with 1: the loop once read that count as "completes later" and the client hung. */
 START_TEST(test_pin_of_one_block_completes)
 {
@@ -483,6 +573,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_coalesced_attends_match_reference);
 	tcase_add_test(t, test_pin_survives_flush_until_unpinned);
 	tcase_add_test(t, test_pin_of_one_block_completes);
+	tcase_add_test(t, test_fork_copies_in_pieces_match_reference);
 	suite_add_tcase(s, t);
 	return s;
 }
