@@ -312,28 +312,38 @@ static int cpus_within(int tid, int want, int ms)
 	return n;
 }
 
+/*
+ * A client on every CPU with a step open and attended. It claims every CPU,
+ * so it sleeps for each attend: the worker then runs only on the CPU it
+ * sleeps on (one CPU has nothing to pin to: the mask stays whole). *tid: the
+ * worker; *all: our CPU count (the daemon inherits our mask).
+ */
+static struct pkv_client *followed_client(int32_t *toks, int32_t seed, uint32_t *seq, int *tid, int *all)
+{
+	struct pkv_client *c;
+	cpu_set_t mine;
+	uint32_t k = 1;
+
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
+	*all = CPU_COUNT(&mine);
+	*tid = worker_tid();
+	ck_assert_int_gt(*tid, 0);
+	c = client_on_every_cpu(toks, seed, seq);
+	ck_assert_int_eq(pkv_step_begin(c, seq, &k, toks + 20, 1), 0);
+	for (uint32_t l = 0; l < T_LAYERS; l++)
+		ck_assert_int_eq(attend_layer(c, toks, 20, 1, l, NULL), 0);
+	ck_assert_int_eq(cpus_within(*tid, *all >= 2 ? 1 : *all, 2000), *all >= 2 ? 1 : *all);
+	return c;
+}
+
 START_TEST(test_lone_client_on_every_cpu_is_served_where_it_sleeps)
 {
 	struct pkv_client *c, *other;
 	int32_t toks[64], otoks[20];
-	uint32_t seq, oseq, nc, k = 1;
-	cpu_set_t mine;
+	uint32_t seq, oseq, nc, k;
 	int tid, all;
 
-	ck_assert_int_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
-	all = CPU_COUNT(&mine); /* the daemon inherits our mask */
-	tid = worker_tid();
-	ck_assert_int_gt(tid, 0);
-	c = client_on_every_cpu(toks, 4, &seq);
-	/*
-	 * It claims every CPU, so it sleeps for each attend: with a step of it
-	 * open the worker runs only on the CPU it sleeps on (one CPU has nothing
-	 * to pin to: the mask stays whole).
-	 */
-	ck_assert_int_eq(pkv_step_begin(c, &seq, &k, toks + 20, 1), 0);
-	for (uint32_t l = 0; l < T_LAYERS; l++)
-		ck_assert_int_eq(attend_layer(c, toks, 20, 1, l, NULL), 0);
-	ck_assert_int_eq(cpus_within(tid, all >= 2 ? 1 : all, 2000), all >= 2 ? 1 : all);
+	c = followed_client(toks, 4, &seq, &tid, &all);
 	/* A second client stepping beside it: the worker serves both from every CPU again. */
 	other = test_client(D.sock, "p", 4 << 20, 5000);
 	ck_assert_ptr_nonnull(other);
@@ -371,8 +381,7 @@ START_TEST(test_another_uid_undoes_a_clients_hints)
 	static const char *const open_socket[] = { "--socket-mode", "0666", NULL };
 	struct pkv_client *c;
 	int32_t toks[64];
-	uint32_t seq, k = 1;
-	cpu_set_t mine;
+	uint32_t seq, k;
 	int tid, all, go[2], ready[2], st;
 	pid_t pid;
 	char ch;
@@ -382,16 +391,8 @@ START_TEST(test_another_uid_undoes_a_clients_hints)
 	dmn_cleanup(&D);
 	ck_assert_int_eq(dmn_start(&D, open_socket), 0);
 	ck_assert_int_eq(chmod(D.dir, 0755), 0);
-	ck_assert_int_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
-	all = CPU_COUNT(&mine);
-	tid = worker_tid();
-	ck_assert_int_gt(tid, 0);
-	c = client_on_every_cpu(toks, 6, &seq);
-	ck_assert_int_eq(pkv_step_begin(c, &seq, &k, toks + 20, 1), 0);
-	for (uint32_t l = 0; l < T_LAYERS; l++)
-		ck_assert_int_eq(attend_layer(c, toks, 20, 1, l, NULL), 0);
+	c = followed_client(toks, 6, &seq, &tid, &all);
 	ck_assert_int_eq(policy_within(tid, SCHED_BATCH, 2000), SCHED_BATCH);
-	ck_assert_int_eq(cpus_within(tid, all >= 2 ? 1 : all, 2000), all >= 2 ? 1 : all);
 	ck_assert_int_eq(pkv_step_end(c), 0);
 	ck_assert_int_eq(pipe(go), 0);
 	ck_assert_int_eq(pipe(ready), 0);
