@@ -403,8 +403,8 @@ static void queue_copy_job(struct pkv_daemon *d, struct job *j)
 }
 
 /*
- * Takes every queued job in order: a copy runs now, before any attend of its
- * session (the session's ring is handed over after its copy was queued); a
+ * Takes every queued job in order: a copy joins those run in pieces, and
+ * its session's ring, handed over after it, waits for it (worker_copies); a
  * ring joins the polled set.
  */
 static void absorb(struct pkv_daemon *d)
