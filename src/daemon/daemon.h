@@ -261,6 +261,7 @@ struct worker {
 	uint64_t batches, merged_items, slices;
 	uint64_t slice_ns;            /* attend_slice_us */
 	uid_t last_lead_uid;          /* uid whose SQE led the last sweep (round robin per uid) */
+	int claimed;                  /* the held rings' clients claim every CPU (their hints; one uid only) */
 	uid_t last_big_uid;           /* uid of the last slice run (round robin per uid) */
 	uint64_t last_short_ns;       /* when the last batch of short attends ran */
 };

@@ -434,9 +434,7 @@ static int process_done(struct pkv_daemon *d)
 				session_hangup(d, s);
 			}
 		} else if (s->inflight) {
-			/* The worker poisoned the step (its commit must not publish); we only say so. */
-			if (j->res < 0)
-				pkv_warn("client %u: copy-on-write failed: %s", s->id, strerror(-j->res));
+			/* A copy job: a failure poisoned the step (its end aborts it), the worker said so. */
 			s->inflight--;
 		}
 		job_free(j);

@@ -247,11 +247,6 @@ void pool_reap(struct pkv_daemon *d, uint64_t now_ns)
 	}
 }
 
-/*
- * Callers unlinked p; no session points at it (n_clients is 0, so every
- * session that attached was released, and release waits for the worker's
- * jobs of that session: no job names the pool).
- */
 void backend_lock_loop(struct pkv_daemon *d)
 {
 	__atomic_add_fetch(&d->backend_wanted, 1, __ATOMIC_ACQ_REL);
@@ -259,6 +254,11 @@ void backend_lock_loop(struct pkv_daemon *d)
 	__atomic_sub_fetch(&d->backend_wanted, 1, __ATOMIC_ACQ_REL);
 }
 
+/*
+ * Callers unlinked p; no session points at it (n_clients is 0, so every
+ * session that attached was released, and release waits for the worker's
+ * jobs of that session: no job names the pool).
+ */
 void pool_destroy(struct pkv_daemon *d, struct pool *p)
 {
 	tier_glue_pool_destroy(d, p);   /* spills what it caches while its KV memory lives */

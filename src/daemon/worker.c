@@ -808,6 +808,9 @@ static int collect(struct pkv_daemon *d, struct job *b)
 		if (b->n_items == 1) {
 			b->pool = o->s->pool;
 			b->layer = e.layer;
+			/* Its uid had the turn too (the sweep's first SQE may have gone to a slice). */
+			w->last_lead_uid = o->s->uid;
+			o->led_ns = now;
 		}
 		b->est_ns += est;
 		o->in_batch = 1;
@@ -1198,7 +1201,7 @@ static void maybe_move(struct worker *w)
 {
 	cpu_set_t m;
 
-	if (w->moved || !w->cpu1 || !w->n_owned || !CPU_ISSET(w->cpu1 - 1, &w->home))
+	if (w->moved || !w->cpu1 || !w->n_owned || !CPU_ISSET(w->cpu1 - 1, &w->home) || !one_uid(w))
 		return;
 	for (uint32_t i = 0; i < w->n_owned; i++)
 		if (pkv_ring_peer_cpu(&w->owned[i]->s->cq) != w->cpu1 || claims_all(w, w->owned[i]))
@@ -1258,9 +1261,11 @@ static void follow_sleeper(struct worker *w)
 	w->follow_cpu1 = cpu1;
 }
 
-/* Does a client whose ring we poll share our CPU, or not say where it runs? */
+/* Does a client whose ring we poll share our CPU, or not say where it runs (or are hints not heeded)? */
 static int client_here(const struct worker *w)
 {
+	if (!one_uid(w))
+		return 1;
 	for (uint32_t i = 0; i < w->n_owned; i++) {
 		uint32_t c = pkv_ring_peer_cpu(&w->owned[i]->s->cq);
 
@@ -1439,9 +1444,12 @@ static void *worker_main(void *arg)
 	while (!pkv_load_relaxed(&w->stop)) {
 		absorb(d);
 		/* Another uid connected: what the first one's hints set is undone before its attends run. */
-		if ((w->follow_cpu1 || w->batch_policy > 0) && !one_uid(w)) {
+		if ((w->moved || w->batch_policy > 0 || w->claimed) && !one_uid(w)) {
 			go_home(w);
 			worker_policy(w, 0);
+			pkv_host_set_cpus_claimed(d->host, 0);
+			w->claimed = 0;
+			w->idle_from_ns = 0; /* the spin chosen for this quiet spell counted the hints */
 		}
 		if (w->n_owned || w->n_copying) {
 			/* Hot: poll the rings ourselves (and run queued copies); the loop may sleep meanwhile. */
@@ -1466,6 +1474,7 @@ static void *worker_main(void *arg)
 				w->idle_from_ns = pkv_now_ns();
 				w->idle_spin_ns = claimed ? claimed_spin_ns(w, spin_ns) : idle_spin_ns(w, spin_ns, busy > 0);
 				pkv_host_set_cpus_claimed(d->host, claimed);
+				w->claimed = claimed;
 				worker_policy(w, claimed);
 				follow_sleeper(w);
 			}
