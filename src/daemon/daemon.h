@@ -72,6 +72,8 @@ void pool_left(struct pkv_daemon *d, struct pool *p);
 /* Frees the pools idle for longer than the grace period (loop timer). */
 void pool_reap(struct pkv_daemon *d, uint64_t now_ns);
 void pool_destroy(struct pkv_daemon *d, struct pool *p);
+/* The loop's way to take backend_mu: ahead of the worker's next piece of copies. */
+void backend_lock_loop(struct pkv_daemon *d);
 /* Bytes of KV cache a geometry needs, or 0 on overflow. */
 uint64_t pool_bytes(const struct pkv_geometry *g);
 /* The cache lock (cache_mu); pool_lock_all takes every pool's, in list order (config reload). */
@@ -350,8 +352,6 @@ int session_process(struct pkv_daemon *d, struct session *s);
  * Neither value is a result any opcode completes with (a count of 1 or 2
  * blocks is: a PIN of one block once hung its client).
  */
-/* The loop's way to take backend_mu: ahead of the worker's next piece of copies. */
-void backend_lock_loop(struct pkv_daemon *d);
 #define SESSION_LATER INT32_MAX
 #define SESSION_NOT_HERE (INT32_MAX - 1)
 int session_exec(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e, uint32_t max_step,
