@@ -365,7 +365,7 @@ static void attack_opens(int ready)
 /*
  * RINGERS processes of one uid, each decoding one token at a RING_CTX
  * context in a loop (layer 0 of a one-layer pool; the prompt is shared, so
- * it is prefilled once): many connections' decode attends of ~0.5 ms, each
+ * it is prefilled once): many connections' decode attends of ~0.85 ms here, each
  * under a slice, queued at once. Round robin per connection would put the
  * victim's attend behind every one of them.
  */
