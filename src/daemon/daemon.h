@@ -317,7 +317,7 @@ struct pkv_daemon {
 	 * worker holds it at most a slice or one piece of copies at a time.
 	 */
 	pthread_mutex_t backend_mu;
-	uint32_t backend_wanted;      /* the loop waits for backend_mu: the worker lets it in between pieces */
+	uint32_t backend_wanted;      /* the loop waits for backend_mu: the worker lets it in before its next call */
 	uint64_t accepted, refused;
 	/* accept under pressure (loop.c) */
 	int reserve_fd;               /* given back to accept-and-refuse when out of descriptors */

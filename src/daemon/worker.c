@@ -319,13 +319,19 @@ static uint32_t copy_piece_blocks(const struct pool *p)
 	return blk && blk < COPY_PIECE_BYTES ? (uint32_t)(COPY_PIECE_BYTES / blk) : 1;
 }
 
+/* The worker's way to take backend_mu: after the loop, when it waits for it (backend_lock_loop). */
+static void backend_lock_worker(struct pkv_daemon *d)
+{
+	while (__atomic_load_n(&d->backend_wanted, __ATOMIC_ACQUIRE))
+		sched_yield();
+	pthread_mutex_lock(&d->backend_mu);
+}
+
 static int copy_piece(struct pkv_daemon *d, struct pool *p, const struct pkv_block_copy *c, uint32_t n)
 {
 	int r;
 
-	while (__atomic_load_n(&d->backend_wanted, __ATOMIC_ACQUIRE))
-		sched_yield();
-	pthread_mutex_lock(&d->backend_mu);
+	backend_lock_worker(d);
 	r = pkv_dispatch_copy_blocks(&p->disp, c, n);
 	pthread_mutex_unlock(&d->backend_mu);
 	return r;
@@ -910,7 +916,7 @@ static void run_batch(struct pkv_daemon *d, struct job *b)
 		units += b->items[i].s->step_units;
 	b->pool->last_batch_items = b->n_items;
 	w->last_short_ns = pkv_now_ns();
-	pthread_mutex_lock(&d->backend_mu);
+	backend_lock_worker(d);
 	t0 = pkv_now_ns();
 	res = run_attend(w, b);
 	ns = pkv_now_ns() - t0;
@@ -1043,7 +1049,7 @@ static void run_slice(struct pkv_daemon *d, struct job *o)
 	b.max_blocks_per_seq = m->max_blocks_per_seq;
 	b.cache_seqlens = cs;
 	b.slot_mapping = m->slot_mapping + r0;
-	pthread_mutex_lock(&d->backend_mu);
+	backend_lock_worker(d);
 	t0 = pkv_now_ns();
 	res = pkv_dispatch_attend(&p->disp, &b);
 	o->big_served_ns = pkv_now_ns();
