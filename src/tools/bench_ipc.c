@@ -661,15 +661,15 @@ static int bench_coalesce(const struct opts *o, struct results *res, int shared)
 	for (int c = 0; c < o->n_counts && !ret; c++) {
 		double on[COAL_PAIRS], off[COAL_PAIRS], ratio[COAL_PAIRS];
 		struct priv d[2] = { 0 }; /* [mode]: 1 coalescing, 0 not */
+		int warm_unshared = 0; /* the warm-up runs find nothing cached yet: not counted */
 		char tag[32];
 
 		if (start_daemon(&d[1], o, 1) || start_daemon(&d[0], o, 0) ||
-		    decode_clients(d[1].sock, o->counts[c], steps, 0, shared, &res->coal_sh_unshared) < 0 ||
-		    decode_clients(d[0].sock, o->counts[c], steps, 0, shared, &res->coal_sh_unshared) < 0) {
+		    decode_clients(d[1].sock, o->counts[c], steps, 0, shared, &warm_unshared) < 0 ||
+		    decode_clients(d[0].sock, o->counts[c], steps, 0, shared, &warm_unshared) < 0) {
 			ret = -1;
 			goto next;
 		}
-		res->coal_sh_unshared = 0; /* the warm-up runs found nothing cached yet */
 		for (int r = 0; r < pairs; r++)
 			for (int k = 0; k < 2; k++) {
 				int mode = (r + k) % 2 == 0;
