@@ -210,17 +210,16 @@ static int tensors(struct pkv_client *c, struct tensors *t, uint32_t rows, uint3
 	return 0;
 }
 
-/* Prefills toks[0..n) into a new sequence of c in steps of `chunk`, all `layers`. */
-static int prefill(struct pkv_client *c, const int32_t *toks, uint32_t n, uint32_t chunk, uint32_t layers,
-		   const struct tensors *t, uint32_t *seq)
+/* Steps toks[from..n) of seq in chunks over `layers` layers (the sequence holds toks[0..from) already). */
+static int step_chunks(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t from, uint32_t n,
+		       uint32_t chunk, uint32_t layers, const struct tensors *t)
 {
-	uint32_t nc, done;
-	int r = pkv_seq_open(c, toks, 1, seq, &nc);
+	int r = 0;
 
-	for (done = 0; !r && done < n; done += chunk) {
+	for (uint32_t done = from; !r && done < n; done += chunk) {
 		uint32_t k = n - done < chunk ? n - done : chunk;
 
-		r = pkv_step_begin(c, seq, &k, toks + done, 1);
+		r = pkv_step_begin(c, &seq, &k, toks + done, 1);
 		for (uint32_t l = 0; !r && l < layers; l++)
 			r = pkv_attend(c, l, t->q, t->k, t->v, t->o);
 		if (!r)
@@ -229,22 +228,14 @@ static int prefill(struct pkv_client *c, const int32_t *toks, uint32_t n, uint32
 	return r;
 }
 
-/* Steps toks[from..n) of seq in chunks, one layer (the sequence holds toks[0..from) already). */
-static int prefill_more(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t from, uint32_t n,
-			uint32_t chunk, const struct tensors *t)
+/* Prefills toks[0..n) into a new sequence of c in steps of `chunk`, all `layers`. */
+static int prefill(struct pkv_client *c, const int32_t *toks, uint32_t n, uint32_t chunk, uint32_t layers,
+		   const struct tensors *t, uint32_t *seq)
 {
-	int r = 0;
+	uint32_t nc;
+	int r = pkv_seq_open(c, toks, 1, seq, &nc);
 
-	for (uint32_t done = from; !r && done < n; done += chunk) {
-		uint32_t k = n - done < chunk ? n - done : chunk;
-
-		r = pkv_step_begin(c, &seq, &k, toks + done, 1);
-		if (!r)
-			r = pkv_attend(c, 0, t->q, t->k, t->v, t->o);
-		if (!r)
-			r = pkv_step_end(c);
-	}
-	return r;
+	return r ? r : step_chunks(c, *seq, toks, 0, n, chunk, layers, t);
 }
 
 /*
@@ -396,7 +387,7 @@ static void attack_rings(int ready)
 				fprintf(stderr, "pkv-bench isolation: ringer %d: open: %s\n", i, pkv_last_error(c));
 				_exit(5);
 			}
-			if (nc < RING_CTX && (r = prefill_more(c, seq, toks, nc, RING_CTX, 1024, &t))) {
+			if (nc < RING_CTX && (r = step_chunks(c, seq, toks, nc, RING_CTX, 1024, 1, &t))) {
 				fprintf(stderr, "pkv-bench isolation: ringer %d: prefill from %u: %s (%s)\n", i, nc,
 					pkv_strerror(r), pkv_last_error(c));
 				_exit(5);
