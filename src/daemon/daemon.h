@@ -76,6 +76,8 @@ void pool_destroy(struct pkv_daemon *d, struct pool *p);
 void backend_lock_loop(struct pkv_daemon *d);
 /* Bytes of KV cache a geometry needs, or 0 on overflow. */
 uint64_t pool_bytes(const struct pkv_geometry *g);
+/* K and V of one block over every layer; 0 when that overflows. */
+uint64_t block_kv_bytes(const struct pkv_geometry *g);
 /* The cache lock (cache_mu); pool_lock_all takes every pool's, in list order (config reload). */
 void pool_lock(struct pool *p);
 void pool_unlock(struct pool *p);

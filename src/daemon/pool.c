@@ -18,13 +18,22 @@
  */
 uint64_t pool_bytes(const struct pkv_geometry *g)
 {
-	uint64_t b = 2; /* K and V */
+	uint64_t b = block_kv_bytes(g);
 
-	if (!pkv_mul_ok(b, g->num_layers, &b) || !pkv_mul_ok(b, g->num_blocks, &b) ||
-	    !pkv_mul_ok(b, g->block_size, &b) || !pkv_mul_ok(b, g->num_kv_heads, &b) ||
-	    !pkv_mul_ok(b, g->head_dim, &b) || !pkv_mul_ok(b, pkv_dtype_size(g->cache_dtype), &b))
+	if (!b || !pkv_mul_ok(b, g->num_blocks, &b))
 		return 0;
 	return b + pkv_cache_footprint(g);
+}
+
+uint64_t block_kv_bytes(const struct pkv_geometry *g)
+{
+	uint64_t b = 2; /* K and V */
+
+	if (!pkv_mul_ok(b, g->num_layers, &b) || !pkv_mul_ok(b, g->block_size, &b) ||
+	    !pkv_mul_ok(b, g->num_kv_heads, &b) || !pkv_mul_ok(b, g->head_dim, &b) ||
+	    !pkv_mul_ok(b, pkv_dtype_size(g->cache_dtype), &b))
+		return 0;
+	return b;
 }
 
 /* Names the first difference between an existing pool and an attach request. */

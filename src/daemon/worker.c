@@ -312,9 +312,7 @@ static int own(struct worker *w, struct job *j)
 
 static uint32_t copy_piece_blocks(const struct pool *p)
 {
-	const struct pkv_geometry *g = &p->geo;
-	uint64_t blk = (uint64_t)g->num_layers * 2 * g->num_kv_heads * g->head_dim * g->block_size *
-		       pkv_dtype_size(g->cache_dtype);
+	uint64_t blk = block_kv_bytes(&p->geo);
 
 	return blk && blk < COPY_PIECE_BYTES ? (uint32_t)(COPY_PIECE_BYTES / blk) : 1;
 }
