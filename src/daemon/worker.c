@@ -696,6 +696,12 @@ static int turn_before(uid_t last, uid_t ua, uint64_t ta, uid_t ub, uint64_t tb)
 	return ua != ub ? ua < ub : ta < tb;
 }
 
+/* Busy (in a batch, a slice, its copies), going back, or its step's copies begun on the loop not done. */
+static int ring_waits(const struct job *o)
+{
+	return o->in_batch || o->give_back || o->s->worker_copies;
+}
+
 /*
  * The ring a sweep starts at: the first in turn (turn_before) of those with
  * an SQE waiting. Starting at a rotating index gave every connection a turn:
@@ -710,7 +716,7 @@ static uint32_t sweep_start(const struct worker *w)
 	for (uint32_t i = 0; i < w->n_owned; i++) {
 		const struct job *o = w->owned[i];
 
-		if (o->in_batch || o->give_back || o->s->worker_copies || pkv_ring_avail(&o->s->sq) <= 0)
+		if (ring_waits(o) || pkv_ring_avail(&o->s->sq) <= 0)
 			continue;
 		if (!best || turn_before(w->last_lead_uid, o->s->uid, o->led_ns, best->s->uid, best->led_ns)) {
 			best = o;
@@ -733,10 +739,9 @@ static int collect(struct pkv_daemon *d, struct job *b)
 {
 	struct worker *w = &d->worker;
 	uint64_t now = pkv_now_ns();
-	int n = 0;
-
-	uint32_t first = sweep_start(w);
-	int lead = !b->n_items; /* the first SQE this sweep takes was the turn of its uid */
+	int n = 0, lead = !b->n_items; /* the first SQE this sweep takes was the turn of its uid */
+	/* Whose turn it is matters for a sweep that starts a batch, not one that fills it (gather). */
+	uint32_t first = lead ? sweep_start(w) : 0;
 
 	for (uint32_t k = 0; k < w->n_owned; k++) {
 		struct job *o = w->owned[(first + k) % w->n_owned];
@@ -745,8 +750,7 @@ static int collect(struct pkv_daemon *d, struct job *b)
 		enum head h;
 		double est;
 
-		/* Busy, or its step's copies (begun on the loop) are not done: its attends wait. */
-		if (o->in_batch || o->give_back || o->s->worker_copies)
+		if (ring_waits(o))
 			continue;
 		/* Its memory faulted (the loop learns why from the handler's slot). */
 		if (pkv_sigbus_faulted(o->s->bus_slot)) {
