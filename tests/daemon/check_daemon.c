@@ -375,16 +375,8 @@ START_TEST(test_coalesced_attends_match_reference)
 		for (uint32_t l = 0; l < T_LAYERS; l++) {
 			uint64_t t[2], bt;
 
-			for (int i = 0; i < 2; i++) {
-				for (uint32_t h = 0; h < T_HEADS; h++)
-					for (uint32_t x = 0; x < T_DIM; x++)
-						q[i][h * T_DIM + x] = act_q(toks[i][pos], pos, l, h, x);
-				for (uint32_t h = 0; h < T_KV_HEADS; h++)
-					for (uint32_t x = 0; x < T_DIM; x++) {
-						k[i][h * T_DIM + x] = act_k(toks[i][pos], pos, l, h, x);
-						v[i][h * T_DIM + x] = act_v(toks[i][pos], pos, l, h, x);
-					}
-			}
+			for (int i = 0; i < 2; i++)
+				act_row(toks[i][pos], pos, l, q[i], k[i], v[i]);
 			/* The long prefill first (layer 1 - l: never merged with the two decodes). */
 			ck_assert_int_eq(pkv_attend_async(big, 1 - l, bq, bk, bv, bo, &bt), 0);
 			for (int i = 0; i < 2; i++)
@@ -463,16 +455,8 @@ static float step_seqs(struct pkv_client *c, const uint32_t *seqs, int32_t (*tok
 	}
 	ck_assert_int_eq(pkv_step_begin(c, seqs, ones, next, n), 0);
 	for (uint32_t l = 0; l < T_LAYERS; l++) {
-		for (uint32_t i = 0; i < n; i++) {
-			for (uint32_t h = 0; h < T_HEADS; h++)
-				for (uint32_t x = 0; x < T_DIM; x++)
-					q[(i * T_HEADS + h) * T_DIM + x] = act_q(toks[i][pos], pos, l, h, x);
-			for (uint32_t h = 0; h < T_KV_HEADS; h++)
-				for (uint32_t x = 0; x < T_DIM; x++) {
-					k[(i * T_KV_HEADS + h) * T_DIM + x] = act_k(toks[i][pos], pos, l, h, x);
-					v[(i * T_KV_HEADS + h) * T_DIM + x] = act_v(toks[i][pos], pos, l, h, x);
-				}
-		}
+		for (uint32_t i = 0; i < n; i++)
+			act_row(toks[i][pos], pos, l, q + i * qn, k + i * kn, v + i * kn);
 		ck_assert_int_eq(pkv_attend(c, l, q, k, v, o), 0);
 		for (uint32_t i = 0; i < n; i++) {
 			float e;

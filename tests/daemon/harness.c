@@ -163,6 +163,18 @@ void ref_attend(const int32_t *toks, uint32_t n, uint32_t p0, uint32_t layer, fl
 
 unsigned run_step_pause_us;
 
+void act_row(int32_t tok, uint32_t pos, uint32_t layer, float *q, float *k, float *v)
+{
+	for (uint32_t h = 0; h < T_HEADS; h++)
+		for (uint32_t x = 0; x < T_DIM; x++)
+			q[h * T_DIM + x] = act_q(tok, pos, layer, h, x);
+	for (uint32_t h = 0; h < T_KV_HEADS; h++)
+		for (uint32_t x = 0; x < T_DIM; x++) {
+			k[h * T_DIM + x] = act_k(tok, pos, layer, h, x);
+			v[h * T_DIM + x] = act_v(tok, pos, layer, h, x);
+		}
+}
+
 int attend_layer(struct pkv_client *c, const int32_t *toks, uint32_t p0, uint32_t k, uint32_t l, float *out)
 {
 	size_t qn = (size_t)k * T_HEADS * T_DIM, kn = (size_t)k * T_KV_HEADS * T_DIM;
@@ -172,16 +184,9 @@ int attend_layer(struct pkv_client *c, const int32_t *toks, uint32_t p0, uint32_
 
 	if (!q || !kk || !v || !o)
 		goto out;
-	for (uint32_t t = 0; t < k; t++) {
-		for (uint32_t h = 0; h < T_HEADS; h++)
-			for (uint32_t x = 0; x < T_DIM; x++)
-				q[(t * T_HEADS + h) * T_DIM + x] = act_q(toks[p0 + t], p0 + t, l, h, x);
-		for (uint32_t h = 0; h < T_KV_HEADS; h++)
-			for (uint32_t x = 0; x < T_DIM; x++) {
-				kk[(t * T_KV_HEADS + h) * T_DIM + x] = act_k(toks[p0 + t], p0 + t, l, h, x);
-				v[(t * T_KV_HEADS + h) * T_DIM + x] = act_v(toks[p0 + t], p0 + t, l, h, x);
-			}
-	}
+	for (uint32_t t = 0; t < k; t++)
+		act_row(toks[p0 + t], p0 + t, l, q + t * T_HEADS * T_DIM, kk + t * T_KV_HEADS * T_DIM,
+			v + t * T_KV_HEADS * T_DIM);
 	if (run_step_pause_us)
 		usleep(run_step_pause_us);
 	r = pkv_attend(c, l, q, kk, v, o);

@@ -41,6 +41,8 @@ struct pkv_client *test_client(const char *sock, const char *pool, size_t arena_
 float act_q(int32_t tok, uint32_t pos, uint32_t layer, uint32_t h, uint32_t x);
 float act_k(int32_t tok, uint32_t pos, uint32_t layer, uint32_t h, uint32_t x);
 float act_v(int32_t tok, uint32_t pos, uint32_t layer, uint32_t h, uint32_t x);
+/* One token's row of each: q [T_HEADS][T_DIM], k and v [T_KV_HEADS][T_DIM]. */
+void act_row(int32_t tok, uint32_t pos, uint32_t layer, float *q, float *k, float *v);
 
 /*
  * Reference attention for one sequence whose full token list is toks[0..n):
