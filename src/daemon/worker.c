@@ -1229,6 +1229,7 @@ static void go_home(struct worker *w)
 		pkv_dbg("worker: cannot restore its CPU mask: %s", strerror(errno));
 	w->moved = 0;
 	w->follow_cpu1 = 0;
+	pkv_host_set_cpus_lent(w->d->host, 0);
 }
 
 /*
@@ -1267,6 +1268,7 @@ static void follow_sleeper(struct worker *w)
 	}
 	w->moved = 1;
 	w->follow_cpu1 = cpu1;
+	pkv_host_set_cpus_lent(w->d->host, 1);
 }
 
 /* Does a client whose ring we poll share our CPU, or not say where it runs (or are hints not heeded)? */

@@ -53,6 +53,7 @@ struct pkv_host {
 	atomic_int stop;
 	atomic_int shared_cpus;      /* pkv_host_set_shared_cpus */
 	atomic_int cpus_claimed;     /* pkv_host_set_cpus_claimed */
+	atomic_int cpus_lent;        /* pkv_host_set_cpus_lent */
 	uint32_t tag;                /* caller-only: last job tag */
 };
 
@@ -221,6 +222,7 @@ static int host_parallel_for(void *host, uint32_t n_tasks, pkv_task_fn fn, void 
 	struct pkv_host *h = host;
 	uint64_t until;
 	uint32_t t;
+	int lent;
 
 	if (!h || !fn)
 		return -EINVAL;
@@ -233,10 +235,13 @@ static int host_parallel_for(void *host, uint32_t n_tasks, pkv_task_fn fn, void 
 	 * adding two context switches to a call that may last microseconds (a
 	 * decode attend), so run it here. A client spinning for this very call
 	 * holds a core too: on 2 CPUs a decode attend split over two threads
-	 * took 112-199 us against 83-103 us on one.
+	 * took 112-199 us against 83-103 us on one. Unless the client waiting
+	 * for the call lent us its cores (pkv_host_set_cpus_lent): they are ours
+	 * until the call ends, whatever the runnable count says.
 	 */
+	lent = atomic_load_explicit(&h->cpus_lent, memory_order_relaxed);
 	if (h->nworkers == 0 || n_tasks == 1 || n_tasks > CLAIM_MASK || in_pool ||
-	    (atomic_load_explicit(&h->shared_cpus, memory_order_relaxed) && !pkv_spin_spare_cpu()) ||
+	    (atomic_load_explicit(&h->shared_cpus, memory_order_relaxed) && !lent && !pkv_spin_spare_cpu()) ||
 	    pthread_mutex_trylock(&h->call_lock)) {
 		for (t = 0; t < n_tasks; t++)
 			fn(arg, t, 0);
@@ -257,8 +262,12 @@ static int host_parallel_for(void *host, uint32_t n_tasks, pkv_task_fn fn, void 
 
 	run_tasks(h, 0);
 
-	/* Wait for tasks other threads claimed; a worker that claimed none is not waited for. */
-	until = pkv_now_ns() + spin_ns(h);
+	/*
+	 * Wait for tasks other threads claimed; a worker that claimed none is
+	 * not waited for. On lent cores the wait spins: a task lasts tens of
+	 * microseconds, a wake-up of this thread about as long.
+	 */
+	until = pkv_now_ns() + (lent ? SPIN_NS : spin_ns(h));
 	t = 0;
 	while (atomic_load_explicit(&h->done, memory_order_acquire) < n_tasks) {
 		cpu_relax();
@@ -386,6 +395,12 @@ void pkv_host_set_cpus_claimed(struct pkv_host *h, int on)
 {
 	if (h && atomic_load_explicit(&h->cpus_claimed, memory_order_relaxed) != !!on)
 		atomic_store_explicit(&h->cpus_claimed, !!on, memory_order_relaxed);
+}
+
+void pkv_host_set_cpus_lent(struct pkv_host *h, int on)
+{
+	if (h && atomic_load_explicit(&h->cpus_lent, memory_order_relaxed) != !!on)
+		atomic_store_explicit(&h->cpus_lent, !!on, memory_order_relaxed);
 }
 
 void pkv_host_set_log_level(struct pkv_host *h, int level)

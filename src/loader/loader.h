@@ -43,6 +43,13 @@ void pkv_host_set_shared_cpus(struct pkv_host *h, int on);
  * as soon as a job is done instead of spinning for the next one.
  */
 void pkv_host_set_cpus_claimed(struct pkv_host *h, int on);
+/*
+ * Whether the one client being served sleeps through each call with its
+ * compute threads' cores left free (a lone client claiming every CPU, see
+ * the daemon's follow_sleeper): a call then fans out to the pool threads
+ * even in shared-machine mode, and the caller spins for them.
+ */
+void pkv_host_set_cpus_lent(struct pkv_host *h, int on);
 
 /* One loaded and initialised backend. */
 struct pkv_plugin {

@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "loader/loader.h"
 
@@ -65,6 +67,47 @@ START_TEST(parallel_for_many_small_jobs)
 	ck_assert_int_eq(atomic_load(&a->bad_thread), 0);
 	pkv_host_destroy(h);
 	free(a);
+}
+END_TEST
+
+struct lent_arg {
+	atomic_int started[2];
+	atomic_int thread_of[2];
+};
+
+/* Task 0 waits (1.5 s at most) for task 1 to start: only a second thread can run it meanwhile. */
+static void wait_for_other_task(void *p, uint32_t task, uint32_t thread)
+{
+	struct lent_arg *a = p;
+
+	atomic_store(&a->thread_of[task], (int)thread);
+	atomic_store(&a->started[task], 1);
+	for (int i = 0; task == 0 && i < 1500 && !atomic_load(&a->started[1]); i++)
+		usleep(1000);
+}
+
+START_TEST(parallel_for_fans_out_on_lent_cpus)
+{
+	struct pkv_host *h;
+	const struct pkv_host_api *api;
+	struct lent_arg a;
+
+	/* Shared-machine mode on a machine read as busy: calls run on the caller's thread... */
+	setenv("PAGEDKV_SPIN_POLICY", "never", 1);
+	ck_assert_int_eq(pkv_host_create(2, PKV_LOG_ERROR, &h), 0);
+	api = pkv_host_api(h);
+	pkv_host_set_shared_cpus(h, 1);
+	memset(&a, 0, sizeof(a));
+	ck_assert_int_eq(api->parallel_for(api->host, 2, wait_for_other_task, &a), 0);
+	ck_assert_int_eq(atomic_load(&a.thread_of[0]), 0);
+	ck_assert_int_eq(atomic_load(&a.thread_of[1]), 0);
+	/* ...unless the client waiting for them lent its cores: then the pool thread takes a task. */
+	pkv_host_set_cpus_lent(h, 1);
+	memset(&a, 0, sizeof(a));
+	ck_assert_int_eq(api->parallel_for(api->host, 2, wait_for_other_task, &a), 0);
+	ck_assert_int_eq(atomic_load(&a.thread_of[0]), 0);
+	ck_assert_int_eq(atomic_load(&a.thread_of[1]), 1);
+	pkv_host_destroy(h);
 }
 END_TEST
 
@@ -146,6 +189,7 @@ int main(void)
 	tcase_add_test(tc, parallel_for_runs_each_task_once);
 	tcase_add_test(tc, parallel_for_many_small_jobs);
 	tcase_add_test(tc, parallel_for_nested_runs_inline);
+	tcase_add_test(tc, parallel_for_fans_out_on_lent_cpus);
 	tcase_add_test(tc, alloc_aligned_honours_alignment);
 	tcase_add_test(tc, log_respects_level_and_sink);
 	suite_add_tcase(s, tc);
