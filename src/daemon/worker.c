@@ -1240,8 +1240,11 @@ static void go_home(struct worker *w)
  * hand-offs stay on one CPU. Unpinned, the scheduler often put us beside
  * its yielding pool thread: a 2-thread SmolLM2 client on 2 vCPUs read a
  * median hand-off of 33 us per attend (13-93) against 18 us (10-34) when
- * following it, 24 alternated runs. Not for several clients, nor one that
- * spins: anything else and we go back to every CPU.
+ * following it, 24 alternated runs. Its cores are lent to us meanwhile
+ * (its pool threads only yield them until our completion), so the backend's
+ * calls split over its threads (pkv_host_set_cpus_lent: a decode attend
+ * ~100 -> ~70 us). Not for several clients, nor one that spins: anything
+ * else and we go back to every CPU and to the runnable-count rule.
  */
 static void follow_sleeper(struct worker *w)
 {
