@@ -46,7 +46,7 @@ struct opts {
 	char workers[16];
 	double phase_s;
 	int json;
-	const char *only;            /* run the solo phase and this class only */
+	const char *only;            /* run the solo phase and these classes only (comma-separated) */
 	const char *daemon_args[8];
 	int n_daemon_args;
 };
@@ -539,11 +539,27 @@ static void attack_squat(int ready)
 		pause();
 }
 
+/*
+ * Not an attack: one process of the other uid that only computes, never
+ * talks to the daemon. The victim's tail behind plain competition for a
+ * core, the floor for an attacker whose flood keeps one CPU busy.
+ */
+static void attack_hog(int ready)
+{
+	volatile uint64_t x = 0;
+
+	if (write(ready, "r", 1) != 1)
+		_exit(3);
+	for (;;)
+		x++;
+}
+
 /* ---------------------------------------------------------------- phases */
 
 struct phase {
 	const char *name;
 	void (*attack)(int ready);
+	int reference;               /* a yardstick, not an attack: outside worst_p99_ratio */
 	uint32_t steps;
 	double p50_us, p99_us, ratio;
 	int errors, hangs, alive, audit;
@@ -653,13 +669,25 @@ static int find(char *out, size_t len, const char *env, const char *const *cand,
 	return access(out, X_OK);
 }
 
+/* Whether name is one of the comma-separated names in list. */
+static int listed(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+		if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == '\0'))
+			return 1;
+	return 0;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: pkv-bench isolation [--json] [--phase-s S] [--workers N] [--plugin-dir DIR]\n"
-		   "                           [--daemon-arg ARG]... [--only CLASS]\n"
+		   "                           [--daemon-arg ARG]... [--only CLASS[,CLASS]...]\n"
 		   "  Starts a private pagedkvd (PKV_PAGEDKVD to pick the binary) and measures a victim\n"
 		   "  uid's decode step latency alone, then while another uid runs each attack class.\n"
-		   "  Classes: big_attend, open_flood, connection_flood, many_rings, fork_copies, quota_squat.\n"
+		   "  Classes: big_attend, open_flood, connection_flood, many_rings, fork_copies, quota_squat;\n"
+		   "  cpu_hog (a reference, outside worst_p99_ratio): the other uid only computes.\n"
 		   "  Needs root for two real uids (otherwise both run as the caller, said in the output).\n");
 }
 
@@ -681,6 +709,7 @@ int main(int argc, char **argv)
 		{ .name = "many_rings", .attack = attack_rings },
 		{ .name = "fork_copies", .attack = attack_forks },
 		{ .name = "quota_squat", .attack = attack_squat },
+		{ .name = "cpu_hog", .attack = attack_hog, .reference = 1 },
 	};
 	char exe[PATH_MAX], self[2048];
 	int crashes = 0, hangs = 0, audits_ok = 1, c;
@@ -729,7 +758,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	for (size_t i = 0; i < sizeof(ph) / sizeof(ph[0]); i++) {
-		if (i && O.only && strcmp(O.only, ph[i].name)) {
+		if (i && O.only && !listed(O.only, ph[i].name)) {
 			ph[i].alive = 1;
 			ph[i].audit = 1;
 			continue;
@@ -744,13 +773,14 @@ int main(int argc, char **argv)
 		crashes += !ph[i].alive;
 		hangs += ph[i].hangs;
 		audits_ok &= ph[i].audit == 1;
-		if (i && ph[i].ratio > worst)
+		if (i && !ph[i].reference && ph[i].ratio > worst)
 			worst = ph[i].ratio;
 		if (!O.json)
 			printf("%-17s steps %6u  p50 %9.1f us  p99 %9.1f us  p99/solo %6.2f  errors %d  hang %d  "
-			       "daemon %s  audit %s\n", ph[i].name, ph[i].steps, ph[i].p50_us, ph[i].p99_us,
+			       "daemon %s  audit %s%s\n", ph[i].name, ph[i].steps, ph[i].p50_us, ph[i].p99_us,
 			       i ? ph[i].ratio : 1.0, ph[i].errors, ph[i].hangs, ph[i].alive ? "up" : "DEAD",
-			       ph[i].audit == 1 ? "clean" : ph[i].audit < 0 ? "n/a" : "DIRTY");
+			       ph[i].audit == 1 ? "clean" : ph[i].audit < 0 ? "n/a" : "DIRTY",
+			       ph[i].reference ? "  (reference)" : "");
 	}
 	stop_daemon();
 	if (O.json) {
@@ -758,10 +788,12 @@ int main(int argc, char **argv)
 		       distinct_uids ? "true" : "false");
 		for (size_t i = 0; i < sizeof(ph) / sizeof(ph[0]); i++)
 			printf("%s{\"name\":\"%s\",\"steps\":%u,\"p50_us\":%.1f,\"p99_us\":%.1f,\"p99_ratio\":%.2f,"
-			       "\"victim_errors\":%d,\"hangs\":%d,\"daemon_alive\":%s,\"audit_clean\":%s}", i ? "," : "",
+			       "\"victim_errors\":%d,\"hangs\":%d,\"daemon_alive\":%s,\"audit_clean\":%s,"
+			       "\"reference\":%s}", i ? "," : "",
 			       ph[i].name, ph[i].steps, ph[i].p50_us, ph[i].p99_us, i ? ph[i].ratio : 1.0,
 			       ph[i].errors, ph[i].hangs, ph[i].alive ? "true" : "false",
-			       ph[i].audit == 1 ? "true" : ph[i].audit < 0 ? "null" : "false");
+			       ph[i].audit == 1 ? "true" : ph[i].audit < 0 ? "null" : "false",
+			       ph[i].reference ? "true" : "false");
 		printf("],\"crashes\":%d,\"hangs\":%d,\"worst_p99_ratio\":%.2f,\"target_p99_ratio\":3,"
 		       "\"target_met\":%s}\n", crashes, hangs, worst,
 		       !crashes && !hangs && audits_ok && worst <= 3.0 ? "true" : "false");
