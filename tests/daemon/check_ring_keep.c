@@ -366,6 +366,61 @@ START_TEST(test_lone_client_on_every_cpu_is_served_where_it_sleeps)
 }
 END_TEST
 
+/*
+ * While the worker follows a client that claims every CPU, that client's
+ * cores are lent to the backend and a call splits over its threads (on a
+ * machine with two or more CPUs): decode steps over a context long enough
+ * to be cut in two (600 tokens, the CPU backend cuts at 256 keys and more)
+ * must still match the reference, step after step.
+ */
+START_TEST(test_followed_clients_split_attends_match_reference)
+{
+	static int32_t toks[640];
+	static float got[T_HEADS * T_DIM], ref[T_HEADS * T_DIM];
+	struct pkv_client *c;
+	cpu_set_t mine;
+	uint32_t seq, k;
+	int tid, all;
+
+	static const char *const two_threads[] = { "--workers", "2", NULL };
+	static char cpu[1024];
+	const char *dir = getenv("PKV_PLUGIN_BUILD_DIR");
+
+	/* The CPU backend (the naive one never splits) with two threads (the test daemon has one). */
+	snprintf(cpu, sizeof(cpu), "%s/cpu/.libs/pkv_cpu.so", dir ? dir : "plugins");
+	ck_assert_int_eq(dmn_stop(&D), 0);
+	if (!access(cpu, R_OK))
+		harness_backend = cpu;
+	ck_assert_int_eq(dmn_restart(&D, two_threads), 0);
+	harness_backend = NULL;
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
+	all = CPU_COUNT(&mine);
+	tid = worker_tid();
+	ck_assert_int_gt(tid, 0);
+	c = client_on_every_cpu(toks, 9, &seq);
+	make_prompt(toks, 640, 9); /* the same first 64 tokens, and more */
+	ck_assert_float_le(step_and_check(c, seq, toks, 600, 20, NULL), 1e-5f);
+	/* A layer's compute between attends: the worker goes quiet mid-step and follows. */
+	run_step_pause_us = 1000;
+	for (uint32_t n = 601; n <= 616; n++) {
+		k = 1;
+		ck_assert_int_eq(pkv_step_begin(c, &seq, &k, toks + n - 1, 1), 0);
+		for (uint32_t l = 0; l < T_LAYERS; l++) {
+			ck_assert_int_eq(attend_layer(c, toks, n - 1, 1, l, got), 0);
+			ref_attend(toks, n, n - 1, l, ref);
+			ck_assert_float_le(max_diff(got, ref, T_HEADS * T_DIM), 1e-5f);
+		}
+		if (n == 604)
+			ck_assert_int_eq(cpus_within(tid, all >= 2 ? 1 : all, 2000), all >= 2 ? 1 : all);
+		ck_assert_int_eq(pkv_step_end(c), 0);
+	}
+	run_step_pause_us = 0;
+	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
+	pkv_disconnect(c);
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
+}
+END_TEST
+
 /* A uid that is not ours: another user's client, for the one-uid rules of the worker. */
 #define OTHER_UID 61013
 
@@ -644,6 +699,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_kept_ring_serves_steps_without_the_loop);
 	tcase_add_test(t, test_client_on_every_cpu_is_not_spun_for);
 	tcase_add_test(t, test_lone_client_on_every_cpu_is_served_where_it_sleeps);
+	tcase_add_test(t, test_followed_clients_split_attends_match_reference);
 	/* Needs root to become another uid; not added (so not counted) otherwise. */
 	if (geteuid() == 0)
 		tcase_add_test(t, test_another_uid_undoes_a_clients_hints);
