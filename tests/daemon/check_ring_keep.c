@@ -375,16 +375,15 @@ END_TEST
  */
 START_TEST(test_followed_clients_split_attends_match_reference)
 {
+	static const char *const two_threads[] = { "--workers", "2", NULL };
 	static int32_t toks[640];
 	static float got[T_HEADS * T_DIM], ref[T_HEADS * T_DIM];
+	static char cpu[1024];
+	const char *dir = getenv("PKV_PLUGIN_BUILD_DIR");
 	struct pkv_client *c;
 	cpu_set_t mine;
 	uint32_t seq, k;
 	int tid, all;
-
-	static const char *const two_threads[] = { "--workers", "2", NULL };
-	static char cpu[1024];
-	const char *dir = getenv("PKV_PLUGIN_BUILD_DIR");
 
 	/* The CPU backend (the naive one never splits) with two threads (the test daemon has one). */
 	snprintf(cpu, sizeof(cpu), "%s/cpu/.libs/pkv_cpu.so", dir ? dir : "plugins");
