@@ -317,9 +317,16 @@ static uint32_t copy_piece_blocks(const struct pool *p)
 	return blk && blk < COPY_PIECE_BYTES ? (uint32_t)(COPY_PIECE_BYTES / blk) : 1;
 }
 
-/* The worker's way to take backend_mu: after the loop, when it waits for it (backend_lock_loop). */
+static void drop_hints_if_shared(struct worker *w);
+
+/*
+ * The worker's way to take backend_mu, before each backend call: after the
+ * loop, when it waits for it (backend_lock_loop); and with a hinting
+ * client's settings undone if another uid connected meanwhile.
+ */
 static void backend_lock_worker(struct pkv_daemon *d)
 {
+	drop_hints_if_shared(&d->worker);
 	while (__atomic_load_n(&d->backend_wanted, __ATOMIC_ACQUIRE))
 		sched_yield();
 	pthread_mutex_lock(&d->backend_mu);
@@ -1267,6 +1274,8 @@ static void follow_sleeper(struct worker *w)
 	CPU_SET(cpu1 - 1, &m);
 	if (sched_setaffinity(0, sizeof(m), &m)) {
 		pkv_dbg("worker: cannot follow its client to CPU %u: %s", cpu1 - 1, strerror(errno));
+		if (w->follow_cpu1)
+			go_home(w); /* not left pinned where the client no longer sleeps, nor lent its cores */
 		return;
 	}
 	w->moved = 1;
@@ -1427,6 +1436,24 @@ static void worker_policy(struct worker *w, int claimed)
 }
 
 /* Learns the gap between an idle start and the next SQE (exponential average; long gaps are pauses). */
+/*
+ * Another uid connected: what the first one's hints set (a move, following,
+ * lent cores, SCHED_BATCH, claimed CPUs) is undone before that uid's work
+ * runs. At the top of every turn, and before every backend call, since a
+ * ring handed over mid-turn (gather, follow_short) brings its attends in
+ * before the next turn.
+ */
+static void drop_hints_if_shared(struct worker *w)
+{
+	if (!(w->moved || w->batch_policy > 0 || w->claimed) || one_uid(w))
+		return;
+	go_home(w);
+	worker_policy(w, 0);
+	pkv_host_set_cpus_claimed(w->d->host, 0);
+	w->claimed = 0;
+	w->idle_from_ns = 0; /* the spin chosen for this quiet spell counted the hints */
+}
+
 static void learn_gap(struct worker *w, uint64_t now)
 {
 	uint64_t g = now - w->idle_from_ns;
@@ -1456,14 +1483,7 @@ static void *worker_main(void *arg)
 
 	while (!pkv_load_relaxed(&w->stop)) {
 		absorb(d);
-		/* Another uid connected: what the first one's hints set is undone before its attends run. */
-		if ((w->moved || w->batch_policy > 0 || w->claimed) && !one_uid(w)) {
-			go_home(w);
-			worker_policy(w, 0);
-			pkv_host_set_cpus_claimed(d->host, 0);
-			w->claimed = 0;
-			w->idle_from_ns = 0; /* the spin chosen for this quiet spell counted the hints */
-		}
+		drop_hints_if_shared(w);
 		if (w->n_owned || w->n_copying) {
 			/* Hot: poll the rings ourselves (and run queued copies); the loop may sleep meanwhile. */
 			if (poll_rings(d)) {
@@ -1530,6 +1550,7 @@ static void *worker_main(void *arg)
 		}
 		sleep_on_rings(d);
 	}
+	go_home(w); /* a stopped worker follows no one and lends the backend nothing */
 	/* Stopping: the loop has released every session; hand back whatever is left. */
 	for (uint32_t i = 0; i < w->n_owned; i++) {
 		release_ring(w, w->owned[i]);
