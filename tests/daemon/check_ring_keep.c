@@ -160,7 +160,7 @@ START_TEST(test_kept_ring_serves_steps_without_the_loop)
 END_TEST
 
 /* The daemon's worker thread (named pkv-worker) now, or -1. */
-static int find_worker_tid(void)
+static int find_thread(const char *name)
 {
 	char path[320], comm[32];
 	struct dirent *e;
@@ -178,7 +178,8 @@ static int find_worker_tid(void)
 			continue;
 		snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)D.pid, e->d_name);
 		if ((f = fopen(path, "r"))) {
-			if (fgets(comm, sizeof(comm), f) && !strncmp(comm, "pkv-worker", 10))
+			if (fgets(comm, sizeof(comm), f) && !strncmp(comm, name, strlen(name)) &&
+			    (comm[strlen(name)] == '\n' || !comm[strlen(name)]))
 				tid = atoi(e->d_name);
 			fclose(f);
 		}
@@ -188,19 +189,24 @@ static int find_worker_tid(void)
 }
 
 /*
- * The daemon's worker thread (named pkv-worker), or -1 after 5 s: the
- * daemon binds its socket after starting the thread, but the thread names
- * itself once it runs.
+ * The daemon's thread of that name (pkv-worker, pkv-backend1), or -1 after
+ * 5 s: the daemon binds its socket after starting its threads, but a thread
+ * names itself once it runs.
  */
-static int worker_tid(void)
+static int thread_tid(const char *name)
 {
-	int tid = find_worker_tid();
+	int tid = find_thread(name);
 
 	for (int t = 0; tid < 0 && t < 500; t++) {
 		usleep(10000);
-		tid = find_worker_tid();
+		tid = find_thread(name);
 	}
 	return tid;
+}
+
+static int worker_tid(void)
+{
+	return thread_tid("pkv-worker");
 }
 
 /* The thread's scheduling policy once it is want, or as it is after ms. */
@@ -366,12 +372,22 @@ START_TEST(test_lone_client_on_every_cpu_is_served_where_it_sleeps)
 }
 END_TEST
 
+/* How often the daemon thread tid went to sleep (a pool thread: how often it was woken for a job). */
+static long thread_sleeps(int tid)
+{
+	char path[96];
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)D.pid, tid);
+	return proc_field(path, "voluntary_ctxt_switches:");
+}
+
 /*
  * While the worker follows a client that claims every CPU, that client's
- * cores are lent to the backend and a call splits over its threads (on a
- * machine with two or more CPUs): decode steps over a context long enough
- * to be cut in two (600 tokens, the CPU backend cuts at 256 keys and more)
- * must still match the reference, step after step.
+ * cores are lent to the backend and a call splits over its threads: decode
+ * steps over a context long enough to be cut in two (600 tokens, the CPU
+ * backend cuts at 256 keys and more) must match the reference, step after
+ * step. The daemon reads the machine as busy (PAGEDKV_SPIN_POLICY=never),
+ * so only the lent cores can send work to its second backend thread.
  */
 START_TEST(test_followed_clients_split_attends_match_reference)
 {
@@ -383,24 +399,31 @@ START_TEST(test_followed_clients_split_attends_match_reference)
 	struct pkv_client *c;
 	cpu_set_t mine;
 	uint32_t seq, k;
-	int tid, all;
+	int tid, helper, all, r;
+	long woken;
 
-	/* The CPU backend (the naive one never splits) with two threads (the test daemon has one). */
-	snprintf(cpu, sizeof(cpu), "%s/cpu/.libs/pkv_cpu.so", dir ? dir : "plugins");
-	ck_assert_int_eq(dmn_stop(&D), 0);
-	if (!access(cpu, R_OK))
-		harness_backend = cpu;
-	ck_assert_int_eq(dmn_restart(&D, two_threads), 0);
-	harness_backend = NULL;
 	ck_assert_int_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
 	all = CPU_COUNT(&mine);
+	/* The CPU backend (the test daemon's naive one never splits) with two threads (it has one). */
+	snprintf(cpu, sizeof(cpu), "%s/cpu/.libs/pkv_cpu.so", dir ? dir : "plugins");
+	ck_assert_int_eq(access(cpu, R_OK), 0);
+	ck_assert_int_eq(dmn_stop(&D), 0);
+	harness_backend = cpu;
+	setenv("PAGEDKV_SPIN_POLICY", "never", 1);
+	r = dmn_restart(&D, two_threads);
+	harness_backend = NULL;
+	unsetenv("PAGEDKV_SPIN_POLICY");
+	ck_assert_int_eq(r, 0);
 	tid = worker_tid();
+	helper = thread_tid("pkv-backend1");
 	ck_assert_int_gt(tid, 0);
+	ck_assert_int_gt(helper, 0);
 	c = client_on_every_cpu(toks, 9, &seq);
 	make_prompt(toks, 640, 9); /* the same first 64 tokens, and more */
 	ck_assert_float_le(step_and_check(c, seq, toks, 600, 20, NULL), 1e-5f);
 	/* A layer's compute between attends: the worker goes quiet mid-step and follows. */
 	run_step_pause_us = 1000;
+	woken = thread_sleeps(helper);
 	for (uint32_t n = 601; n <= 616; n++) {
 		k = 1;
 		ck_assert_int_eq(pkv_step_begin(c, &seq, &k, toks + n - 1, 1), 0);
@@ -414,6 +437,9 @@ START_TEST(test_followed_clients_split_attends_match_reference)
 		ck_assert_int_eq(pkv_step_end(c), 0);
 	}
 	run_step_pause_us = 0;
+	/* Followed only with two CPUs or more: then the second thread was woken for the split calls. */
+	if (all >= 2)
+		ck_assert_int_gt(thread_sleeps(helper), woken);
 	ck_assert_int_eq(pkv_seq_close(c, seq), 0);
 	pkv_disconnect(c);
 	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
