@@ -8,7 +8,9 @@
  * of the Autotools build (pagedkv does not link ggml).
  *
  * Prints one line per shape and context: median µs per call and the K/V
- * bytes read per second, the figure pkv-bench attn prints for its rows.
+ * bytes read per second, the figure pkv-bench attn prints for its rows, and
+ * the largest error of one call against attention in double precision
+ * (fails above MAX_ERROR).
  */
 #include <math.h>
 #include <stdio.h>
@@ -93,7 +95,11 @@ static double max_error(const struct shape *sh, int ctx, const struct ggml_tenso
 	return w ? worst : INFINITY;
 }
 
-static int run_row(const struct shape *sh, int ctx, int threads, double sweep_mb, int rounds)
+/* Above it the peer computed something else than attention: its figure would not count. */
+#define MAX_ERROR 1e-3
+
+static int run_row(const struct shape *sh, int ctx, int threads, double sweep_mb, int rounds,
+		   struct ggml_threadpool *tp)
 {
 	size_t kv_bytes = (size_t)2 * sh->hd * ctx * sh->nkv * sizeof(ggml_fp16_t);
 	int copies = (int)ceil(sweep_mb * 1048576.0 / (double)kv_bytes), calls = 0;
@@ -108,7 +114,9 @@ static int run_row(const struct shape *sh, int ctx, int threads, double sweep_mb
 
 	if (copies < 1)
 		copies = 1;
-	mem = (size_t)copies * (kv_bytes + 4 * ggml_tensor_overhead() + ggml_graph_overhead() + 4096) +
+	/* Per copy: K, V, the output and their objects, a graph; then q; 64 MB of slack for alignment. */
+	mem = (size_t)copies * (kv_bytes + (size_t)sh->hd * sh->nh * 4 + 4 * ggml_tensor_overhead() +
+				ggml_graph_overhead() + 4096) +
 	      (size_t)sh->hd * sh->nh * 8 + (64u << 20);
 	g = ggml_init((struct ggml_init_params){ .mem_size = mem, .mem_buffer = NULL, .no_alloc = false });
 	gf = calloc((size_t)copies, sizeof(*gf));
@@ -136,8 +144,8 @@ static int run_row(const struct shape *sh, int ctx, int threads, double sweep_mb
 		gf[c] = ggml_new_graph(g);
 		ggml_build_forward_expand(gf[c], o);
 	}
-	/* The graphs are alike: one plan and work buffer serve them all. */
-	plan = ggml_graph_plan(gf[0], threads, NULL);
+	/* The graphs are alike: one plan, work buffer and thread pool (made once, as llama.cpp does) serve them all. */
+	plan = ggml_graph_plan(gf[0], threads, tp);
 	plan.work_data = plan.work_size ? malloc(plan.work_size) : NULL;
 	if (plan.work_size && !plan.work_data)
 		return -1;
@@ -145,6 +153,10 @@ static int run_row(const struct shape *sh, int ctx, int threads, double sweep_mb
 	for (int c = 0; c < copies; c++)
 		ggml_graph_compute(gf[c], &plan);
 	err = max_error(sh, ctx, q, k0, v0, o0);
+	if (!(err <= MAX_ERROR)) {
+		fprintf(stderr, "peer: %s ctx %d: ggml's output is off by %.1e from attention\n", sh->name, ctx, err);
+		return -1;
+	}
 	for (int r = 0; r < rounds; r++)
 		for (int c = 0; c < copies; c++) {
 			double t0 = now_us();
@@ -168,8 +180,10 @@ static int run_row(const struct shape *sh, int ctx, int threads, double sweep_mb
 
 int main(int argc, char **argv)
 {
-	int threads = 1, rounds = 15;
+	int threads = 1, rounds = 15, ret = 0;
 	double sweep_mb = 32;
+	struct ggml_threadpool_params tpp;
+	struct ggml_threadpool *tp;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--threads") && i + 1 < argc)
@@ -187,11 +201,17 @@ int main(int argc, char **argv)
 		fprintf(stderr, "peer: bad arguments\n");
 		return 2;
 	}
+	tpp = ggml_threadpool_params_default(threads);
+	tp = ggml_threadpool_new(&tpp);
+	if (!tp) {
+		fprintf(stderr, "peer: cannot create ggml's thread pool\n");
+		return 1;
+	}
 	printf("ggml flash attention (ggml_flash_attn_ext), f16 K/V, f32 queries, K/V swept through %.0f MB\n",
 	       sweep_mb);
-	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
-		for (size_t c = 0; c < sizeof(ctxs) / sizeof(ctxs[0]); c++)
-			if (run_row(&shapes[s], ctxs[c], threads, sweep_mb, rounds))
-				return 1;
-	return 0;
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]) && !ret; s++)
+		for (size_t c = 0; c < sizeof(ctxs) / sizeof(ctxs[0]) && !ret; c++)
+			ret = run_row(&shapes[s], ctxs[c], threads, sweep_mb, rounds, tp) ? 1 : 0;
+	ggml_threadpool_free(tp);
+	return ret;
 }
