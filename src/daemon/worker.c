@@ -1435,7 +1435,6 @@ static void worker_policy(struct worker *w, int claimed)
 		w->batch_policy = claimed;
 }
 
-/* Learns the gap between an idle start and the next SQE (exponential average; long gaps are pauses). */
 /*
  * Another uid connected: what the first one's hints set (a move, following,
  * lent cores, SCHED_BATCH, claimed CPUs) is undone before that uid's work
@@ -1454,6 +1453,7 @@ static void drop_hints_if_shared(struct worker *w)
 	w->idle_from_ns = 0; /* the spin chosen for this quiet spell counted the hints */
 }
 
+/* Learns the gap between an idle start and the next SQE (exponential average; long gaps are pauses). */
 static void learn_gap(struct worker *w, uint64_t now)
 {
 	uint64_t g = now - w->idle_from_ns;
