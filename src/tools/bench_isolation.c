@@ -748,19 +748,20 @@ int main(int argc, char **argv)
 		fprintf(stderr, "pkv-bench isolation: --phase-s must be in (0, 600]\n");
 		return 2;
 	}
-	/* Every name --only gives must be a class: a typo would otherwise measure nothing and pass. */
-	for (const char *p = O.only; p && *p;) {
-		size_t len = strcspn(p, ","), i;
+	/* Every name --only gives must be a class, once: a typo would otherwise measure nothing and pass. */
+	if (O.only) {
+		size_t names = 1, classes = 0;
 
-		for (i = 1; i < sizeof(ph) / sizeof(ph[0]); i++)
-			if (strlen(ph[i].name) == len && !strncmp(p, ph[i].name, len))
-				break;
-		if (i == sizeof(ph) / sizeof(ph[0])) {
-			fprintf(stderr, "pkv-bench isolation: --only: no class '%.*s'\n", (int)len, p);
+		for (const char *p = O.only; *p; p++)
+			names += *p == ',';
+		for (size_t i = 1; i < sizeof(ph) / sizeof(ph[0]); i++)
+			classes += listed(O.only, ph[i].name);
+		if (classes != names) {
+			fprintf(stderr, "pkv-bench isolation: --only %s: a name that is no class, or one twice\n",
+				O.only);
 			usage(stderr);
 			return 2;
 		}
-		p += len + (p[len] == ',');
 	}
 	if (find(O.daemon, sizeof(O.daemon), "PKV_PAGEDKVD", dcand, self, PKV_SBIN_DIR "/pagedkvd")) {
 		fprintf(stderr, "pkv-bench isolation: pagedkvd not found (set PKV_PAGEDKVD)\n");
