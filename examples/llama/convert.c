@@ -59,9 +59,10 @@ static void q4k_to_q4_1(const uint8_t *src, uint8_t *dst, size_t n)
 }
 
 /*
- * f32 -> Q8_0 against the scale as stored (f16): every element lands within half a step of the stored
- * scale (amax / f16(amax / 127) stays below 127.5, so nothing clamps). quant.c's test quantizer rounds
- * against the unrounded scale, which can be off by another 127 * 2^-11 steps.
+ * f32 -> Q8_0 against the scale as stored (f16), rounded up to the next f16 where the nearest one
+ * times 127 falls short of the block's max (it can, by up to 4 % where the scale is an f16 subnormal,
+ * below 6.1e-5): then nothing clamps and every element lands within half a step of the stored scale.
+ * quant.c's test quantizer rounds against the unrounded scale, which can be off by more.
  */
 static void f32_to_q8_0(const float *x, uint8_t *dst, size_t n)
 {
@@ -72,6 +73,8 @@ static void f32_to_q8_0(const float *x, uint8_t *dst, size_t n)
 		for (int i = 0; i < QK; i++)
 			amax = fmaxf(amax, fabsf(v[i]));
 		o.d = pkv_f32_to_f16(amax / 127.f);
+		if (pkv_f16_to_f32(o.d) * 127.f < amax && o.d < 0x7bff)
+			o.d++; /* the next f16 up: amax / 127 is positive */
 		float d = pkv_f16_to_f32(o.d), id = d != 0 && isfinite(d) ? 1.f / d : 0;
 		for (int i = 0; i < QK; i++) {
 			long q = lrintf(v[i] * id); /* lrintf: a NaN from a hostile file is no undefined cast */
