@@ -47,6 +47,13 @@ tests_model_test_quant_k_CFLAGS = $(MODEL_TEST_CFLAGS)
 tests_model_test_quant_k_LDADD = $(MODEL_TEST_LIBS) $(LIBM)
 noinst_HEADERS += tests/model/ref_quant_k.h
 
+# Random-weight models in those formats: converted at load, logits against the converted and f32 models.
+check_PROGRAMS += tests/model/test_kquant_model
+TESTS += tests/model/test_kquant_model
+tests_model_test_kquant_model_SOURCES = tests/model/test_kquant_model.c
+tests_model_test_kquant_model_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_kquant_model_LDADD = $(MODEL_TEST_LIBS) $(LIBM)
+
 check_PROGRAMS += tests/model/test_q8act
 TESTS += tests/model/test_q8act
 tests_model_test_q8act_SOURCES = tests/model/test_q8act.c
