@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The GGUF fuzz target's seeds for the tests' one fuzz driver (tests/fuzz_driver.c): valid models, vocabularies and quantized tensors. */
+/* The GGUF fuzz target's seeds for the tests' one fuzz driver (tests/fuzz_driver.c): valid models, vocabularies
+ * and tensors of the quantized types. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

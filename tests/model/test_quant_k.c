@@ -30,13 +30,15 @@ static float frand(unsigned *s)
 }
 
 /* Row kind k: 0 uniform [-1, 1], 1 all positive, 2 all negative, 3 zeros with spikes, 4 small (|x| < 0.01,
- * as real weights: the scales are f16 subnormals there), 5 zero. */
+ * as many real weights: the K formats' scales are f16 subnormals there), 5 zero, 6 tiny (|x| < 0.001:
+ * even Q8_0's scale is subnormal; the formats' own precision is poor there, so no round-trip bound). */
+#define ROW_KINDS 7
 static void make_row(int k, unsigned seed, float *x)
 {
 	for (int i = 0; i < N; i++) {
 		float v = frand(&seed);
 		x[i] = k == 0 ? v : k == 1 ? 0.5f + 0.5f * fabsf(v) : k == 2 ? -0.25f - 0.75f * fabsf(v) :
-		       k == 3 ? (i % 37 == 0 ? v : 0.f) : k == 4 ? v * 1e-2f : 0.f;
+		       k == 3 ? (i % 37 == 0 ? v : 0.f) : k == 4 ? v * 1e-2f : k == 6 ? v * 1e-3f : 0.f;
 	}
 }
 
@@ -64,13 +66,13 @@ START_TEST(quantized_rows_dequantize_like_the_reference)
 	uint32_t t = types[_i];
 	float x[N], got[N], want[N];
 	uint8_t row[N * 2];
-	for (int k = 0; k < 6; k++) {
+	for (int k = 0; k < ROW_KINDS; k++) {
 		make_row(k, 100u + (unsigned)k, x);
 		ck_assert_int_eq(pkv_quant_row(t, x, row, N), 0);
 		pkv_dequant_row(t, row, got, N);
 		ref_dequant(t, row, want, N);
 		expect_same_bits(got, want, N, ggml_type_name(t));
-		for (int i = 0; i < N; i++)
+		for (int i = 0; i < N && k != 6; i++)
 			ck_assert_msg(fabsf(got[i] - x[i]) <= qtol[_i] * (k == 4 ? 1e-2f : 1.f) + 1e-7f,
 				      "%s row kind %d elem %d: %g became %g", ggml_type_name(t), k, i, x[i], got[i]);
 	}
@@ -115,7 +117,7 @@ START_TEST(conversion_stays_within_its_bound)
 	float x[N], orig[N], conv[N], scratch[N];
 	uint8_t row[N * 2], out[N * 2], ref[N * 2];
 	ck_assert_uint_eq(to, t == GGML_Q4_K ? GGML_Q4_1 : GGML_Q8_0);
-	for (int k = 0; k < 6; k++) {
+	for (int k = 0; k < ROW_KINDS; k++) {
 		make_row(k, 300u + (unsigned)k, x);
 		ck_assert_int_eq(pkv_quant_row(t, x, row, N), 0);
 		ck_assert_int_eq(pkv_convert_row(t, row, out, N, scratch), 0);
