@@ -40,11 +40,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (ti->ne[0] <= 4096 && ti->ne[0] % 32 == 0) {
 				static float row[4096], scratch[4096];
 				static uint8_t conv[4096 / 32 * 34]; /* Q4_1 or Q8_0 */
-				pkv_dequant_row(ti->type, ti->data, row, ti->ne[0]);
+				size_t rb = pkv_row_bytes(ti->type, ti->ne[0]);
+				/* the row alone in its own allocation: reading past it is a heap overflow */
+				uint8_t *src = malloc(rb ? rb : 1);
+				if (!src)
+					continue;
+				memcpy(src, ti->data, rb);
+				pkv_dequant_row(ti->type, src, row, ti->ne[0]);
 				sink += row[0] == row[0];
 				if (pkv_convert_target(ti->type) != ti->type &&
-				    pkv_convert_row(ti->type, ti->data, conv, ti->ne[0], scratch) == 0)
+				    pkv_convert_row(ti->type, src, conv, ti->ne[0], scratch) == 0)
 					sink += conv[0];
+				free(src);
 			}
 		}
 		for (uint64_t i = 0; i < g.n_kv; i++) {
