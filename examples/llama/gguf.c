@@ -137,7 +137,12 @@ size_t ggml_type_block_bytes(uint32_t type)
 	case GGML_BF16: return 2;
 	case GGML_Q4_0: return 18;
 	case GGML_Q4_1: return 20;
+	case GGML_Q5_0: return 22;
+	case GGML_Q5_1: return 24;
 	case GGML_Q8_0: return 34;
+	case GGML_Q4_K: return 144;
+	case GGML_Q5_K: return 176;
+	case GGML_Q6_K: return 210;
 	default: return 0;
 	}
 }
@@ -146,7 +151,8 @@ uint32_t ggml_type_block_elems(uint32_t type)
 {
 	switch (type) {
 	case GGML_F32: case GGML_F16: case GGML_BF16: return 1;
-	case GGML_Q4_0: case GGML_Q4_1: case GGML_Q8_0: return 32;
+	case GGML_Q4_0: case GGML_Q4_1: case GGML_Q5_0: case GGML_Q5_1: case GGML_Q8_0: return 32;
+	case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K: return 256;
 	default: return 0;
 	}
 }
@@ -159,7 +165,12 @@ const char *ggml_type_name(uint32_t type)
 	case GGML_BF16: return "BF16";
 	case GGML_Q4_0: return "Q4_0";
 	case GGML_Q4_1: return "Q4_1";
+	case GGML_Q5_0: return "Q5_0";
+	case GGML_Q5_1: return "Q5_1";
 	case GGML_Q8_0: return "Q8_0";
+	case GGML_Q4_K: return "Q4_K";
+	case GGML_Q5_K: return "Q5_K";
+	case GGML_Q6_K: return "Q6_K";
 	default: return "unknown";
 	}
 }
@@ -199,7 +210,7 @@ static int parse_tensor(struct cur *c, struct gguf_tensor *t)
 		return fail(g, "tensor '%.*s': row length %llu not a multiple of the %s block (%llu)",
 			    (int)(t->name.len > 64 ? 64 : t->name.len), t->name.s,
 			    (unsigned long long)t->ne[0], ggml_type_name(t->type), (unsigned long long)belem);
-	t->nbytes = nel / belem * bsz; /* nel < 2^48, bsz <= 34: no overflow */
+	t->nbytes = nel / belem * bsz; /* nel < 2^48, at most 4 bytes per element: no overflow */
 	return 0;
 }
 

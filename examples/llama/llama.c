@@ -23,6 +23,7 @@ static int lfail(struct llama *m, const char *fmt, ...)
 static int get_mat(struct llama *m, const char *name, uint32_t rows, uint32_t cols, struct wmat *w, int optional)
 {
 	const struct gguf_tensor *t = gguf_tensor(&m->g, name);
+	int r;
 	if (!t)
 		return optional ? -ENOENT : lfail(m, "tensor %s is missing", name);
 	if (t->n_dims > 2 || t->ne[0] != cols || t->ne[1] != rows)
@@ -35,6 +36,13 @@ static int get_mat(struct llama *m, const char *name, uint32_t rows, uint32_t co
 	w->cols = cols;
 	w->row_bytes = pkv_row_bytes(t->type, cols);
 	w->data = t->data;
+	/* Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: computed in Q4_1 / Q8_0, converted once here (convert.c) */
+	r = pkv_wmat_convert(w);
+	if (r == -ENOMEM)
+		return lfail(m, "tensor %s: out of memory converting %s to %s", name, ggml_type_name(t->type),
+			     ggml_type_name(pkv_convert_target(t->type)));
+	if (r)
+		return lfail(m, "tensor %s: cannot convert %s rows of %u", name, ggml_type_name(t->type), cols);
 	return 0;
 }
 
@@ -131,9 +139,10 @@ int llama_load(struct llama *m, const char *path)
 	if ((r = get_mat(m, "token_embd.weight", hp->n_vocab, hp->dim, &m->tok_embd, 0)))
 		goto err;
 	r = get_mat(m, "output.weight", hp->n_vocab, hp->dim, &m->output, 1);
-	if (r == -ENOENT)
+	if (r == -ENOENT) {
 		m->output = m->tok_embd; /* tied embeddings (SmolLM2) */
-	else if (r)
+		m->output.converted = NULL; /* a converted copy stays tok_embd's to free */
+	} else if (r)
 		goto err;
 	if ((r = get_vec(m, "output_norm.weight", hp->dim, &m->output_norm)))
 		goto err;
@@ -226,8 +235,14 @@ void llama_unpack(struct llama *m)
 void llama_free(struct llama *m)
 {
 	llama_unpack(m);
+	pkv_wmat_free_converted(&m->tok_embd);
+	pkv_wmat_free_converted(&m->output);
 	if (m->layers)
 		for (uint32_t l = 0; l < m->hp.n_layers; l++) {
+			struct wmat *ws[LAYER_MATS];
+			layer_mats(&m->layers[l], ws);
+			for (size_t i = 0; i < LAYER_MATS; i++)
+				pkv_wmat_free_converted(ws[i]);
 			free(m->layers[l].attn_norm);
 			free(m->layers[l].ffn_norm);
 		}

@@ -2,7 +2,8 @@
 # The real model client: GGUF reader, kernels, llama forward, tokenizers, sampling, and the programs.
 noinst_LTLIBRARIES += examples/llama/libpkvmodel.la
 examples_llama_libpkvmodel_la_SOURCES = \
-	examples/llama/gguf.c examples/llama/quant.c examples/llama/quant_x86.c examples/llama/matmul.c \
+	examples/llama/gguf.c examples/llama/quant.c examples/llama/quant_k.c examples/llama/convert.c \
+	examples/llama/quant_x86.c examples/llama/matmul.c \
 	examples/llama/gemm_vnni.c \
 	examples/llama/threadpool.c examples/llama/attn_ref.c examples/llama/llama.c examples/llama/tokenizer.c \
 	examples/llama/sampler.c examples/llama/attn_daemon.c examples/llama/engine.c examples/llama/session.c \

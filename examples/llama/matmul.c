@@ -239,6 +239,8 @@ int pkv_matmul_n(struct tpool *tp, struct mm_scratch *s, const struct wmat *cons
 
 int pkv_matmul(struct tpool *tp, struct mm_scratch *s, const struct wmat *w, const float *x, size_t n_x, float *y)
 {
+	if (pkv_convert_target(w->type) != w->type)
+		return -EINVAL; /* no kernel reads it: pkv_wmat_convert first */
 	if (w->packed)
 		return matmul_packed(tp, s, &w, &y, 1, x, n_x, 0);
 	struct mm_job j = { .next = 0, .w = w, .x = x, .n_x = n_x, .y = y, .ops = pkv_dot_ops() };

@@ -16,6 +16,7 @@ struct wmat {
 	size_t row_bytes;
 	const uint8_t *data;
 	uint8_t *packed; /* owned: the rows repacked for the VNNI kernels (gemm_vnni.h), or NULL */
+	uint8_t *converted; /* owned: the rows converted at load (convert.c) that data points to, or NULL */
 	int act16;       /* packed: its input takes 16-bit (two-plane) activation blocks, not int8 */
 };
 
@@ -42,6 +43,11 @@ int pkv_matmul_n(struct tpool *tp, struct mm_scratch *s, const struct wmat *cons
  * (0 also when it does not apply); -ENOMEM. pkv_wmat_unpack drops the packed copy. */
 int pkv_wmat_pack(struct wmat *w);
 void pkv_wmat_unpack(struct wmat *w);
+/* A matrix of a type the kernels do not serve (pkv_convert_target(type) != type) converted into
+ * memory it then owns (w->converted; data, type and row_bytes follow); 0 when nothing to do, -ENOMEM,
+ * -EINVAL. pkv_wmat_free_converted frees that copy. Both in convert.c. */
+int pkv_wmat_convert(struct wmat *w);
+void pkv_wmat_free_converted(struct wmat *w);
 /* Row r of W as floats (embedding lookup). */
 void pkv_wmat_row(const struct wmat *w, uint32_t r, float *out);
 int pkv_wmat_is_quant(uint32_t type);

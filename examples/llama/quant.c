@@ -67,7 +67,7 @@ void pkv_dequant_row(uint32_t type, const void *row, float *out, size_t n)
 		}
 		break;
 	default:
-		memset(out, 0, n * 4);
+		pkv_dequant_row_k(type, row, out, n); /* the 5-bit and K-quant formats; zeros for others */
 	}
 }
 
@@ -87,6 +87,12 @@ int pkv_quant_row(uint32_t type, const float *x, void *row, size_t n)
 			memcpy(p + 2 * i, &h, 2);
 		}
 		return 0;
+	case GGML_Q4_0:
+	case GGML_Q4_1:
+	case GGML_Q8_0:
+		break;
+	default:
+		return pkv_quant_row_k(type, x, row, n);
 	}
 	for (size_t b = 0; b < n / QK; b++) {
 		const float *v = x + b * QK;

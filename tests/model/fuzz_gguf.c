@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Fuzz target: any byte string given to the GGUF reader (and the tokenizer and model loaders that
- * read its metadata) fails cleanly or parses into bounds-checked views. */
+ * read its metadata) fails cleanly or parses into bounds-checked views, whose first rows dequantize and
+ * convert (as the model loader does) without reading past them. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 
 #include "../../examples/llama/gguf.h"
+#include "../../examples/llama/quant.h"
 #include "../../examples/llama/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -29,9 +31,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		struct tokenizer t;
 		char err[128];
 		for (uint64_t i = 0; i < g.n_tensors; i++) {
-			const uint8_t *p = g.tensors[i].data;
-			if (g.tensors[i].nbytes)
-				sink += p[0] + p[g.tensors[i].nbytes - 1];
+			const struct gguf_tensor *ti = &g.tensors[i];
+			const uint8_t *p = ti->data;
+			if (ti->nbytes)
+				sink += p[0] + p[ti->nbytes - 1];
+			/* the first row, dequantized and converted as the model loader would (the parser has
+			 * checked it is whole blocks and inside the file) */
+			if (ti->ne[0] <= 4096 && ti->ne[0] % 32 == 0) {
+				static float row[4096], scratch[4096];
+				static uint8_t conv[4096 / 32 * 34]; /* Q4_1 or Q8_0 */
+				size_t rb = pkv_row_bytes(ti->type, ti->ne[0]);
+				/* the row alone in its own allocation: reading past it is a heap overflow */
+				uint8_t *src = malloc(rb ? rb : 1);
+				if (!src)
+					continue;
+				memcpy(src, ti->data, rb);
+				pkv_dequant_row(ti->type, src, row, ti->ne[0]);
+				sink += row[0] == row[0];
+				if (pkv_convert_target(ti->type) != ti->type &&
+				    pkv_convert_row(ti->type, src, conv, ti->ne[0], scratch) == 0)
+					sink += conv[0];
+				free(src);
+			}
 		}
 		for (uint64_t i = 0; i < g.n_kv; i++) {
 			const struct gguf_kv *kv = &g.kv[i];

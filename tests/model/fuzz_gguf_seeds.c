@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* The GGUF fuzz target's seeds for the tests' one fuzz driver (tests/fuzz_driver.c): valid models and vocabularies. */
+/* The GGUF fuzz target's seeds for the tests' one fuzz driver (tests/fuzz_driver.c): valid models, vocabularies
+ * and tensors of the quantized types. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fixtures.h"
+#include "../../examples/llama/quant.h"
 #include "fuzz_driver.h"
 
 extern unsigned long pkv_fuzz_parsed, pkv_fuzz_tokenized;
@@ -41,11 +43,36 @@ static int spm_seed(uint8_t **img, size_t *len)
 	return gb_finish(&b, img, len);
 }
 
+/* One two-row tensor of each 5-bit and K-quant type, with valid blocks, so mutations reach their
+ * dequantization and load-time conversion (the target runs both on the first row). */
+static int quant_seed(uint8_t **img, size_t *len)
+{
+	static const uint32_t types[] = { GGML_Q5_0, GGML_Q5_1, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
+	struct gguf_builder b;
+	float x[512];
+	uint8_t row[2 * 210];
+	gb_init(&b, 32);
+	gb_kv_str(&b, "general.architecture", "llama");
+	for (int i = 0; i < 512; i++)
+		x[i] = (float)((i * 37) % 61) / 30.f - 1.f;
+	for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+		uint64_t ne[2] = { ggml_type_block_elems(types[k]), 2 };
+		char name[16];
+		snprintf(name, sizeof name, "w.%s", ggml_type_name(types[k]));
+		if (pkv_quant_row(types[k], x, row, (size_t)ne[0] * 2)) {
+			gb_free(&b);
+			return -1;
+		}
+		gb_tensor(&b, name, types[k], ne, 2, row, pkv_row_bytes(types[k], (size_t)ne[0] * 2));
+	}
+	return gb_finish(&b, img, len);
+}
+
 static int gguf_seeds(uint8_t **seeds, size_t *lens, int max)
 {
 	int n = 0;
 
-	if (max < 4)
+	if (max < 5)
 		return 0;
 	if (fixture_gguf(32, &seeds[n], &lens[n]) == 0)
 		n++;
@@ -54,6 +81,8 @@ static int gguf_seeds(uint8_t **seeds, size_t *lens, int max)
 	if (tok_seed(&seeds[n], &lens[n]) == 0)
 		n++;
 	if (spm_seed(&seeds[n], &lens[n]) == 0)
+		n++;
+	if (quant_seed(&seeds[n], &lens[n]) == 0)
 		n++;
 	return n;
 }

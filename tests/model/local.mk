@@ -39,6 +39,21 @@ tests_model_test_quant_SOURCES = tests/model/test_quant.c
 tests_model_test_quant_CFLAGS = $(MODEL_TEST_CFLAGS)
 tests_model_test_quant_LDADD = $(MODEL_TEST_LIBS) $(LIBM)
 
+# The 5-bit and K-quant formats against independent references (ref_quant_k.h), and their conversion.
+check_PROGRAMS += tests/model/test_quant_k
+TESTS += tests/model/test_quant_k
+tests_model_test_quant_k_SOURCES = tests/model/test_quant_k.c
+tests_model_test_quant_k_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_quant_k_LDADD = $(MODEL_TEST_LIBS) $(LIBM)
+noinst_HEADERS += tests/model/ref_quant_k.h
+
+# Random-weight models in those formats: converted at load, logits against the converted and f32 models.
+check_PROGRAMS += tests/model/test_kquant_model
+TESTS += tests/model/test_kquant_model
+tests_model_test_kquant_model_SOURCES = tests/model/test_kquant_model.c
+tests_model_test_kquant_model_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_kquant_model_LDADD = $(MODEL_TEST_LIBS) $(LIBM)
+
 check_PROGRAMS += tests/model/test_q8act
 TESTS += tests/model/test_q8act
 tests_model_test_q8act_SOURCES = tests/model/test_q8act.c

@@ -19,27 +19,36 @@ static float frand(uint64_t *s)
 	return (float)(*s >> 40) / (float)(1u << 23) - 1.f;
 }
 
-static int add_mat(struct gguf_builder *b, const char *name, uint32_t type, uint32_t rows, uint32_t cols,
-		   float scale, uint64_t *s)
+static int add_mat(struct gguf_builder *b, const char *name, const struct randmodel_params *p, uint32_t rows,
+		   uint32_t cols, float scale, uint64_t *s)
 {
-	size_t rb = pkv_row_bytes(type, cols);
-	uint8_t *buf = malloc((size_t)rows * rb);
+	uint32_t type = p->restore ? p->store_type : p->wtype;
+	size_t rb = pkv_row_bytes(type, cols), qb = pkv_row_bytes(p->wtype, cols);
+	uint8_t *buf = malloc((size_t)rows * rb), *q = malloc(qb);
 	float *v = malloc(cols * sizeof *v);
 	uint64_t ne[2] = { cols, rows };
-	if (!buf || !v) {
-		free(buf);
-		free(v);
-		return -ENOMEM;
+	int r = 0;
+	if (!buf || !v || !q || !rb || !qb) {
+		r = buf && v && q ? -EINVAL : -ENOMEM;
+		goto out;
 	}
-	for (uint32_t r = 0; r < rows; r++) {
+	for (uint32_t i = 0; i < rows && !r; i++) {
 		for (uint32_t c = 0; c < cols; c++)
 			v[c] = frand(s) * scale;
-		pkv_quant_row(type, v, buf + (size_t)r * rb, cols);
+		if (p->restore) {
+			if (!(r = pkv_quant_row(p->wtype, v, q, cols)))
+				r = p->restore(p->wtype, q, type, buf + (size_t)i * rb, cols);
+		} else {
+			r = pkv_quant_row(type, v, buf + (size_t)i * rb, cols);
+		}
 	}
-	gb_tensor(b, name, type, ne, 2, buf, (size_t)rows * rb);
+	if (!r)
+		gb_tensor(b, name, type, ne, 2, buf, (size_t)rows * rb);
+out:
 	free(buf);
+	free(q);
 	free(v);
-	return 0;
+	return r;
 }
 
 static void add_norm(struct gguf_builder *b, const char *name, uint32_t n, uint64_t *s)
@@ -98,23 +107,23 @@ int randmodel_write(const char *path, const struct randmodel_params *p)
 	gb_kv_u32(&b, "tokenizer.ggml.bos_token_id", 1);
 	gb_kv_u32(&b, "tokenizer.ggml.eos_token_id", 2);
 	/* scales keep activations O(1) through the layers so logits are well conditioned */
-	if ((r = add_mat(&b, "token_embd.weight", p->wtype, p->n_vocab, p->dim, 1.f, &s)))
+	if ((r = add_mat(&b, "token_embd.weight", p, p->n_vocab, p->dim, 1.f, &s)))
 		goto out_b;
 	add_norm(&b, "output_norm.weight", p->dim, &s);
-	if (!p->tied && (r = add_mat(&b, "output.weight", p->wtype, p->n_vocab, p->dim, 0.5f, &s)))
+	if (!p->tied && (r = add_mat(&b, "output.weight", p, p->n_vocab, p->dim, 0.5f, &s)))
 		goto out_b;
 	for (uint32_t l = 0; l < p->n_layers; l++) {
 		float sa = 1.f / (float)p->dim, sf = 1.f / (float)p->ffn;
 #define N(x) (snprintf(name, sizeof name, "blk.%u." x ".weight", l), name)
 		add_norm(&b, N("attn_norm"), p->dim, &s);
 		add_norm(&b, N("ffn_norm"), p->dim, &s);
-		if ((r = add_mat(&b, N("attn_q"), p->wtype, qd, p->dim, 3.f * sqrtf(sa), &s)) ||
-		    (r = add_mat(&b, N("attn_k"), p->wtype, kd, p->dim, 3.f * sqrtf(sa), &s)) ||
-		    (r = add_mat(&b, N("attn_v"), p->wtype, kd, p->dim, 1.7f * sqrtf(sa), &s)) ||
-		    (r = add_mat(&b, N("attn_output"), p->wtype, p->dim, qd, 1.7f * sqrtf(sa), &s)) ||
-		    (r = add_mat(&b, N("ffn_gate"), p->wtype, p->ffn, p->dim, 1.7f * sqrtf(sa), &s)) ||
-		    (r = add_mat(&b, N("ffn_up"), p->wtype, p->ffn, p->dim, 1.7f * sqrtf(sa), &s)) ||
-		    (r = add_mat(&b, N("ffn_down"), p->wtype, p->dim, p->ffn, 1.7f * sqrtf(sf), &s)))
+		if ((r = add_mat(&b, N("attn_q"), p, qd, p->dim, 3.f * sqrtf(sa), &s)) ||
+		    (r = add_mat(&b, N("attn_k"), p, kd, p->dim, 3.f * sqrtf(sa), &s)) ||
+		    (r = add_mat(&b, N("attn_v"), p, kd, p->dim, 1.7f * sqrtf(sa), &s)) ||
+		    (r = add_mat(&b, N("attn_output"), p, p->dim, qd, 1.7f * sqrtf(sa), &s)) ||
+		    (r = add_mat(&b, N("ffn_gate"), p, p->ffn, p->dim, 1.7f * sqrtf(sa), &s)) ||
+		    (r = add_mat(&b, N("ffn_up"), p, p->ffn, p->dim, 1.7f * sqrtf(sa), &s)) ||
+		    (r = add_mat(&b, N("ffn_down"), p, p->dim, p->ffn, 1.7f * sqrtf(sf), &s)))
 			goto out_b;
 #undef N
 	}

@@ -3,6 +3,7 @@
 #ifndef PKV_EX_RANDMODEL_H
 #define PKV_EX_RANDMODEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct randmodel_params {
@@ -11,6 +12,10 @@ struct randmodel_params {
 	int tied;            /* no output.weight: logits use token_embd */
 	float rope_base;
 	uint64_t seed;
+	/* Optional: each matrix row, once quantized to wtype, is rewritten by restore into store_type
+	 * (n elements, 0 or -errno) and stored so: the same model in another representation. */
+	int (*restore)(uint32_t wtype, const void *row, uint32_t store_type, void *out, size_t n);
+	uint32_t store_type;
 };
 
 /* 0 or -errno. */
