@@ -591,7 +591,7 @@ static int take(struct job *o, const struct pkv_sqe *e, struct attend_item *it)
 	lim.arena_size = s->arena_size;
 	lim.geo = &s->pool->geo;
 	lim.act_size = pkv_dtype_size(s->pool->act_dtype);
-	lim.step_total_q = s->meta.total_q;
+	lim.step_total_q = s->step ? s->meta.total_q : 0; /* no step: refused, as on the loop */
 	why[0] = 0;
 	r = pkv_sqe_check(e, &lim, why, sizeof(why));
 	if (r) {
@@ -651,8 +651,11 @@ static void start_big(struct job *o, const struct attend_item *it, uint32_t laye
  */
 static int merge_too_big(const struct job *b, const struct pkv_step_meta *m)
 {
-	uint64_t seqs = m->num_seqs, maxb = m->max_blocks_per_seq, q = m->total_q;
-	uint64_t keys = (uint64_t)m->cu_seq_lens_k[m->num_seqs];
+	uint64_t seqs = m->num_seqs, maxb = m->max_blocks_per_seq, q = m->total_q, keys;
+
+	if (!m->cu_seq_lens_k)
+		return 1; /* no step: nothing to merge (collect refuses such an attend first) */
+	keys = (uint64_t)m->cu_seq_lens_k[m->num_seqs];
 
 	for (uint32_t i = 0; i < b->n_items; i++) {
 		const struct pkv_step_meta *o = b->items[i].meta;
@@ -789,6 +792,16 @@ static int collect(struct pkv_daemon *d, struct job *b)
 		if (h != HEAD_ATTEND) {
 			o->res = h == HEAD_BAD ? -EPROTO : 0;
 			o->give_back = 1;
+			continue;
+		}
+		/*
+		 * An attend with no step open: its step arrays are empty (no
+		 * cu_seq_lens to size a merge by). take() refuses it at once, before
+		 * anything below reads the step.
+		 */
+		if (!o->s->step) {
+			(void)take(o, &e, &it);
+			n++;
 			continue;
 		}
 		est = w->slice_ns ? o->s->step_units * ns_per_unit(o->s->pool) : 0;

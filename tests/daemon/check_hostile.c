@@ -634,6 +634,89 @@ START_TEST(test_connections_per_uid_are_limited)
 }
 END_TEST
 
+/*
+ * One side of test_attend_outside_a_step_is_refused_beside_a_merge: decode
+ * steps for ms; with stray set, after each step (its ring still held by the
+ * worker) attends outside any step, each of which must be refused. Returns
+ * the steps made, or -1.
+ */
+static long steps_with_strays(int32_t seed, int stray, int ms)
+{
+	size_t qb = T_HEADS * T_DIM * sizeof(float), kb = T_KV_HEADS * T_DIM * sizeof(float);
+	struct pkv_client *c = test_client(D.sock, "p", 4 << 20, 5000);
+	struct timespec t0, t;
+	int32_t toks[48];
+	uint32_t seq, nc, p = 16;
+	long steps = 0;
+	void *q, *k, *v, *o;
+
+	if (!c)
+		return -1;
+	q = pkv_alloc(c, qb);
+	o = pkv_alloc(c, qb);
+	k = pkv_alloc(c, kb);
+	v = pkv_alloc(c, kb);
+	make_prompt(toks, 48, seed);
+	if (!q || !o || !k || !v || pkv_seq_open(c, toks, 16, &seq, &nc) || run_step(c, seq, toks, nc, 16 - nc, NULL))
+		return -1;
+	memset(q, 0, qb);
+	memset(k, 0, kb);
+	memset(v, 0, kb);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		if (p == 48) {
+			if (pkv_seq_truncate(c, seq, 16))
+				return -1;
+			p = 16;
+		}
+		if (run_step(c, seq, toks, p++, 1, NULL))
+			return -1;
+		steps++;
+		if (stray) {
+			uint64_t tk[4];
+
+			for (int i = 0; i < 4; i++)
+				if (pkv_attend_async(c, 0, q, k, v, o, &tk[i]))
+					return -1;
+			for (int i = 0; i < 4; i++)
+				if (pkv_wait(c, tk[i]) != -EINVAL)
+					return -1;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
+	pkv_seq_close(c, seq);
+	pkv_disconnect(c);
+	return steps;
+}
+
+/*
+ * A connection's attend outside any step, at the head of a ring the worker
+ * still holds (kept a while after its step ended), while another
+ * connection's attend of the same pool and layer waits in the batch: the
+ * worker refuses it, and never sizes it for a merge (with no step its step
+ * arrays are empty: reading them brought the whole daemon down, every
+ * uid's connections and cache with it, within 2-700 steps). Two processes of
+ * one uid race that for 1.5 s; the daemon must stay up and clean.
+ */
+START_TEST(test_attend_outside_a_step_is_refused_beside_a_merge)
+{
+	pid_t pid = fork();
+	long mine;
+	int st;
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(steps_with_strays(7, 1, 1500) > 0 ? 0 : 1);
+	mine = steps_with_strays(8, 0, 1500);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(dmn_alive(&D), "the daemon died");
+	ck_assert_int_gt(mine, 0);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the stray attends were not all refused (status %d)",
+		      child_status(st));
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("daemon-hostile");
@@ -657,6 +740,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_wake_ups_cannot_block_the_daemon);
 	tcase_add_test(t, test_sleeping_client_is_woken);
 	tcase_add_test(t, test_connections_per_uid_are_limited);
+	tcase_add_test(t, test_attend_outside_a_step_is_refused_beside_a_merge);
 	suite_add_tcase(s, t);
 	return s;
 }
