@@ -277,6 +277,8 @@ void worker_push(struct pkv_daemon *d, struct job *j);
 void worker_kick(struct pkv_daemon *d);
 /* Query-key pairs times the head width of a step's attend: what its time grows with (set once per step). */
 double worker_attend_units(const struct pool *p, const struct pkv_step_meta *m);
+/* The loop, when a second uid connects: undoes a lone uid's hints on the worker thread now. */
+void worker_uids_shared(struct pkv_daemon *d);
 /* Takes the finished jobs (loop thread). */
 struct job *worker_take_done(struct pkv_daemon *d);
 void job_free(struct job *j);

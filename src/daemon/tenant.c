@@ -79,8 +79,11 @@ int tenant_hello(struct pkv_daemon *d, struct session *s, uint64_t region_bytes,
 		tenant_maybe_drop(d, t);
 		return -EDQUOT;
 	}
-	if (!t->conns++)
+	if (!t->conns++) {
 		pkv_store_relaxed(&d->uids_connected, d->uids_connected + 1);
+		if (d->uids_connected == 2)
+			worker_uids_shared(d); /* a lone uid's hints no longer count */
+	}
 	t->region_bytes += region_bytes;
 	s->tenant = t;
 	s->charged_region = region_bytes;

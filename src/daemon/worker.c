@@ -1466,6 +1466,29 @@ static void drop_hints_if_shared(struct worker *w)
 	w->idle_from_ns = 0; /* the spin chosen for this quiet spell counted the hints */
 }
 
+/*
+ * The loop, when a second uid connects: undoes at once on the worker thread
+ * what the lone uid's hints set there (a pin to one CPU, SCHED_BATCH) and
+ * in the backend (lent, claimed CPUs). The worker undoes its own state at
+ * its next turn (drop_hints_if_shared), but while it sleeps pinned and
+ * SCHED_BATCH on the CPU where the first uid's client runs, the new uid's
+ * first attend would wait for that CPU, up to a scheduler slice, before
+ * that turn came. The mask is the loop's own, which the worker inherited.
+ */
+void worker_uids_shared(struct pkv_daemon *d)
+{
+	struct sched_param sp = { 0 };
+	cpu_set_t all;
+
+	if (d->worker.efd < 0)
+		return; /* not started */
+	if (!sched_getaffinity(0, sizeof(all), &all) && CPU_COUNT(&all))
+		pthread_setaffinity_np(d->worker.thread, sizeof(all), &all);
+	pthread_setschedparam(d->worker.thread, SCHED_OTHER, &sp);
+	pkv_host_set_cpus_lent(d->host, 0);
+	pkv_host_set_cpus_claimed(d->host, 0);
+}
+
 /* Learns the gap between an idle start and the next SQE (exponential average; long gaps are pauses). */
 static void learn_gap(struct worker *w, uint64_t now)
 {
