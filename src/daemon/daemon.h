@@ -88,7 +88,7 @@ void pool_cache_stats(struct pool *p, struct pkv_cache_stats *cs);
 
 /* ---------------------------------------------------------------- sessions */
 
-enum watch_kind { W_LISTEN = 1, W_SIGNAL, W_WAKE, W_TIMER, W_CTL, W_BELL, W_CANCEL };
+enum watch_kind { W_SIGNAL = 1, W_WAKE, W_TIMER, W_CTL, W_BELL, W_CANCEL };
 
 /* What an io_uring request's user_data points to. */
 struct watch {
@@ -108,6 +108,7 @@ struct session {
 	uid_t uid;
 	pid_t pid;
 	int role;                     /* 0 until hello */
+	int unauth_counted;           /* the acceptor counts it before its hello (acceptor_hello_done once) */
 	int admin;                    /* control connection of an admin (ctl_peer_is_admin) */
 	uint64_t created_ns;
 	struct watch w_ctl, w_bell, w_cancel;
@@ -225,6 +226,37 @@ struct job {
 	uint64_t copy_ud, copy_p0, copy_p1; /* the begin's completion, posted after the last piece */
 };
 
+/* Distinct uids the acceptor counts connections before their hello for; past that, new uids wait. */
+#define PKV_ACCEPT_MAX_UIDS 1024u
+
+/* The acceptor thread (accept.c): takes connections, refuses a uid's excess, queues the rest for the loop. */
+struct acceptor {
+	pthread_t thread;
+	int started, stop;
+	int stop_fd;                  /* eventfd: acceptor_stop wakes the thread's poll */
+	pthread_mutex_t mu;           /* the queue and the counts */
+	struct accepted { int fd; uid_t uid; uint64_t due_ns; } *queue, *held; /* for the loop; paced */
+	uint32_t n_queue, cap_queue, n_held, cap_held;
+	/*
+	 * Per uid: connections held here, queued or held by the loop before their
+	 * hello (acceptor_hello_done), and the tokens of its pace.
+	 */
+	struct uid_gate { uid_t uid; uint32_t n; int used; double tokens; uint64_t at_ns; } gates[PKV_ACCEPT_MAX_UIDS];
+	uint32_t n_gates;             /* slots used so far */
+	uint64_t refused;             /* atomic: refused connections */
+	int reserve_fd;               /* given back to accept-and-refuse when out of descriptors */
+	uint64_t fd_pressure_ns;      /* atomic: last time accept hit EMFILE/ENFILE */
+	uint64_t refused_logged_ns, refused_unlogged;
+};
+
+int acceptor_start(struct pkv_daemon *d);
+/* Stops taking connections; closes those the loop has not taken. Idempotent. */
+void acceptor_stop(struct pkv_daemon *d);
+/* Up to max accepted connections for the loop; returns how many. */
+uint32_t acceptor_take(struct pkv_daemon *d, struct accepted *out, uint32_t max);
+/* A connection the acceptor queued said its hello or went away before it: uid holds one fewer. */
+void acceptor_hello_done(struct pkv_daemon *d, uid_t uid);
+
 struct worker {
 	pthread_t thread;
 	pthread_mutex_t mu;           /* the job queues */
@@ -291,7 +323,7 @@ struct pkv_daemon {
 	int listen_fd, signal_fd, wake_fd, lock_fd;
 	int activated;                /* the listening socket came from systemd (LISTEN_FDS) */
 	char lock_path[sizeof(((struct pkv_config *)0)->socket_path) + 8];
-	struct watch w_listen, w_signal, w_wake, w_timer;
+	struct watch w_signal, w_wake, w_timer;
 	uint64_t wake_buf;
 	struct __kernel_timespec tick;
 	int loop_sleeping;            /* shared with the worker: ring wake_fd when set */
@@ -322,12 +354,7 @@ struct pkv_daemon {
 	 */
 	pthread_mutex_t backend_mu;
 	uint32_t backend_wanted;      /* the loop waits for backend_mu: the worker lets it in before its next call */
-	uint64_t accepted, refused;
-	/* accept under pressure (loop.c) */
-	int reserve_fd;               /* given back to accept-and-refuse when out of descriptors */
-	int accept_pending;           /* the backlog was not emptied: accept again next turn */
-	uint64_t fd_pressure_ns;      /* last time accept hit EMFILE/ENFILE */
-	uint64_t refused_logged_ns, refused_unlogged;
+	struct acceptor acceptor;
 	gid_t admin_gid;              /* admin_group, resolved at start */
 	int have_admin_gid;
 };

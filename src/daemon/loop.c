@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The event loop: one io_uring for accept, control sockets, doorbells, signals and timers, plus ring sweeps. */
+/* The event loop: one io_uring for control sockets, doorbells, signals and timers, plus ring sweeps. */
 #include "config.h"
 #include <errno.h>
 #include <poll.h>
@@ -115,108 +115,27 @@ static uint32_t uid_unauth(const struct pkv_daemon *d, uid_t uid)
 	return n;
 }
 
-/* Logs at most one line a second for a flood of refusals; says how many were not logged. */
-static void log_refusal(struct pkv_daemon *d, const char *fmt, uid_t uid)
-{
-	uint64_t now = pkv_now_ns();
-
-	d->refused++;
-	d->refused_unlogged++;
-	if (now - d->refused_logged_ns < 1000000000ull)
-		return;
-	pkv_warn(fmt, (unsigned)uid, (unsigned long long)d->refused_unlogged);
-	d->refused_unlogged = 0;
-	d->refused_logged_ns = now;
-}
-
 /*
- * Out of descriptors: the listening socket stays readable, and a poll that
- * cannot accept would spin. Give back the reserve descriptor, accept, tell
- * the peer why and close, then take the reserve again: the backlog keeps
- * draining and every caller gets an answer instead of a hang.
+ * Sessions for the connections the acceptor queued (accept.c, which refused
+ * a uid's excess before their hello). At most a batch per turn: a flood of
+ * connects must not keep the loop from the rings.
  */
-static int shed_one(struct pkv_daemon *d)
+static int take_accepted(struct pkv_daemon *d)
 {
-	int fd;
+	struct accepted got[64];
+	uint32_t n = acceptor_take(d, got, 64);
 
-	d->fd_pressure_ns = pkv_now_ns();
-	if (d->reserve_fd >= 0)
-		close(d->reserve_fd);
-	d->reserve_fd = -1;
-	fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-	if (fd >= 0) {
-		static const char msg[] = "pagedkvd is out of descriptors; try again later";
-		struct ucred cred = { .uid = (uid_t)-1 };
-		socklen_t cl = sizeof(cred);
+	for (uint32_t i = 0; i < n; i++) {
+		struct session *s = session_new(d, got[i].fd);
 
-		getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl);
-		pkv_send_reply(fd, -EMFILE, 0, 0, msg, sizeof(msg) - 1);
-		close(fd);
-		log_refusal(d, "out of descriptors: refused a connection of uid %u (%llu refused since the last line)",
-			    cred.uid);
-	}
-	d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	return fd >= 0;
-}
-
-/*
- * Accepts until the backlog is empty (a multishot poll may not fire again
- * for what is left), but at most ACCEPT_BATCH at a time: a flood of
- * connects must not keep the loop from the rings. The rest waits for the
- * next turn of the loop (accept_pending).
- */
-#define ACCEPT_BATCH 64
-
-static void do_accept(struct pkv_daemon *d)
-{
-	d->accept_pending = 0;
-	for (int i = 0;; i++) {
-		struct session *s;
-		int fd;
-
-		if (i == ACCEPT_BATCH) {
-			d->accept_pending = 1;
-			return;
-		}
-		fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0) {
-			if (errno == EMFILE || errno == ENFILE) {
-				/* Without a reserve (someone took it), the timer tick retries. */
-				if (!shed_one(d))
-					return;
-				continue;
-			}
-			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-				pkv_warn("accept: %s", strerror(errno));
-			if (errno == ECONNABORTED)
-				continue;
-			return;
-		}
-		s = session_new(d, fd);
 		if (!s) {
-			close(fd);
+			close(got[i].fd);
+			acceptor_hello_done(d, got[i].uid);
 			continue;
 		}
-		/*
-		 * A uid may hold only a few connections that have not said hello
-		 * (slowloris): refuse at once, before it costs a watch, so other
-		 * users can still connect.
-		 */
-		if (uid_unauth(d, s->uid) > d->cfg.max_unauth_per_uid) {
-			static const char msg[] = "too many connections of this uid before their hello "
-						  "(max_unauth_per_uid)";
-
-			pkv_send_reply(fd, -EUSERS, 0, 0, msg, sizeof(msg) - 1);
-			log_refusal(d, "uid %u holds too many connections before their hello; refused "
-				    "(%llu refused since the last line)", s->uid);
-			pkv_store_relaxed(&s->closing, 1);
-			s->released = 1;
-			session_maybe_free(d, s);
-			continue;
-		}
-		d->accepted++;
-		pkv_dbg("client %u: accepted (fd %d, pid %d)", s->id, fd, (int)s->pid);
-		if (arm_poll(d, fd, POLLIN | POLLRDHUP, &s->w_ctl)) {
+		s->unauth_counted = 1;
+		pkv_dbg("client %u: accepted (fd %d, pid %d)", s->id, got[i].fd, (int)s->pid);
+		if (arm_poll(d, got[i].fd, POLLIN | POLLRDHUP, &s->w_ctl)) {
 			pkv_store_relaxed(&s->closing, 1);
 			s->released = 1;
 			session_maybe_free(d, s);
@@ -224,21 +143,16 @@ static void do_accept(struct pkv_daemon *d)
 		}
 		s->armed++;
 	}
+	return (int)n;
 }
 
 static void begin_stop(struct pkv_daemon *d)
 {
-	struct io_uring_sqe *sqe;
-
 	if (d->stopping)
 		return;
 	d->stopping = 1;
 	pkv_info("stopping: finishing in-flight work, releasing %u connections", d->n_sessions);
-	sqe = get_sqe(d);
-	if (sqe) {
-		io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)&d->w_listen, 0);
-		io_uring_sqe_set_data(sqe, NULL);
-	}
+	acceptor_stop(d);
 	for (struct session *s = d->sessions; s; s = s->next)
 		session_hangup(d, s);
 }
@@ -316,14 +230,9 @@ static void on_signal(struct pkv_daemon *d)
 
 static void on_timer(struct pkv_daemon *d)
 {
-	uint64_t now = pkv_now_ns();
-	int pressure = d->fd_pressure_ns && now - d->fd_pressure_ns < FD_PRESSURE_NS;
+	uint64_t now = pkv_now_ns(), fd_pressure = __atomic_load_n(&d->acceptor.fd_pressure_ns, __ATOMIC_RELAXED);
+	int pressure = fd_pressure && now - fd_pressure < FD_PRESSURE_NS;
 
-	if (d->reserve_fd < 0)
-		d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	/* Whatever waits in the backlog since accept last ran out of descriptors. */
-	if (pressure && !d->stopping)
-		do_accept(d);
 	for (struct session *s = d->sessions; s; s = s->next) {
 		uint64_t age = now - s->created_ns;
 
@@ -340,7 +249,7 @@ static void on_timer(struct pkv_daemon *d)
 	arm_timer(d);
 }
 
-/* Descriptors: as many as allowed (each client holds three), and one in reserve for shed_one. */
+/* Descriptors: as many as allowed (each client holds three), and one in reserve for the acceptor's shed_one. */
 void loop_setup_fds(struct pkv_daemon *d)
 {
 	struct rlimit rl;
@@ -349,7 +258,7 @@ void loop_setup_fds(struct pkv_daemon *d)
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
-	d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	d->acceptor.reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 /* Handles every io_uring completion available now; returns how many. */
@@ -365,12 +274,6 @@ static int drain_uring(struct pkv_daemon *d)
 		if (!w)
 			continue;
 		switch (w->kind) {
-		case W_LISTEN:
-			if (cqe->res > 0 && !d->stopping)
-				do_accept(d);
-			if (!(cqe->flags & IORING_CQE_F_MORE) && !d->stopping)
-				arm_poll(d, d->listen_fd, POLLIN, &d->w_listen);
-			break;
 		case W_SIGNAL:
 			on_signal(d);
 			if (!(cqe->flags & IORING_CQE_F_MORE))
@@ -527,13 +430,12 @@ int loop_run(struct pkv_daemon *d)
 	uint64_t spin_ns = (uint64_t)d->cfg.spin_us * 1000, last = pkv_now_ns();
 	int r;
 
-	d->w_listen = (struct watch){ W_LISTEN, NULL };
 	d->w_signal = (struct watch){ W_SIGNAL, NULL };
 	d->w_wake = (struct watch){ W_WAKE, NULL };
 	d->w_timer = (struct watch){ W_TIMER, NULL };
 	d->tick.tv_sec = 1;
 	d->tick.tv_nsec = 0;
-	if (arm_poll(d, d->listen_fd, POLLIN, &d->w_listen) || arm_poll(d, d->signal_fd, POLLIN, &d->w_signal) ||
+	if (arm_poll(d, d->signal_fd, POLLIN, &d->w_signal) ||
 	    arm_read(d, d->wake_fd, &d->wake_buf, &d->w_wake) || arm_timer(d))
 		return -EBUSY;
 	io_uring_submit(&d->ring);
@@ -541,10 +443,7 @@ int loop_run(struct pkv_daemon *d)
 		int act;
 
 		act = drain_uring(d);
-		if (d->accept_pending && !d->stopping) {
-			do_accept(d);
-			act++;
-		}
+		act += take_accepted(d);
 		act += process_done(d);
 		act += sweep(d);
 		reap(d);

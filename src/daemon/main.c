@@ -542,7 +542,7 @@ int main(int argc, char **argv)
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return 1;
-	d->listen_fd = d->signal_fd = d->wake_fd = d->lock_fd = d->reserve_fd = -1;
+	d->listen_fd = d->signal_fd = d->wake_fd = d->lock_fd = d->acceptor.reserve_fd = d->acceptor.stop_fd = -1;
 	pthread_mutex_init(&d->backend_mu, NULL);
 	pkv_config_defaults(&d->cfg);
 	g_argc = argc;
@@ -615,6 +615,11 @@ int main(int argc, char **argv)
 	 */
 	if (!d->activated && open_socket(d))
 		goto out_worker;
+	r = acceptor_start(d);
+	if (r) {
+		pkv_err("acceptor thread: %s", strerror(-r));
+		goto out_worker;
+	}
 	pkv_info("listening on %s%s (protocol %u, budget %llu MiB)", d->cfg.socket_path,
 		 d->activated ? " (from systemd)" : "", PKV_PROTO_VERSION,
 		 (unsigned long long)(d->cfg.memory_budget >> 20));
@@ -635,6 +640,7 @@ int main(int argc, char **argv)
 	if (d->cfg.pid_file[0])
 		unlink(d->cfg.pid_file);
 out_worker:
+	acceptor_stop(d);
 	worker_stop(d);
 	while (d->pools) {
 		struct pool *p = d->pools;
@@ -666,8 +672,8 @@ out_sock:
 		close(d->wake_fd);
 out:
 	drop_lock(d);
-	if (d->reserve_fd >= 0)
-		close(d->reserve_fd);
+	if (d->acceptor.reserve_fd >= 0)
+		close(d->acceptor.reserve_fd);
 	if (rc == 0)
 		pkv_info("stopped");
 	pthread_mutex_destroy(&d->backend_mu);

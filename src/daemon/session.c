@@ -60,6 +60,15 @@ struct session *session_new(struct pkv_daemon *d, int sock)
 	return s;
 }
 
+/* The acceptor counted s among its uid's connections before their hello: no longer (once). */
+static void session_hello_counted(struct pkv_daemon *d, struct session *s)
+{
+	if (!s->unauth_counted)
+		return;
+	s->unauth_counted = 0;
+	acceptor_hello_done(d, s->uid);
+}
+
 void session_set_err(struct session *s, const char *fmt, ...)
 {
 	char buf[PKV_ERR_LEN];
@@ -453,6 +462,7 @@ void session_ctl_message(struct pkv_daemon *d, struct session *s)
 				return;
 			}
 			s->role = PKV_ROLE_CLIENT;
+			session_hello_counted(d, s);
 			loop_arm_session(d, s);
 		} else {
 			if (nfds) {
@@ -462,6 +472,7 @@ void session_ctl_message(struct pkv_daemon *d, struct session *s)
 				return;
 			}
 			s->role = PKV_ROLE_CTL;
+			session_hello_counted(d, s);
 			s->admin = ctl_peer_is_admin(d, s->sock, s->uid);
 		}
 		pkv_dbg("client %u: hello from pid %d uid %u", s->id, (int)s->pid, (unsigned)s->uid);
@@ -1352,6 +1363,7 @@ int session_maybe_free(struct pkv_daemon *d, struct session *s)
 	if (!s->released || s->armed)
 		return 0;
 	pkv_dbg("client %u: freed (fd %d)", s->id, s->sock);
+	session_hello_counted(d, s); /* gone before its hello */
 	flush_sqes(d);
 	close(s->sock);
 	if (s->prev)

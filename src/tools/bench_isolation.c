@@ -500,6 +500,30 @@ static void attack_conns(int ready)
 	}
 }
 
+/*
+ * Connects and hangs up at once, again and again: never more than one
+ * connection before its hello, so no cap refuses it; each costs the daemon
+ * a connection's whole life (accept, a session, the hang-up).
+ */
+static void attack_churn(int ready)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int signalled = 0;
+
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock_path);
+	for (uint64_t i = 0;; i++) {
+		int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+		if (s >= 0) {
+			if (connect(s, (struct sockaddr *)&a, sizeof(a)))
+				usleep(100); /* a full backlog: try again */
+			close(s);
+		}
+		if (!signalled && i == 1000 && write(ready, "r", 1) == 1)
+			signalled = 1;
+	}
+}
+
 /* Squats: the victim's pool name with another geometry, the budget, sequences and pins. */
 static void attack_squat(int ready)
 {
@@ -687,7 +711,8 @@ static void usage(FILE *f)
 		   "                           [--daemon-arg ARG]... [--only CLASS[,CLASS]...]\n"
 		   "  Starts a private pagedkvd (PKV_PAGEDKVD to pick the binary) and measures a victim\n"
 		   "  uid's decode step latency alone, then while another uid runs each attack class.\n"
-		   "  Classes: big_attend, open_flood, connection_flood, many_rings, fork_copies, quota_squat;\n"
+		   "  Classes: big_attend, open_flood, connection_flood, connection_churn, many_rings, fork_copies,\n"
+		   "  quota_squat;\n"
 		   "  cpu_hog (a reference, outside worst_p99_ratio): the other uid only computes.\n"
 		   "  Needs root for two real uids (otherwise both run as the caller, said in the output).\n");
 }
@@ -707,6 +732,7 @@ int main(int argc, char **argv)
 		{ .name = "solo" }, { .name = "big_attend", .attack = attack_big },
 		{ .name = "open_flood", .attack = attack_opens },
 		{ .name = "connection_flood", .attack = attack_conns },
+		{ .name = "connection_churn", .attack = attack_churn },
 		{ .name = "many_rings", .attack = attack_rings },
 		{ .name = "fork_copies", .attack = attack_forks },
 		{ .name = "quota_squat", .attack = attack_squat },
