@@ -71,6 +71,21 @@ void pkv_dequant_row(uint32_t type, const void *row, float *out, size_t n)
 	}
 }
 
+struct blk_range pkv_blk_range(const float *v, size_t n)
+{
+	struct blk_range r = { 0, 0, -INFINITY, INFINITY };
+
+	for (size_t j = 0; j < n; j++) {
+		if (fabsf(v[j]) > r.amax) {
+			r.amax = fabsf(v[j]);
+			r.sgnmax = v[j];
+		}
+		r.vmax = fmaxf(r.vmax, v[j]);
+		r.vmin = fminf(r.vmin, v[j]);
+	}
+	return r;
+}
+
 int pkv_quant_row(uint32_t type, const float *x, void *row, size_t n)
 {
 	uint8_t *p = row;
@@ -96,15 +111,8 @@ int pkv_quant_row(uint32_t type, const float *x, void *row, size_t n)
 	}
 	for (size_t b = 0; b < n / QK; b++) {
 		const float *v = x + b * QK;
-		float amax = 0, vmax = -INFINITY, vmin = INFINITY, sgnmax = 0;
-		for (int j = 0; j < QK; j++) {
-			if (fabsf(v[j]) > amax) {
-				amax = fabsf(v[j]);
-				sgnmax = v[j];
-			}
-			vmax = fmaxf(vmax, v[j]);
-			vmin = fminf(vmin, v[j]);
-		}
+		struct blk_range r = pkv_blk_range(v, QK);
+		float amax = r.amax, vmax = r.vmax, vmin = r.vmin, sgnmax = r.sgnmax;
 		if (type == GGML_Q8_0) {
 			struct blk_q8_0 blk;
 			float d = amax / 127.f, id = d ? 1.f / d : 0;

@@ -49,6 +49,10 @@ struct blk_q6_k { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K
  */
 struct blk_a8 { float d, s; int16_t qs[QK]; };
 
+/* A block's extremes, which the test quantizers choose their scales from. */
+struct blk_range { float amax, sgnmax, vmax, vmin; }; /* largest magnitude, its signed value, max, min */
+struct blk_range pkv_blk_range(const float *v, size_t n);
+
 /* Dequantizes one row of n elements of the given GGML type. */
 void pkv_dequant_row(uint32_t type, const void *row, float *out, size_t n);
 /* Quantizes n floats into a row of the given type (used by tests and by the random-model writer). */

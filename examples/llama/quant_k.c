@@ -152,16 +152,9 @@ static void q5_store(const int q[QK], uint8_t qs[16], uint8_t qh_bytes[4])
 
 static void quant_q5(uint32_t type, const float *v, uint8_t *dst)
 {
-	float amax = 0, sgnmax = 0, vmax = -INFINITY, vmin = INFINITY;
+	struct blk_range r = pkv_blk_range(v, QK);
+	float sgnmax = r.sgnmax, vmax = r.vmax, vmin = r.vmin;
 	int q[QK];
-	for (int i = 0; i < QK; i++) {
-		if (fabsf(v[i]) > amax) {
-			amax = fabsf(v[i]);
-			sgnmax = v[i];
-		}
-		vmax = fmaxf(vmax, v[i]);
-		vmin = fminf(vmin, v[i]);
-	}
 	if (type == GGML_Q5_0) {
 		/* the signed max maps to -16 so the whole 5-bit range is used */
 		struct blk_q5_0 blk;
