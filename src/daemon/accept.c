@@ -349,13 +349,15 @@ uint32_t acceptor_take(struct pkv_daemon *d, struct accepted *out, uint32_t max)
 	struct acceptor *a = &d->acceptor;
 	uint32_t n;
 
-	if (!__atomic_load_n(&a->n_queue, __ATOMIC_RELAXED))
-		return 0; /* the common case, without the lock: a stale zero is seen at the next wake-up */
+	if (!a->started)
+		return 0; /* stopped: what it held is closed */
 	pthread_mutex_lock(&a->mu);
 	n = a->n_queue < max ? a->n_queue : max;
-	memcpy(out, a->queue, n * sizeof(*out));
-	memmove(a->queue, a->queue + n, (a->n_queue - n) * sizeof(*out));
-	a->n_queue -= n;
+	if (n) {
+		memcpy(out, a->queue, n * sizeof(*out));
+		memmove(a->queue, a->queue + n, (a->n_queue - n) * sizeof(*out));
+		a->n_queue -= n;
+	}
 	pthread_mutex_unlock(&a->mu);
 	return n;
 }
