@@ -69,9 +69,11 @@ static void log_refusal(struct acceptor *a, const char *fmt, uid_t uid)
 	a->refused_logged_ns = now;
 }
 
-/* Refills g's tokens up to now. */
+/* Refills g's tokens up to now (a clock read before another thread's refill may lag it: no refill then). */
 static void refill(struct uid_gate *g, uint64_t now)
 {
+	if (now <= g->at_ns)
+		return;
 	g->tokens += (double)(now - g->at_ns) * (ACCEPT_RATE / 1e9);
 	if (g->tokens > ACCEPT_BURST)
 		g->tokens = ACCEPT_BURST;
@@ -164,7 +166,7 @@ static int admit(struct pkv_daemon *d, struct acceptor *a, int fd)
 {
 	static const char msg[] = "too many connections of this uid before their hello (max_unauth_per_uid)";
 	unsigned max = __atomic_load_n(&d->cfg.max_unauth_per_uid, __ATOMIC_RELAXED);
-	uint64_t now = pkv_now_ns();
+	uint64_t now;
 	struct ucred cred;
 	socklen_t cl = sizeof(cred);
 	struct uid_gate *g;
@@ -175,14 +177,29 @@ static int admit(struct pkv_daemon *d, struct acceptor *a, int fd)
 		return 0;
 	}
 	pthread_mutex_lock(&a->mu);
+	now = pkv_now_ns();
 	g = gate_of(a, cred.uid, now, 1);
+	/*
+	 * Every slot in use (as many uids, each with a connection before its
+	 * hello or a pace not yet whole, as a user namespace can map): this uid
+	 * goes to the loop unpaced and uncounted, as before the acceptor, rather
+	 * than be refused for the others' sake. The loop's hello timeout still
+	 * bounds what it holds.
+	 */
+	if (!g) {
+		queued = !push(&a->queue, &a->n_queue, &a->cap_queue, (struct accepted){ fd, cred.uid, now, 0 });
+		pthread_mutex_unlock(&a->mu);
+		if (!queued)
+			close(fd);
+		return queued;
+	}
 	/*
 	 * A uid may hold only a few connections that have not said hello
 	 * (slowloris): refuse at once, before it costs the loop a session and
 	 * a watch, so other users can still connect.
 	 */
-	if (g && g->n < max) {
-		struct accepted c = { fd, cred.uid, now };
+	if (g->n < max) {
+		struct accepted c = { fd, cred.uid, now, 1 };
 
 		if (g->tokens < 1)
 			c.due_ns = now + (uint64_t)((1 - g->tokens) * (1e9 / ACCEPT_RATE));
@@ -219,6 +236,8 @@ static int release_due(struct acceptor *a, uint64_t now, uint64_t *next_ns)
 			moved++;
 			continue;
 		}
+		if (c.due_ns <= now)
+			c.due_ns = now + 10000000; /* out of memory: try again in 10 ms, not at once */
 		if (!*next_ns || c.due_ns < *next_ns)
 			*next_ns = c.due_ns;
 		a->held[kept++] = c;
@@ -261,9 +280,17 @@ static void *acceptor_main(void *arg)
 	struct acceptor *a = &d->acceptor;
 	uint64_t next_ns = 0; /* when the first held connection is due */
 
+	pid_t tid = (pid_t)syscall(SYS_gettid);
+	int nice;
+
 	pthread_setname_np(pthread_self(), "pkv-accept");
-	/* Raising one's own nice needs no privilege (and is per thread on Linux). */
-	if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), ACCEPT_NICE))
+	/*
+	 * ACCEPT_NICE below the loop, whatever the daemon was started at.
+	 * Raising one's own nice needs no privilege (and is per thread on Linux).
+	 */
+	errno = 0;
+	nice = getpriority(PRIO_PROCESS, (id_t)tid);
+	if (!errno && setpriority(PRIO_PROCESS, (id_t)tid, nice + ACCEPT_NICE > 19 ? 19 : nice + ACCEPT_NICE))
 		pkv_dbg("acceptor: cannot lower its priority: %s", strerror(errno));
 	for (;;) {
 		struct pollfd p[2] = { { .fd = d->listen_fd, .events = POLLIN }, { .fd = a->stop_fd, .events = POLLIN } };
@@ -272,13 +299,29 @@ static void *acceptor_main(void *arg)
 
 		if (next_ns)
 			timeout = next_ns <= now ? 0 : (int)((next_ns - now) / 1000000 + 1);
-		if (poll(p, 2, timeout) < 0 && errno != EINTR)
-			break;
-		if (__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE))
-			break;
 		if (a->reserve_fd < 0)
 			a->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		queued = p[0].revents ? accept_some(d, a, &taken) : 0;
+		/*
+		 * Out of descriptors with no reserve to shed with (the loop may have
+		 * taken the one shed_one freed): leave the still readable socket
+		 * alone for a while rather than fail accept after accept.
+		 */
+		if (a->reserve_fd < 0) {
+			p[0].fd = -1;
+			timeout = timeout > 10 || !next_ns ? 10 : timeout;
+		}
+		if (poll(p, 2, timeout) < 0 && errno != EINTR) {
+			pkv_warn("acceptor: poll: %s", strerror(errno));
+			nanosleep(&(struct timespec){ .tv_nsec = 10000000 }, NULL);
+			continue;
+		}
+		if (__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE))
+			break;
+		if (p[0].revents & (POLLERR | POLLHUP | POLLNVAL)) {
+			pkv_warn("acceptor: the listening socket reports an error (events 0x%x)", (unsigned)p[0].revents);
+			nanosleep(&(struct timespec){ .tv_nsec = 100000000 }, NULL);
+		}
+		queued = p[0].revents & POLLIN ? accept_some(d, a, &taken) : 0;
 		queued += release_due(a, pkv_now_ns(), &next_ns);
 		if (queued && write(d->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 			pkv_warn("acceptor: cannot wake the loop: %s", strerror(errno));
@@ -334,7 +377,10 @@ void acceptor_stop(struct pkv_daemon *d)
 		close(a->held[i].fd);
 	free(a->queue);
 	free(a->held);
+	free(a->done_later);
 	a->queue = a->held = NULL;
+	a->done_later = NULL;
+	a->n_later = a->cap_later = 0;
 	a->n_queue = a->cap_queue = a->n_held = a->cap_held = a->n_gates = 0;
 	pthread_mutex_destroy(&a->mu);
 	close(a->stop_fd);
@@ -344,14 +390,35 @@ void acceptor_stop(struct pkv_daemon *d)
 	a->reserve_fd = -1;
 }
 
-uint32_t acceptor_take(struct pkv_daemon *d, struct accepted *out, uint32_t max)
+/* The hellos the loop could not count down while the lock was busy (a->mu held; the list is the loop's). */
+static void apply_done_later(struct acceptor *a)
+{
+	uint64_t now = pkv_now_ns();
+
+	for (uint32_t i = 0; i < a->n_later; i++) {
+		struct uid_gate *g = gate_of(a, a->done_later[i], now, 0);
+
+		if (g && g->n)
+			g->n--;
+	}
+	a->n_later = 0;
+}
+
+int acceptor_take(struct pkv_daemon *d, struct accepted *out, uint32_t max)
 {
 	struct acceptor *a = &d->acceptor;
 	uint32_t n;
 
 	if (!a->started)
 		return 0; /* stopped: what it held is closed */
-	pthread_mutex_lock(&a->mu);
+	/*
+	 * Never wait for the acceptor: it runs at a lower priority and may be
+	 * preempted holding the lock, and the loop serves every uid. Busy: the
+	 * caller tries again next turn.
+	 */
+	if (pthread_mutex_trylock(&a->mu))
+		return ACCEPTOR_BUSY;
+	apply_done_later(a);
 	n = a->n_queue < max ? a->n_queue : max;
 	if (n) {
 		memcpy(out, a->queue, n * sizeof(*out));
@@ -359,7 +426,7 @@ uint32_t acceptor_take(struct pkv_daemon *d, struct accepted *out, uint32_t max)
 		a->n_queue -= n;
 	}
 	pthread_mutex_unlock(&a->mu);
-	return n;
+	return (int)n;
 }
 
 void acceptor_hello_done(struct pkv_daemon *d, uid_t uid)
@@ -369,7 +436,24 @@ void acceptor_hello_done(struct pkv_daemon *d, uid_t uid)
 
 	if (!a->started)
 		return; /* stopped: nothing is counted any more */
-	pthread_mutex_lock(&a->mu);
+	if (pthread_mutex_trylock(&a->mu)) {
+		/* Busy (as in acceptor_take): counted down at the loop's next take, or now if that cannot wait. */
+		if (a->n_later == a->cap_later) {
+			uint32_t c = a->cap_later ? a->cap_later * 2 : 16;
+			uid_t *l = realloc(a->done_later, c * sizeof(*l));
+
+			if (!l) {
+				pthread_mutex_lock(&a->mu);
+				goto locked;
+			}
+			a->done_later = l;
+			a->cap_later = c;
+		}
+		a->done_later[a->n_later++] = uid;
+		return;
+	}
+locked:
+	apply_done_later(a);
 	g = gate_of(a, uid, pkv_now_ns(), 0);
 	if (g && g->n)
 		g->n--;

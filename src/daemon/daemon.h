@@ -235,7 +235,7 @@ struct acceptor {
 	int started, stop;
 	int stop_fd;                  /* eventfd: acceptor_stop wakes the thread's poll */
 	pthread_mutex_t mu;           /* the queue and the counts */
-	struct accepted { int fd; uid_t uid; uint64_t due_ns; } *queue, *held; /* for the loop; paced */
+	struct accepted { int fd; uid_t uid; uint64_t due_ns; int counted; } *queue, *held; /* for the loop; paced */
 	uint32_t n_queue, cap_queue, n_held, cap_held;
 	/*
 	 * Per uid: connections held here, queued or held by the loop before their
@@ -243,6 +243,8 @@ struct acceptor {
 	 */
 	struct uid_gate { uid_t uid; uint32_t n; int used; double tokens; uint64_t at_ns; } gates[PKV_ACCEPT_MAX_UIDS];
 	uint32_t n_gates;             /* slots used so far */
+	uid_t *done_later;            /* loop only: hellos to count down once the lock is free */
+	uint32_t n_later, cap_later;
 	uint64_t refused;             /* atomic: refused connections */
 	int reserve_fd;               /* given back to accept-and-refuse when out of descriptors */
 	uint64_t fd_pressure_ns;      /* atomic: last time accept hit EMFILE/ENFILE */
@@ -252,10 +254,13 @@ struct acceptor {
 int acceptor_start(struct pkv_daemon *d);
 /* Stops taking connections; closes those the loop has not taken. Idempotent. */
 void acceptor_stop(struct pkv_daemon *d);
-/* Up to max accepted connections for the loop; returns how many. */
-uint32_t acceptor_take(struct pkv_daemon *d, struct accepted *out, uint32_t max);
+/* Up to max accepted connections for the loop; returns how many, or ACCEPTOR_BUSY (never waits). */
+#define ACCEPTOR_BUSY (-1)
+int acceptor_take(struct pkv_daemon *d, struct accepted *out, uint32_t max);
 /* A connection the acceptor queued said its hello or went away before it: uid holds one fewer. */
 void acceptor_hello_done(struct pkv_daemon *d, uid_t uid);
+
+enum { HINT_MOVED = 1u, HINT_BATCH = 2u };
 
 struct worker {
 	pthread_t thread;
@@ -281,6 +286,7 @@ struct worker {
 	uint32_t ncpu;                /* worker only: CPUs in home (at least 1) */
 	int moved;                    /* worker only: it left a client's CPU (maybe_move) or follows one */
 	uint32_t follow_cpu1;         /* worker only: CPU + 1 it is pinned to (follow_sleeper), or 0 */
+	uint32_t hints_set;           /* atomic: HINT_* the worker applied to itself (worker_uids_shared) */
 	int batch_policy;             /* worker only: -1 never switch; else 1 while it runs SCHED_BATCH (worker.c) */
 	int stop, sleeping;
 	uint64_t last_take_ns;        /* worker only: when it last took an SQE from any ring */

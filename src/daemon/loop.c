@@ -123,17 +123,20 @@ static uint32_t uid_unauth(const struct pkv_daemon *d, uid_t uid)
 static int take_accepted(struct pkv_daemon *d)
 {
 	struct accepted got[64];
-	uint32_t n = acceptor_take(d, got, 64);
+	int n = acceptor_take(d, got, 64);
 
-	for (uint32_t i = 0; i < n; i++) {
+	if (n == ACCEPTOR_BUSY)
+		return 1; /* activity: the loop looks again before it sleeps */
+	for (int i = 0; i < n; i++) {
 		struct session *s = session_new(d, got[i].fd);
 
 		if (!s) {
 			close(got[i].fd);
-			acceptor_hello_done(d, got[i].uid);
+			if (got[i].counted)
+				acceptor_hello_done(d, got[i].uid);
 			continue;
 		}
-		s->unauth_counted = 1;
+		s->unauth_counted = got[i].counted;
 		pkv_dbg("client %u: accepted (fd %d, pid %d)", s->id, got[i].fd, (int)s->pid);
 		if (arm_poll(d, got[i].fd, POLLIN | POLLRDHUP, &s->w_ctl)) {
 			pkv_store_relaxed(&s->closing, 1);
@@ -143,7 +146,7 @@ static int take_accepted(struct pkv_daemon *d)
 		}
 		s->armed++;
 	}
-	return (int)n;
+	return n;
 }
 
 static void begin_stop(struct pkv_daemon *d)

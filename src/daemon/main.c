@@ -615,11 +615,6 @@ int main(int argc, char **argv)
 	 */
 	if (!d->activated && open_socket(d))
 		goto out_worker;
-	r = acceptor_start(d);
-	if (r) {
-		pkv_err("acceptor thread: %s", strerror(-r));
-		goto out_worker;
-	}
 	pkv_info("listening on %s%s (protocol %u, budget %llu MiB)", d->cfg.socket_path,
 		 d->activated ? " (from systemd)" : "", PKV_PROTO_VERSION,
 		 (unsigned long long)(d->cfg.memory_budget >> 20));
@@ -630,6 +625,12 @@ int main(int argc, char **argv)
 			pkv_warn("cannot signal readiness: %s", strerror(errno));
 		close(ready_fd);
 		ready_fd = -1;
+	}
+	/* After stdio is detached: an accepted socket must not land on a descriptor detach_stdio replaces. */
+	r = acceptor_start(d);
+	if (r) {
+		pkv_err("acceptor thread: %s", strerror(-r));
+		goto out_worker;
 	}
 	if (write_pid_file(d))
 		goto out_worker;

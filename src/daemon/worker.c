@@ -1223,6 +1223,18 @@ static int claims_all(const struct worker *w, const struct job *o)
 }
 
 /*
+ * What the worker changed of its own scheduling (HINT_MOVED: its CPU mask;
+ * HINT_BATCH: SCHED_BATCH), for worker_uids_shared, which undoes only that
+ * (an admin's policy or pin of the whole daemon stays). Release: w->home
+ * was set before any bit.
+ */
+static void publish_hints(struct worker *w)
+{
+	__atomic_store_n(&w->hints_set, (w->moved ? HINT_MOVED : 0u) | (w->batch_policy > 0 ? HINT_BATCH : 0u),
+			 __ATOMIC_RELEASE);
+}
+
+/*
  * A client spinning on our CPU costs two context switches per attend (about
  * 6 us against 13 us of attention on 2 vCPUs): when every client we poll
  * says it runs on this CPU and another one is allowed, leave it until we go
@@ -1243,6 +1255,7 @@ static void maybe_move(struct worker *w)
 	if (!CPU_COUNT(&m))
 		return;
 	w->moved = 1;
+	publish_hints(w);
 	if (sched_setaffinity(0, sizeof(m), &m))
 		pkv_dbg("worker: cannot leave CPU %u: %s", w->cpu1 - 1, strerror(errno));
 }
@@ -1252,6 +1265,7 @@ static void go_home(struct worker *w)
 	if (w->moved && sched_setaffinity(0, sizeof(w->home), &w->home))
 		pkv_dbg("worker: cannot restore its CPU mask: %s", strerror(errno));
 	w->moved = 0;
+	publish_hints(w);
 	w->follow_cpu1 = 0;
 	pkv_host_set_cpus_lent(w->d->host, 0);
 }
@@ -1296,6 +1310,7 @@ static void follow_sleeper(struct worker *w)
 		return;
 	}
 	w->moved = 1;
+	publish_hints(w);
 	w->follow_cpu1 = cpu1;
 	pkv_host_set_cpus_lent(w->d->host, 1);
 }
@@ -1450,6 +1465,7 @@ static void worker_policy(struct worker *w, int claimed)
 		w->batch_policy = -1; /* not allowed here (a seccomp filter): keep what we have */
 	else
 		w->batch_policy = claimed;
+	publish_hints(w);
 }
 
 /*
@@ -1477,18 +1493,21 @@ static void drop_hints_if_shared(struct worker *w)
  * its next turn (drop_hints_if_shared), but while it sleeps pinned and
  * SCHED_BATCH on the CPU where the first uid's client runs, the new uid's
  * first attend would wait for that CPU, up to a scheduler slice, before
- * that turn came. The mask is the loop's own, which the worker inherited.
+ * that turn came. Only what the worker set itself (publish_hints).
  */
 void worker_uids_shared(struct pkv_daemon *d)
 {
+	struct worker *w = &d->worker;
 	struct sched_param sp = { 0 };
-	cpu_set_t all;
+	uint32_t set;
 
-	if (d->worker.efd < 0)
+	if (w->efd < 0)
 		return; /* not started */
-	if (!sched_getaffinity(0, sizeof(all), &all) && CPU_COUNT(&all))
-		pthread_setaffinity_np(d->worker.thread, sizeof(all), &all);
-	pthread_setschedparam(d->worker.thread, SCHED_OTHER, &sp);
+	set = __atomic_load_n(&w->hints_set, __ATOMIC_ACQUIRE);
+	if ((set & HINT_MOVED) && CPU_COUNT(&w->home) && pthread_setaffinity_np(w->thread, sizeof(w->home), &w->home))
+		pkv_dbg("worker: cannot give it its CPU mask back");
+	if ((set & HINT_BATCH) && pthread_setschedparam(w->thread, SCHED_OTHER, &sp))
+		pkv_dbg("worker: cannot give it SCHED_OTHER back");
 	pkv_host_set_cpus_lent(d->host, 0);
 	pkv_host_set_cpus_claimed(d->host, 0);
 }
