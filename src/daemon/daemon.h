@@ -287,6 +287,7 @@ struct worker {
 	int moved;                    /* worker only: it left a client's CPU (maybe_move) or follows one */
 	uint32_t follow_cpu1;         /* worker only: CPU + 1 it is pinned to (follow_sleeper), or 0 */
 	uint32_t hints_set;           /* atomic: HINT_* the worker applied to itself (worker_uids_shared) */
+	uint32_t hints_undone;        /* atomic: the loop undid them; the worker resets its record */
 	int batch_policy;             /* worker only: -1 never switch; else 1 while it runs SCHED_BATCH (worker.c) */
 	int stop, sleeping;
 	uint64_t last_take_ns;        /* worker only: when it last took an SQE from any ring */

@@ -1477,7 +1477,10 @@ static void worker_policy(struct worker *w, int claimed)
  */
 static void drop_hints_if_shared(struct worker *w)
 {
-	if (!(w->moved || w->batch_policy > 0 || w->claimed) || one_uid(w))
+	/* The loop undid them on our thread (worker_uids_shared): our record follows, even if that uid left since. */
+	uint32_t undone = __atomic_exchange_n(&w->hints_undone, 0, __ATOMIC_ACQ_REL);
+
+	if (!(w->moved || w->batch_policy > 0 || w->claimed) || (one_uid(w) && !undone))
 		return;
 	go_home(w);
 	worker_policy(w, 0);
@@ -1510,6 +1513,7 @@ void worker_uids_shared(struct pkv_daemon *d)
 		pkv_dbg("worker: cannot give it SCHED_OTHER back");
 	pkv_host_set_cpus_lent(d->host, 0);
 	pkv_host_set_cpus_claimed(d->host, 0);
+	__atomic_store_n(&w->hints_undone, 1, __ATOMIC_RELEASE);
 }
 
 /* Learns the gap between an idle start and the next SQE (exponential average; long gaps are pauses). */
