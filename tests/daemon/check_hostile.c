@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -567,16 +568,48 @@ START_TEST(test_sleeping_client_is_woken)
 	struct pkv_stats st = PKV_STATS_INIT;
 	struct pkv_pool_params p;
 	struct pkv_client *c;
+	cpu_set_t all, cpu;
+	int first = -1, second = -1;
 	struct dmn E;
 
+	/*
+	 * The daemon on one CPU, this client on another: a loop woken on the
+	 * client's own CPU (a busy machine puts it there) preempts the client
+	 * at its doorbell, answers before the client waits, and nothing sleeps
+	 * (CI saw 0 sleeps in 200 nops). With one CPU only, both share it.
+	 */
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(all), &all), 0);
+	for (int i = 0; i < CPU_SETSIZE && second < 0; i++)
+		if (CPU_ISSET(i, &all))
+			*(first < 0 ? &first : &second) = i;
+	CPU_ZERO(&cpu);
+	CPU_SET(second >= 0 ? second : first, &cpu);
+	ck_assert_int_eq(sched_setaffinity(0, sizeof(cpu), &cpu), 0);
 	ck_assert_int_eq(setenv("PAGEDKV_SPIN_POLICY", "never", 1), 0);
-	ck_assert_int_eq(dmn_start(&E, NULL), 0);
+	ck_assert_int_eq(dmn_start(&E, NULL), 0); /* its threads inherit that CPU */
+	CPU_ZERO(&cpu);
+	CPU_SET(first, &cpu);
+	ck_assert_int_eq(sched_setaffinity(0, sizeof(cpu), &cpu), 0);
 	o.socket_path = E.sock;
 	ck_assert_int_eq(pkv_connect(&o, &c), 0);
 	test_pool_params(&p, "p");
 	ck_assert_int_eq(pkv_pool_attach(c, &p), 0);
 	for (int i = 0; i < 200; i++)
 		ck_assert_int_eq(pkv_nop(c), 0);
+	/*
+	 * A nop can still be answered within the client's first microseconds
+	 * of polling (a busy host wakes a vCPU that is not halted in a few):
+	 * a 960-token prefill (milliseconds in the test backend) always sleeps.
+	 */
+	{
+		static int32_t toks[960];
+		uint32_t seq, nc;
+
+		make_prompt(toks, 960, 3);
+		ck_assert_int_eq(pkv_seq_open(c, toks, 960, &seq, &nc), 0);
+		ck_assert_int_eq(run_step(c, seq, toks, nc, 960 - nc, NULL), 0);
+		ck_assert_int_eq(pkv_seq_close(c, seq), 0);
+	}
 	ck_assert_int_eq(pkv_stats(c, &st), 0);
 	pkv_disconnect(c);
 	/* The sleeping path ran, and no sleep outlasted its timeout with a completion left unannounced. */
@@ -586,6 +619,7 @@ START_TEST(test_sleeping_client_is_woken)
 	ck_assert_int_eq(dmn_stop(&E), 0);
 	dmn_cleanup(&E);
 	unsetenv("PAGEDKV_SPIN_POLICY");
+	ck_assert_int_eq(sched_setaffinity(0, sizeof(all), &all), 0);
 }
 END_TEST
 
