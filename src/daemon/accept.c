@@ -10,10 +10,10 @@
  * as fast as it can connect. On the loop that work took half a CPU from
  * the others' clients and the worker (pkv-bench isolation connection_flood:
  * another uid's decode step p50 4.5x, p99 8x its solo figures, against 1.05x
- * for a process that only computes). Here it runs at nice ACCEPT_NICE: while
- * a core idles it accepts as fast as before; while every core has work, the
- * flood gets what a low-priority process would, and the backlog pushes back
- * on the flooder's connects.
+ * for a process that only computes). Here it runs ACCEPT_NICE nice levels
+ * below the daemon: while a core idles it accepts as fast as before; while
+ * every core has work, the flood gets what a low-priority process would, and
+ * the backlog pushes back on the flooder's connects.
  *
  * A uid's connections also reach the loop at most ACCEPT_RATE a second
  * (bursts of ACCEPT_BURST pass at once): one that connects and hangs up
