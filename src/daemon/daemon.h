@@ -343,9 +343,10 @@ struct pkv_daemon {
 	uint64_t budget_used;
 	struct tenant *tenants;       /* per-uid records (loop thread only) */
 	/*
-	 * Uids with a connection past its hello (written by the loop, read by
-	 * the worker): while more than one is, no client's spin hints decide
-	 * how the worker is scheduled (worker.c, one_uid).
+	 * Uids with a client connection past its hello (written by the loop,
+	 * read by the worker): while more than one is, no client's spin hints
+	 * decide how the worker is scheduled (worker.c, one_uid). Control
+	 * connections (pagedkvctl) run no attend and do not count.
 	 */
 	uint32_t uids_connected;
 	struct pkv_host *host;

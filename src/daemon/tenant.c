@@ -79,7 +79,9 @@ int tenant_hello(struct pkv_daemon *d, struct session *s, uint64_t region_bytes,
 		tenant_maybe_drop(d, t);
 		return -EDQUOT;
 	}
-	if (!t->conns++) {
+	t->conns++;
+	/* Clients only (a region): another uid's pagedkvctl runs no attend, and must not cost ours their hints. */
+	if (region_bytes && !t->clients++) {
 		pkv_store_relaxed(&d->uids_connected, d->uids_connected + 1);
 		if (d->uids_connected == 2)
 			worker_uids_shared(d); /* a lone uid's hints no longer count */
@@ -230,7 +232,8 @@ void tenant_leave(struct pkv_daemon *d, struct session *s)
 		}
 		s->tp = NULL;
 	}
-	if (!--t->conns)
+	t->conns--;
+	if (s->charged_region && !--t->clients)
 		pkv_store_relaxed(&d->uids_connected, d->uids_connected - 1);
 	t->region_bytes -= s->charged_region;
 	s->charged_region = 0;

@@ -28,6 +28,7 @@ struct tenant {
 	struct tenant *next;
 	uid_t uid;
 	uint32_t conns;               /* connections past their hello */
+	uint32_t clients;             /* of those, client connections (a shared region): uids_connected counts them */
 	uint32_t seqs;                /* open sequences, all pools */
 	uint32_t pins;                /* prefix pins held */
 	uint64_t region_bytes;        /* shared regions (rings + arena) of its connections */

@@ -448,6 +448,22 @@ START_TEST(test_another_uid_undoes_a_clients_hints)
 	ck_assert_int_eq(chmod(D.dir, 0755), 0);
 	c = followed_client(toks, 6, &seq, &tid, &all);
 	ck_assert_int_eq(policy_within(tid, SCHED_BATCH, 2000), SCHED_BATCH);
+	/* A control connection of another uid (a pagedkvctl) runs no attend: the hints still count. */
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		char out[4096];
+
+		if (setgid(OTHER_UID) || setuid(OTHER_UID))
+			_exit(3);
+		for (int i = 0; i < 20; i++)
+			if (ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_TEXT, out, sizeof(out)))
+				_exit(4);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_int_eq(child_status(st), 0);
+	ck_assert_int_eq(policy_within(tid, SCHED_OTHER, 100), SCHED_BATCH);
 	ck_assert_int_eq(pipe(go), 0);
 	ck_assert_int_eq(pipe(ready), 0);
 	pid = fork();
