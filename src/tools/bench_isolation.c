@@ -524,6 +524,27 @@ static void attack_churn(int ready)
 	}
 }
 
+/*
+ * Connects, says hello (a 1 MiB shared region) and hangs up, in a loop: each
+ * costs the daemon a hello's work on the loop (the region mapped, checked,
+ * unmapped) besides the connection's.
+ */
+static void attack_hello_churn(int ready)
+{
+	int signalled = 0;
+
+	for (uint64_t i = 0;; i++) {
+		struct pkv_client *c = client(1 << 20, NULL, 0, 0, 0, 0, 0);
+
+		if (c)
+			pkv_disconnect(c);
+		else
+			usleep(100); /* refused (a limit): try again */
+		if (!signalled && i == 100 && write(ready, "r", 1) == 1)
+			signalled = 1;
+	}
+}
+
 /* Squats: the victim's pool name with another geometry, the budget, sequences and pins. */
 static void attack_squat(int ready)
 {
@@ -711,8 +732,8 @@ static void usage(FILE *f)
 		   "                           [--daemon-arg ARG]... [--only CLASS[,CLASS]...]\n"
 		   "  Starts a private pagedkvd (PKV_PAGEDKVD to pick the binary) and measures a victim\n"
 		   "  uid's decode step latency alone, then while another uid runs each attack class.\n"
-		   "  Classes: big_attend, open_flood, connection_flood, connection_churn, many_rings, fork_copies,\n"
-		   "  quota_squat;\n"
+		   "  Classes: big_attend, open_flood, connection_flood, connection_churn, hello_churn, many_rings,\n"
+		   "  fork_copies, quota_squat;\n"
 		   "  cpu_hog (a reference, outside worst_p99_ratio): the other uid only computes.\n"
 		   "  Needs root for two real uids (otherwise both run as the caller, said in the output).\n");
 }
@@ -733,6 +754,7 @@ int main(int argc, char **argv)
 		{ .name = "open_flood", .attack = attack_opens },
 		{ .name = "connection_flood", .attack = attack_conns },
 		{ .name = "connection_churn", .attack = attack_churn },
+		{ .name = "hello_churn", .attack = attack_hello_churn },
 		{ .name = "many_rings", .attack = attack_rings },
 		{ .name = "fork_copies", .attack = attack_forks },
 		{ .name = "quota_squat", .attack = attack_squat },
