@@ -591,7 +591,7 @@ static int take(struct job *o, const struct pkv_sqe *e, struct attend_item *it)
 	lim.arena_size = s->arena_size;
 	lim.geo = &s->pool->geo;
 	lim.act_size = pkv_dtype_size(s->pool->act_dtype);
-	lim.step_total_q = s->step ? s->meta.total_q : 0; /* no step: refused, as on the loop */
+	lim.step_total_q = s->meta.total_q; /* 0 with no step open (step_clear): refused */
 	why[0] = 0;
 	r = pkv_sqe_check(e, &lim, why, sizeof(why));
 	if (r) {
@@ -651,11 +651,8 @@ static void start_big(struct job *o, const struct attend_item *it, uint32_t laye
  */
 static int merge_too_big(const struct job *b, const struct pkv_step_meta *m)
 {
-	uint64_t seqs = m->num_seqs, maxb = m->max_blocks_per_seq, q = m->total_q, keys;
-
-	if (!m->cu_seq_lens_k)
-		return 1; /* no step: nothing to merge (collect refuses such an attend first) */
-	keys = (uint64_t)m->cu_seq_lens_k[m->num_seqs];
+	uint64_t seqs = m->num_seqs, maxb = m->max_blocks_per_seq, q = m->total_q;
+	uint64_t keys = (uint64_t)m->cu_seq_lens_k[m->num_seqs]; /* a step is open: collect refused any other */
 
 	for (uint32_t i = 0; i < b->n_items; i++) {
 		const struct pkv_step_meta *o = b->items[i].meta;
@@ -752,6 +749,8 @@ static int collect(struct pkv_daemon *d, struct job *b)
 	int n = 0, lead = !b->n_items; /* the first SQE this sweep takes was the turn of its uid */
 	/* Whose turn it is matters for a sweep that starts a batch, not one that fills it (gather). */
 	uint32_t first = lead ? sweep_start(w) : 0;
+	/* Sliced from here (the reason is below, at its use). */
+	double big_ns = (pkv_load_relaxed(&d->uids_connected) > 1 ? 0.25 : 1.0) * (double)w->slice_ns;
 
 	for (uint32_t k = 0; k < w->n_owned; k++) {
 		struct job *o = w->owned[(first + k) % w->n_owned];
@@ -819,7 +818,7 @@ static int collect(struct pkv_daemon *d, struct job *b)
 		 * one (its step 17 ms against 1.2 ms alone, many_rings), where
 		 * follow_short between them serves its whole step.
 		 */
-		if (est > (pkv_load_relaxed(&d->uids_connected) > 1 ? 0.25 : 1.0) * (double)w->slice_ns) {
+		if (est > big_ns) {
 			if (!take(o, &e, &it))
 				start_big(o, &it, e.layer);
 			n++;
