@@ -60,7 +60,6 @@ static void log_refusal(struct acceptor *a, const char *fmt, uid_t uid)
 {
 	uint64_t now = pkv_now_ns();
 
-	__atomic_add_fetch(&a->refused, 1, __ATOMIC_RELAXED);
 	a->refused_unlogged++;
 	if (now - a->refused_logged_ns < 1000000000ull)
 		return;
@@ -390,7 +389,7 @@ void acceptor_stop(struct pkv_daemon *d)
 	a->reserve_fd = -1;
 }
 
-/* The hellos the loop could not count down while the lock was busy (a->mu held; the list is the loop's). */
+/* The hellos (or hang-ups before one) the loop noted since its last take (a->mu held; the list is the loop's). */
 static void apply_done_later(struct acceptor *a)
 {
 	uint64_t now = pkv_now_ns();
@@ -436,26 +435,23 @@ void acceptor_hello_done(struct pkv_daemon *d, uid_t uid)
 
 	if (!a->started)
 		return; /* stopped: nothing is counted any more */
-	if (pthread_mutex_trylock(&a->mu)) {
-		/* Busy (as in acceptor_take): counted down at the loop's next take, or now if that cannot wait. */
-		if (a->n_later == a->cap_later) {
-			uint32_t c = a->cap_later ? a->cap_later * 2 : 16;
-			uid_t *l = realloc(a->done_later, c * sizeof(*l));
+	/* Counted down at the loop's next acceptor_take, this turn or the next (never waiting for the lock). */
+	if (a->n_later == a->cap_later) {
+		uint32_t c = a->cap_later ? a->cap_later * 2 : 16;
+		uid_t *l = realloc(a->done_later, c * sizeof(*l));
 
-			if (!l) {
-				pthread_mutex_lock(&a->mu);
-				goto locked;
-			}
-			a->done_later = l;
-			a->cap_later = c;
+		if (!l) {
+			/* Out of memory: now, waiting for the lock this once. */
+			pthread_mutex_lock(&a->mu);
+			apply_done_later(a);
+			g = gate_of(a, uid, pkv_now_ns(), 0);
+			if (g && g->n)
+				g->n--;
+			pthread_mutex_unlock(&a->mu);
+			return;
 		}
-		a->done_later[a->n_later++] = uid;
-		return;
+		a->done_later = l;
+		a->cap_later = c;
 	}
-locked:
-	apply_done_later(a);
-	g = gate_of(a, uid, pkv_now_ns(), 0);
-	if (g && g->n)
-		g->n--;
-	pthread_mutex_unlock(&a->mu);
+	a->done_later[a->n_later++] = uid;
 }

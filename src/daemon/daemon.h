@@ -243,9 +243,8 @@ struct acceptor {
 	 */
 	struct uid_gate { uid_t uid; uint32_t n; int used; double tokens; uint64_t at_ns; } gates[PKV_ACCEPT_MAX_UIDS];
 	uint32_t n_gates;             /* slots used so far */
-	uid_t *done_later;            /* loop only: hellos to count down once the lock is free */
+	uid_t *done_later;            /* loop only: hellos to count down at its next acceptor_take */
 	uint32_t n_later, cap_later;
-	uint64_t refused;             /* atomic: refused connections */
 	int reserve_fd;               /* given back to accept-and-refuse when out of descriptors */
 	uint64_t fd_pressure_ns;      /* atomic: last time accept hit EMFILE/ENFILE */
 	uint64_t refused_logged_ns, refused_unlogged;
