@@ -4,9 +4,9 @@
  * Build it outside the tree with
  *     cc -O2 -shared -fPIC -o pkv_naive.so plugin_naive.c -lm
  * and check it with `pkv-conformance ./pkv_naive.so` (man pkv-conformance).
- * Everything here is required by DESIGN §3-§4 except the window and
- * soft-cap support (caps.features) and copy_blocks, which the daemon needs
- * only once sequences fork.
+ * Everything here is required by DESIGN §3-§4 except the window, soft-cap
+ * and log-sum-exp support (caps.features) and copy_blocks, which the daemon
+ * needs only once sequences fork.
  */
 #include <errno.h>
 #include <math.h>
@@ -67,9 +67,9 @@ static float *row(const struct pkv_cache_mem *m, void *base, uint32_t layer, int
 	       (size_t)kh * m->geo.head_dim;
 }
 
-/* One query row of one head: softmax(q.K * scale) V over keys lo..hi, in double. */
+/* One query row of one head: softmax(q.K * scale) V over keys lo..hi, in double; *lse its log-sum-exp. */
 static void attend_row(const struct pkv_cache_mem *m, const struct pkv_attn_batch *b, uint32_t s,
-		       const float *q, uint32_t kh, int32_t lo, int32_t hi, float *o)
+		       const float *q, uint32_t kh, int32_t lo, int32_t hi, float *o, float *lse)
 {
 	uint32_t D = m->geo.head_dim, bs = m->geo.block_size, x;
 	double scale = b->scale > 0 ? b->scale : 1.0 / sqrt((double)D), mx = -INFINITY, sum = 0, acc[512] = { 0 };
@@ -97,6 +97,7 @@ static void attend_row(const struct pkv_cache_mem *m, const struct pkv_attn_batc
 		}
 	for (x = 0; x < D; x++)
 		o[x] = hi >= lo ? (float)(acc[x] / sum) : 0.0f; /* a query that sees no key gives 0 */
+	*lse = hi >= lo ? (float)(mx + log(sum)) : -INFINITY;
 }
 
 /* Both paths: write the new K/V into their slots, then attend (DESIGN §3). */
@@ -105,6 +106,8 @@ static int naive_attend(void *ctx, const struct pkv_cache_mem *m, const struct p
 	const struct pkv_geometry *g = &m->geo;
 	uint32_t kh, h, s, r, group = g->num_heads / g->num_kv_heads;
 	int64_t nslots = (int64_t)g->num_blocks * g->block_size;
+	/* Appended to the batch after version 1: read only when the host's struct has it. */
+	float *lse = PKV_ABI_HAS(b, struct pkv_attn_batch, softmax_lse) ? b->softmax_lse : NULL, unused;
 
 	(void)ctx;
 	if (b->act_dtype != PKV_DTYPE_F32 || g->cache_dtype != PKV_DTYPE_F32 || g->head_dim > 512)
@@ -139,7 +142,8 @@ static int naive_attend(void *ctx, const struct pkv_cache_mem *m, const struct p
 			for (h = 0; h < g->num_heads; h++)
 				attend_row(m, b, s, (const float *)b->q + (q0 + i) * b->q_stride_tok + h * b->q_stride_head,
 					   h / group, lo < 0 ? 0 : lo, hi,
-					   (float *)b->o + (q0 + i) * b->o_stride_tok + h * b->o_stride_head);
+					   (float *)b->o + (q0 + i) * b->o_stride_tok + h * b->o_stride_head,
+					   lse ? lse + (size_t)(q0 + i) * g->num_heads + h : &unused);
 		}
 	}
 	return 0;
@@ -175,7 +179,7 @@ static const struct pkv_backend_caps naive_caps = {
 	.act_dtypes = PKV_DTYPE_BIT(PKV_DTYPE_F32),
 	.head_dim_min = 1, .head_dim_max = 512, .head_dim_multiple = 1,
 	.block_size_min = 1, .block_size_max = 1u << 16, .block_size_multiple = 1,
-	.features = PKV_FEAT_WINDOW | PKV_FEAT_SOFTCAP,
+	.features = PKV_FEAT_WINDOW | PKV_FEAT_SOFTCAP | PKV_FEAT_LSE,
 };
 
 static const struct pkv_backend naive = {

@@ -124,6 +124,7 @@ struct pkv_backend_caps {
 
 #define PKV_FEAT_WINDOW  (1u << 0) /* sliding window */
 #define PKV_FEAT_SOFTCAP (1u << 1) /* logit soft-cap */
+#define PKV_FEAT_LSE     (1u << 2) /* writes pkv_attn_batch.softmax_lse when asked */
 
 /* The pool a cache is allocated for: geometry (frozen, so embedded) plus the activations' dtype. */
 struct pkv_pool_desc {
@@ -222,6 +223,22 @@ struct pkv_attn_batch {
 	float softcap;                 /* 0 = off; else s = softcap * tanh(s / softcap) */
 	int32_t window_left;           /* < 0 = unbounded */
 	uint32_t flags;                /* reserved, 0 */
+
+	/*
+	 * Version 1's minimum pkv_attn_batch ends at flags; a backend reads what
+	 * follows only when struct_size covers it (PKV_ABI_HAS).
+	 *
+	 * softmax_lse, [total_q][num_heads] f32 (row stride num_heads), or NULL:
+	 * when set, the backend also writes for every query row and head the
+	 * natural log of its softmax denominator, log(sum_j exp(s_j)) over the
+	 * keys the row sees, s_j the scores after scale and softcap
+	 * (FlashAttention's softmax_lse); -INFINITY for a row that sees no key
+	 * (its O row is 0). The host sets it only for a backend whose caps carry
+	 * PKV_FEAT_LSE, to merge calls over disjoint key ranges of one row
+	 * (flash-decoding's combine): O = sum_i exp(lse_i - L) O_i with
+	 * L = log(sum_i exp(lse_i)).
+	 */
+	float *softmax_lse;
 };
 
 /* A copy-on-write request: copy every layer's K and V of block src into block dst. Frozen (an array element). */
@@ -301,7 +318,13 @@ struct pkv_backend {
 	int (*attend_varlen)(void *ctx, const struct pkv_cache_mem *mem, const struct pkv_attn_batch *b);
 	int (*attend_decode)(void *ctx, const struct pkv_cache_mem *mem, const struct pkv_attn_batch *b);
 
-	/* Copy-on-write: done before the step's attention writes into dst. */
+	/*
+	 * Copy-on-write: done before the step's attention writes into dst. The
+	 * host may pass a view of a range of layers (k_base and v_base moved by
+	 * whole layer_strides, geo.num_layers the range's length; every other
+	 * field the pool's) to copy a long block in pieces: a backend copies
+	 * what mem describes, from its fields alone.
+	 */
 	int (*copy_blocks)(void *ctx, const struct pkv_cache_mem *mem,
 			   const struct pkv_block_copy *copies, uint32_t n);
 

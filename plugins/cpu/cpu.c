@@ -611,17 +611,6 @@ static void lse_add(const struct cpu_call *c, struct lse_acc *a, const float *p)
 		a->o[d] += p[2 + d] * w;
 }
 
-/* Writes the merged row: acc / l, or 0 for a row that saw no key. */
-static void lse_store(const struct cpu_call *c, struct lse_acc *a, void *dst)
-{
-	uint32_t d;
-
-	if (a->l > 0)
-		for (d = 0; d < c->hd; d++)
-			a->o[d] /= a->l;
-	pkv_cpu_store_row(dst, c->adt, a->o, c->hd);
-}
-
 static const float *part_row(const struct cpu_call *c, const struct cpu_item *it, uint32_t r)
 {
 	return c->part + (size_t)it->part * c->part_stride + (size_t)r * (c->hdp + 2);
@@ -632,6 +621,22 @@ static char *out_row(const struct cpu_call *c, uint32_t tok, uint32_t h)
 	const struct pkv_attn_batch *b = c->b;
 
 	return (char *)b->o + ((size_t)tok * b->o_stride_tok + (size_t)h * b->o_stride_head) * pkv_dtype_size(c->adt);
+}
+
+/*
+ * Writes the merged row of query token tok, head h: acc / l, or 0 for a row
+ * that saw no key; and its log-sum-exp when the batch asks for it.
+ */
+static void lse_store(const struct cpu_call *c, struct lse_acc *a, uint32_t tok, uint32_t h)
+{
+	uint32_t d;
+
+	if (a->l > 0)
+		for (d = 0; d < c->hd; d++)
+			a->o[d] /= a->l;
+	pkv_cpu_store_row(out_row(c, tok, h), c->adt, a->o, c->hd);
+	if (c->lse)
+		c->lse[(size_t)tok * c->nh + h] = a->l > 0 ? a->m + logf(a->l) : -INFINITY;
 }
 
 /* Merges the partials of a split item group (flash-decoding's log-sum-exp combine) and writes O. */
@@ -647,7 +652,7 @@ static void merge_split(const struct cpu_call *c, const struct cpu_item *first, 
 		lse_init(&a);
 		for (i = 0; i < nsplit; i++)
 			lse_add(c, &a, part_row(c, &first[i], r));
-		lse_store(c, &a, out_row(c, (uint32_t)c->b->cu_seq_lens_q[first->seq] + first->q0 + qi, h));
+		lse_store(c, &a, (uint32_t)c->b->cu_seq_lens_q[first->seq] + first->q0 + qi, h);
 	}
 }
 
@@ -675,7 +680,7 @@ static void merge_cascade(const struct cpu_call *c, const struct cpu_item *items
 		}
 		for (i = 0; i < q->n; i++)
 			lse_add(c, &a, part_row(c, &items[q->first + i], h));
-		lse_store(c, &a, out_row(c, (uint32_t)c->b->cu_seq_lens_q[s], h));
+		lse_store(c, &a, (uint32_t)c->b->cu_seq_lens_q[s], h);
 	}
 }
 
@@ -1060,6 +1065,8 @@ static int cpu_attend(void *ctx, const struct pkv_cache_mem *mem, const struct p
 	call->scale = b->scale > 0 ? b->scale : 1.0f / sqrtf((float)g->head_dim);
 	call->softcap = b->softcap;
 	call->window = b->window_left;
+	call->lse = PKV_ABI_HAS(b, struct pkv_attn_batch, softmax_lse) ? b->softmax_lse : NULL;
+	call->nh = g->num_heads;
 	/* A decode row (sq == 1) is one item over every KV head: whole token rows, read once, in order. */
 	rmax = call->qb * call->G > g->num_heads ? call->qb * call->G : g->num_heads;
 	/* A cascade item over every KV head (plan_cascade) takes up to dec_rows rows per KV head. */
@@ -1166,7 +1173,7 @@ static const struct pkv_backend_caps cpu_caps = {
 	.head_dim_min = 8, .head_dim_max = CPU_MAX_HD, .head_dim_multiple = 8,
 	.block_size_min = 1, .block_size_max = 1u << 20, .block_size_multiple = 1,
 	.max_gqa_ratio = 0,
-	.features = PKV_FEAT_WINDOW | PKV_FEAT_SOFTCAP,
+	.features = PKV_FEAT_WINDOW | PKV_FEAT_SOFTCAP | PKV_FEAT_LSE,
 };
 
 static const struct pkv_option cpu_options[] = {

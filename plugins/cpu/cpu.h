@@ -27,6 +27,13 @@ struct cpu_call {
 	float *part;                    /* split partials, part_stride floats each */
 	size_t part_stride;
 	const uint32_t *seqs;           /* shared-prefix items: the sequences their rows belong to */
+	/*
+	 * The batch's softmax_lse ([total_q][nh]) when asked for, else NULL:
+	 * written only where a row's O is (store_rows, the merges), once per
+	 * row and head, never in the tile loops.
+	 */
+	float *lse;
+	uint32_t nh;                    /* query heads: lse's row stride */
 };
 
 /*

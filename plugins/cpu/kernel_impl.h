@@ -1008,17 +1008,21 @@ static void store_rows(const struct cpu_call *c, const struct cpu_item *it, stru
 			memcpy(p + 2, a, c->hdp * sizeof(float));
 		} else {
 			uint32_t qi, h, d, s, pos;
+			size_t tok;
 			char *dst;
 			/* A row that saw no key has l == 0: its output is 0, never 0/0. */
 			float inv = sc->l[r] > 0 ? 1.0f / sc->l[r] : 0.0f;
 
 			cpu_row_map(c, it, r, &qi, &h);
 			cpu_row_query(c, it, qi, &s, &pos);
-			dst = (char *)b->o + ((size_t)(b->cu_seq_lens_q[s] + pos) * b->o_stride_tok +
-					      (size_t)h * b->o_stride_head) * asz;
+			tok = (size_t)(b->cu_seq_lens_q[s] + pos);
+			dst = (char *)b->o + (tok * b->o_stride_tok + (size_t)h * b->o_stride_head) * asz;
 			for (d = 0; d < c->hd; d++)
 				a[d] *= inv;
 			pkv_cpu_store_row(dst, c->adt, a, c->hd);
+			/* m and l are of the scaled, soft-capped scores in e^x: their log-sum-exp is m + ln l. */
+			if (c->lse)
+				c->lse[tok * c->nh + h] = sc->l[r] > 0 ? sc->m[r] + logf(sc->l[r]) : -INFINITY;
 		}
 	}
 }

@@ -366,8 +366,9 @@ static int batch_check(struct cuda_ctx *c, const struct pkv_cache_mem *mem, cons
 	uint32_t s;
 	int64_t r, cap;
 
-	if (!mem || !b || b->struct_size < sizeof(struct pkv_attn_batch) || mem->domain != PKV_DOMAIN_CUDA ||
-	    !mem->k_base || !mem->v_base) {
+	/* Version 1's minimum batch ends at flags: what was appended after (softmax_lse) this backend does not read. */
+	if (!mem || !b || b->struct_size < offsetof(struct pkv_attn_batch, flags) + sizeof(b->flags) ||
+	    mem->domain != PKV_DOMAIN_CUDA || !mem->k_base || !mem->v_base) {
 		logm(c, PKV_LOG_ERROR, "cuda: batch or cache memory is malformed");
 		return -EINVAL;
 	}

@@ -16,6 +16,19 @@
 #define PKV_MAX_BLOCK_SIZE 4096u
 #define PKV_MAX_NUM_BLOCKS (1u << 26)
 #define PKV_MAX_POOL_BYTES (1ull << 48)   /* 256 TiB of K+V */
+/*
+ * num_heads x head_dim: one query row's width (512 heads of 128, 256 of 256).
+ * The daemon keeps a row's partial results while it splits that row over
+ * keys (worker.c, row_split_start): 512 KiB per connection at most.
+ */
+#define PKV_MAX_ROW_WIDTH  (1u << 16)
+/*
+ * K and V of one block in one layer (block_size x num_kv_heads x head_dim x
+ * dtype size x 2): the smallest piece of a copy-on-write the worker runs
+ * (worker.c, copy_step), ~2 ms of memcpy. 256-token blocks of 16 KV heads of
+ * 256 in f32 take half of it.
+ */
+#define PKV_MAX_BLOCK_LAYER_BYTES (16u << 20)
 /* Ceilings of struct pkv_cache_limits (the daemon's configuration stays below them). */
 #define PKV_MAX_SEQS_LIMIT (1u << 24)
 #define PKV_MAX_TOKENS_LIMIT (1u << 30)

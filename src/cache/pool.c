@@ -49,6 +49,13 @@ int pkv_geometry_check(const struct pkv_geometry *g, char *why, size_t why_len)
 	if (bytes > PKV_MAX_POOL_BYTES)
 		return why_fail(why, why_len, "pool of %llu GiB exceeds %llu GiB",
 				(unsigned long long)(bytes >> 30), PKV_MAX_POOL_BYTES >> 30);
+	if ((uint64_t)g->num_heads * g->head_dim > PKV_MAX_ROW_WIDTH)
+		return why_fail(why, why_len, "num_heads x head_dim = %llu exceeds %u",
+				(unsigned long long)g->num_heads * g->head_dim, PKV_MAX_ROW_WIDTH);
+	if ((uint64_t)2 * g->block_size * g->num_kv_heads * g->head_dim * pkv_dtype_size(g->cache_dtype) >
+	    PKV_MAX_BLOCK_LAYER_BYTES)
+		return why_fail(why, why_len, "one block of one layer (K and V) exceeds %u MiB",
+				PKV_MAX_BLOCK_LAYER_BYTES >> 20);
 	if (why && why_len)
 		why[0] = '\0';
 	return 0;

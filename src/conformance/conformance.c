@@ -17,7 +17,11 @@
  *   PyTorch would (FlashAttention's test rule);
  * - every output element written (O is poisoned with NaN; strides have NaN
  *   gaps that must be neither read nor written);
- * - cache bytes after the append bit-exact, other layers untouched.
+ * - cache bytes after the append bit-exact, other layers untouched;
+ * - for a backend with PKV_FEAT_LSE, the same batch again with softmax_lse
+ *   set: O as above, softmax_lse against the reference's log-sum-exp
+ *   (-inf exactly for a row that sees no key), and one decode row's keys
+ *   split over two calls (the daemon's scheme) merged by it.
  *
  * Environment: PKV_CONFORMANCE_FULL=1 runs the exhaustive matrix;
  * PKV_CONFORMANCE_SWEEP="VAR=a,b,c" reloads the plugin once per value of VAR
@@ -52,7 +56,7 @@
 struct seqdef {
 	int cached;      /* keys already in the cache */
 	int sq;          /* new queries */
-	int sk;          /* keys in all; 0 = cached + sq; < sq allowed (q longer than k) */
+	int sk;          /* keys in all; 0 = cached + sq, -1 = none; < sq allowed (q longer than k) */
 	int share_with;  /* 1-based index of a sequence whose first blocks this one reuses; 0 = none */
 	int shared_blocks;
 	int share_from;  /* the reused blocks are [share_from, shared_blocks); those before are its own */
@@ -66,6 +70,7 @@ struct casedef {
 	int window;      /* -1: none */
 	float softcap;
 	int copy;        /* also test copy_blocks */
+	int split_at;    /* > 0: one decode row, its keys split here (block-aligned) and merged (check_merge) */
 };
 
 static struct pkv_host *host;
@@ -505,9 +510,10 @@ static double ref_value(const void *p, uint32_t j, uint32_t x)
 
 /*
  * Reference (double, src/conformance/ref.c) and naive (rounding to the
- * activation dtype at each stage, as PyTorch would) outputs for every row.
+ * activation dtype at each stage, as PyTorch would) outputs for every row,
+ * and their log-sum-exps ([total_q][nh], -inf for a row that sees no key).
  */
-static void reference(const struct run *r, double *ref, float *naive)
+static void reference(const struct run *r, double *ref, float *naive, double *ref_lse, float *naive_lse)
 {
 	const struct casedef *c = r->c;
 	size_t row = (size_t)c->nkv * c->hd;
@@ -522,7 +528,7 @@ static void reference(const struct run *r, double *ref, float *naive)
 			for (h = 0; h < c->nh; h++) {
 				int kvh = h / r->G, hi = i + r->sk[s] - r->sq[s], lo = c->window >= 0 ? hi - c->window : 0;
 				size_t qi = (size_t)(r->cuq[s] + i) * r->qs_tok + (size_t)h * r->qs_head;
-				size_t oi = ((size_t)(r->cuq[s] + i) * c->nh + h) * c->hd;
+				size_t li = (size_t)(r->cuq[s] + i) * c->nh + h, oi = li * c->hd;
 				struct ref_keys keys = { r, s, kvh, 0 };
 				double mf = -INFINITY;
 				float lf = 0;
@@ -537,8 +543,9 @@ static void reference(const struct run *r, double *ref, float *naive)
 					qd[d] = get(r->q, c->adt, qi + d);
 					naive[oi + d] = 0;
 				}
-				pkv_ref_attend_row(qd, (uint32_t)c->hd, hi >= lo ? (uint32_t)(hi - lo + 1) : 0, ref_key,
-						   ref_value, &keys, scale, c->softcap, ref + oi);
+				pkv_ref_attend_row_lse(qd, (uint32_t)c->hd, hi >= lo ? (uint32_t)(hi - lo + 1) : 0, ref_key,
+						       ref_value, &keys, scale, c->softcap, ref + oi, ref_lse + li);
+				naive_lse[li] = -INFINITY;
 				if (hi < lo)
 					continue;
 				for (j = lo; j <= hi; j++, n++) {
@@ -555,6 +562,7 @@ static void reference(const struct run *r, double *ref, float *naive)
 				}
 				for (j = 0; j < n; j++)
 					lf += expf(sf[j] - (float)mf);
+				naive_lse[li] = (float)mf + logf(lf);
 				for (j = lo; j <= hi; j++) {
 					const float *v = r->ev + (size_t)slot_of(r, s, j) * row + (size_t)kvh * c->hd;
 					float pf = rnd(expf(sf[j - lo] - (float)mf) / lf, c->adt);
@@ -679,6 +687,187 @@ out:
 	free(b);
 }
 
+/* Whether the backend writes softmax_lse (the loader's copy of older caps reads features as 0). */
+static int lse_offered(void)
+{
+	return (plug.be->caps->features & PKV_FEAT_LSE) != 0;
+}
+
+/* Runs b on the path's method and waits for it. */
+static int attend(const struct run *r, uint32_t path, const struct pkv_attn_batch *b)
+{
+	int ret = path == PKV_PATH_DECODE ? plug.be->attend_decode(plug.ctx, &r->mem, b) :
+					    plug.be->attend_varlen(plug.ctx, &r->mem, b);
+
+	if (!ret && plug.be->sync)
+		ret = plug.be->sync(plug.ctx);
+	return ret;
+}
+
+/* |got - want| relative to the log-sum-exp's size, at least 1 (an lse near 0 has no relative scale). */
+static double lse_err(double got, double want)
+{
+	return fabs(got - want) / (fabs(want) > 1 ? fabs(want) : 1);
+}
+
+/*
+ * softmax_lse ([total_q + 1][nh], NaN-poisoned, the last row a guard) against
+ * the reference: -inf exactly where a row sees no key, else within 2x the
+ * naive implementation's relative error plus 1e-4. Returns 1 on pass.
+ */
+static int check_lse(const struct run *r, const float *lse, const double *ref_lse, const float *naive_lse,
+		     const char *path)
+{
+	const struct casedef *c = r->c;
+	double err = 0, nerr = 0, tol;
+	int t, h, unwritten = 0, masked = 0, guard = 0, ok;
+
+	for (t = 0; t < r->total_q; t++)
+		for (h = 0; h < c->nh; h++) {
+			size_t i = (size_t)t * c->nh + h;
+			float v = lse[i];
+
+			if (isnan(v)) {
+				unwritten++;
+			} else if (ref_lse[i] == -INFINITY) {
+				masked += !(isinf(v) && v < 0);
+			} else if (!isfinite(v)) {
+				masked++;
+			} else {
+				err = lse_err(v, ref_lse[i]) > err ? lse_err(v, ref_lse[i]) : err;
+				nerr = lse_err(naive_lse[i], ref_lse[i]) > nerr ? lse_err(naive_lse[i], ref_lse[i]) : nerr;
+			}
+		}
+	for (h = 0; h < c->nh; h++)
+		guard += !isnan(lse[(size_t)r->total_q * c->nh + h]);
+	tol = 2 * nerr + 1e-4;
+	ok = !unwritten && !masked && !guard && err <= tol;
+	tap(ok, "%s %s: softmax_lse max_rel_err %.3g <= tol %.3g (naive %.3g)%s%s%s", path, c->name, err, tol, nerr,
+	    unwritten ? ", UNWRITTEN rows" : "", masked ? ", -inf where keys are seen or not -inf where none is" : "",
+	    guard ? ", wrote past total_q" : "");
+	return ok;
+}
+
+/* The case's batch again with softmax_lse set: O as without it, and the log-sum-exps. */
+static void check_with_lse(const struct run *r, struct pkv_attn_batch *b, uint32_t path, const char *pname,
+			   const double *ref, const float *naive, const double *ref_lse, const float *naive_lse)
+{
+	const struct casedef *c = r->c;
+	size_t n = (size_t)(r->total_q + 1) * c->nh, i;
+	float *lse = malloc(n * sizeof(float));
+	char label[64];
+	int ret;
+
+	if (!lse) {
+		tap(0, "%s %s: out of memory", pname, c->name);
+		return;
+	}
+	for (i = 0; i < n; i++)
+		lse[i] = NAN;
+	for (i = 0; i < (size_t)(r->total_q + 1) * r->os_tok; i++)
+		put_nan(r->o, c->adt, i);
+	b->softmax_lse = lse;
+	ret = attend(r, path, b);
+	b->softmax_lse = NULL;
+	snprintf(label, sizeof(label), "%s with softmax_lse", pname);
+	if (ret) {
+		tap(0, "%s %s: attend returned %d", label, c->name, ret);
+	} else {
+		check_output(r, ref, naive, label);
+		check_lse(r, lse, ref_lse, naive_lse, label);
+	}
+	free(lse);
+}
+
+/*
+ * The daemon's split of one long decode row: keys [0, a) in a call that
+ * appends nothing (sq 1, sk a, cache_seqlens a - 1, slot -1), keys [a, n)
+ * in a second through the block table from block a / bs, which appends the
+ * new token; merged by log-sum-exp (O = sum_i e^(lse_i - L) O_i, L = log
+ * sum_i e^lse_i), O must pass as one call's does and L match its lse.
+ */
+static void check_merge(struct run *r, uint32_t path, const char *pname, const double *ref, const float *naive,
+			const double *ref_lse, const float *naive_lse)
+{
+	const struct casedef *c = r->c;
+	size_t on = (size_t)2 * r->os_tok, i;
+	void *op[2] = { malloc(on * esz(c->adt)), malloc(on * esz(c->adt)) };
+	float *lp[2] = { malloc(sizeof(float) * 2 * c->nh), malloc(sizeof(float) * 2 * c->nh) };
+	float *merged = malloc(sizeof(float) * 2 * c->nh);
+	int32_t *bt2 = malloc(sizeof(int32_t) * r->max_blocks);
+	int a = c->split_at, n = r->sk[0], piece, h, d, ret = 0;
+	char label[64], err[512];
+
+	snprintf(label, sizeof(label), "%s, two calls merged", pname);
+	if (!op[0] || !op[1] || !lp[0] || !lp[1] || !merged || !bt2) {
+		tap(0, "%s %s: out of memory", label, c->name);
+		goto out;
+	}
+	for (piece = 0; piece < 2 && !ret; piece++) {
+		int lo = piece ? a : 0, nk = (piece ? n : a) - lo, skip_blocks = lo / c->bs, j;
+		int32_t cuq[2] = { 0, 1 }, cuk[2] = { 0, nk }, csl[1] = { nk - 1 };
+		int64_t slot[1] = { piece ? r->slots[0] : -1 };
+		struct pkv_attn_batch b;
+
+		for (j = 0; j < r->max_blocks - skip_blocks; j++)
+			bt2[j] = r->bt[skip_blocks + j];
+		for (i = 0; i < on; i++)
+			put_nan(op[piece], c->adt, i);
+		for (i = 0; i < (size_t)2 * c->nh; i++)
+			lp[piece][i] = NAN;
+		batch_init(r, &b);
+		b.num_seqs = 1;
+		b.total_q = 1;
+		b.q = r->q;
+		b.k_new = r->kn;
+		b.v_new = r->vn;
+		b.o = op[piece];
+		b.cu_seq_lens_q = cuq;
+		b.cu_seq_lens_k = cuk;
+		b.max_length_q = 1;
+		b.max_length_k = (uint32_t)nk;
+		b.block_tables = bt2;
+		b.max_blocks_per_seq = (uint32_t)(r->max_blocks - skip_blocks);
+		b.cache_seqlens = csl;
+		b.slot_mapping = slot;
+		b.softmax_lse = lp[piece];
+		if (pkv_attn_batch_check(&r->mem, &b, err, sizeof(err)) != PKV_PATH_DECODE) {
+			tap(0, "%s %s: the suite built a bad piece: %s", label, c->name, err);
+			ret = -EINVAL;
+		} else if ((ret = attend(r, path, &b))) {
+			tap(0, "%s %s: piece %d: attend returned %d", label, c->name, piece, ret);
+		}
+	}
+	if (ret)
+		goto out;
+	for (i = 0; i < on; i++)
+		put_nan(r->o, c->adt, i);
+	for (h = 0; h < 2 * c->nh; h++)
+		merged[h] = NAN; /* the second row stays a guard check_lse looks at */
+	for (h = 0; h < c->nh; h++) {
+		double l0 = lp[0][h], l1 = lp[1][h], m = l0 > l1 ? l0 : l1, L, w0, w1;
+		size_t bi = (size_t)h * r->os_head;
+
+		L = m + log(exp(l0 - m) + exp(l1 - m));
+		w0 = exp(l0 - L);
+		w1 = exp(l1 - L);
+		merged[h] = (float)L;
+		for (d = 0; d < c->hd; d++)
+			put(r->o, c->adt, bi + d,
+			    (float)(w0 * get(op[0], c->adt, bi + d) + w1 * get(op[1], c->adt, bi + d)));
+	}
+	check_output(r, ref, naive, label);
+	check_lse(r, merged, ref_lse, naive_lse, label);
+	check_cache(r, label);
+out:
+	free(op[0]);
+	free(op[1]);
+	free(lp[0]);
+	free(lp[1]);
+	free(merged);
+	free(bt2);
+}
+
 /* Builds block tables (shuffled ids, -1 padding, shared prefixes) and the activations. */
 static int setup_run(struct run *r, const struct casedef *c)
 {
@@ -696,7 +885,7 @@ static int setup_run(struct run *r, const struct casedef *c)
 		int total;
 
 		r->sq[s] = q->sq;
-		r->sk[s] = q->sk ? q->sk : q->cached + q->sq;
+		r->sk[s] = q->sk < 0 ? 0 : q->sk ? q->sk : q->cached + q->sq;
 		r->cached[s] = q->cached;
 		total = q->cached + q->sq > r->sk[s] ? q->cached + q->sq : r->sk[s];
 		i = (total + c->bs - 1) / c->bs + 2; /* two -1 entries of padding */
@@ -801,8 +990,8 @@ static void run_case(const struct casedef *c)
 	struct run r;
 	char why[256];
 	struct pkv_attn_batch b;
-	double *ref = NULL;
-	float *naive = NULL;
+	double *ref = NULL, *ref_lse = NULL;
+	float *naive = NULL, *naive_lse = NULL;
 	int path_i, s, i, is_decode = 1, ret, ran = 0;
 	char err[512];
 
@@ -835,6 +1024,10 @@ static void run_case(const struct casedef *c)
 		}
 		if (!plug.be->cache_alloc) {
 			skip("%s %s: backend cannot allocate a cache", pname, c->name);
+			continue;
+		}
+		if (c->split_at && !lse_offered()) {
+			skip("%s %s: no softmax_lse (PKV_FEAT_LSE) to merge split keys by", pname, c->name);
 			continue;
 		}
 		ran_paths++;
@@ -879,13 +1072,20 @@ static void run_case(const struct casedef *c)
 		if (!ref) {
 			ref = calloc((size_t)(r.total_q + 1) * c->nh * c->hd, sizeof(double));
 			naive = calloc((size_t)(r.total_q + 1) * c->nh * c->hd, sizeof(float));
+			ref_lse = calloc((size_t)(r.total_q + 1) * c->nh, sizeof(double));
+			naive_lse = calloc((size_t)(r.total_q + 1) * c->nh, sizeof(float));
 		}
-		if (!ref || !naive) {
+		if (!ref || !naive || !ref_lse || !naive_lse) {
 			tap(0, "%s %s: out of memory", pname, c->name);
 			plug.be->cache_free(plug.ctx, &r.mem);
 			break;
 		}
-		reference(&r, ref, naive);
+		reference(&r, ref, naive, ref_lse, naive_lse);
+		if (c->split_at) {
+			check_merge(&r, path, pname, ref, naive, ref_lse, naive_lse);
+			plug.be->cache_free(plug.ctx, &r.mem);
+			continue;
+		}
 		for (i = 0; i < (r.total_q + 1) * r.os_tok; i++)
 			put_nan(r.o, c->adt, (size_t)i);
 		batch_init(&r, &b);
@@ -908,10 +1108,7 @@ static void run_case(const struct casedef *c)
 		if (ret < 0) {
 			tap(0, "%s %s: the suite built a bad batch: %s", pname, c->name, err);
 		} else {
-			ret = path == PKV_PATH_DECODE ? plug.be->attend_decode(plug.ctx, &r.mem, &b) :
-							plug.be->attend_varlen(plug.ctx, &r.mem, &b);
-			if (!ret && plug.be->sync)
-				ret = plug.be->sync(plug.ctx);
+			ret = attend(&r, path, &b);
 			if (ret) {
 				tap(0, "%s %s: attend returned %d", pname, c->name, ret);
 			} else {
@@ -920,6 +1117,9 @@ static void run_case(const struct casedef *c)
 				if (c->copy && !ran)
 					check_copy_blocks(&r);
 				ran = 1;
+				/* Once more asking for softmax_lse: the append writes the same bytes again. */
+				if (lse_offered())
+					check_with_lse(&r, &b, path, pname, ref, naive, ref_lse, naive_lse);
 			}
 		}
 		plug.be->cache_free(plug.ctx, &r.mem);
@@ -927,6 +1127,8 @@ static void run_case(const struct casedef *c)
 out_free:
 	free(ref);
 	free(naive);
+	free(ref_lse);
+	free(naive_lse);
 	free_run(&r);
 }
 
@@ -984,6 +1186,17 @@ static void decode(int nh, int nkv, int hd, int bs, int cdt, int adt, int ctx, i
 	snprintf(c->name + strlen(c->name), sizeof(c->name) - strlen(c->name), " batch %d ctx %d", batch, ctx);
 	for (i = 0; i < batch; i++)
 		seq(c, ctx - 1 - 7 * i, 1, 0);
+}
+
+/* One decode row over ctx keys, checked as two calls over keys [0, at) and [at, ctx) merged (check_merge). */
+static struct casedef *split_merge(int nh, int nkv, int hd, int bs, int cdt, int adt, int ctx, int at)
+{
+	struct casedef *c = add_case(nh, nkv, hd, bs, cdt, adt, "decode row");
+
+	snprintf(c->name + strlen(c->name), sizeof(c->name) - strlen(c->name), " ctx %d, keys split at %d", ctx, at);
+	seq(c, ctx - 1, 1, 0);
+	c->split_at = at;
+	return c;
 }
 
 /* Decode sequence s (0-based) reuses blocks [from, to) of sequence `with` (0-based). */
@@ -1232,6 +1445,12 @@ static void build_cases(int full)
 	c = add_case(8, 2, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_F32, "q longer than k, fully masked rows give 0");
 	seq(c, 5, 9, 5);
 	seq(c, 0, 3, 0);
+	for (b = 0; b < 2; b++) {
+		c = add_case(8, 2, 64, 16, b ? PKV_DTYPE_BF16 : PKV_DTYPE_F32, b ? PKV_DTYPE_BF16 : PKV_DTYPE_F32,
+			     "queries of a sequence with no key at all");
+		seq(c, 0, 3, -1);
+		seq(c, 20, 2, 0);
+	}
 	c = add_case(4, 2, 64, 16, PKV_DTYPE_F32, PKV_DTYPE_F32, "zero-length and single-token sequences");
 	seq(c, 0, 0, 0);
 	seq(c, 0, 1, 0);
@@ -1273,6 +1492,19 @@ static void build_cases(int full)
 	seq(c, 0, 64, 0);
 	seq(c, 33, 31, 0);
 	c->softcap = 4.0f;
+	/* Few query rows over many keys: a CPU backend splits each row's keys over its threads and merges. */
+	c = add_case(8, 2, 64, 16, PKV_DTYPE_BF16, PKV_DTYPE_BF16, "short prefill over a long context");
+	seq(c, 1200, 20, 0);
+	c = add_case(9, 3, 64, 16, PKV_DTYPE_F32, PKV_DTYPE_F32, "short prefill over a long context, soft-cap 3");
+	seq(c, 900, 7, 0);
+	c->softcap = 3.0f;
+	/* Backends with softmax_lse: the daemon's split of one long row, long pieces split again inside. */
+	split_merge(9, 3, 64, 16, PKV_DTYPE_F32, PKV_DTYPE_F32, 3000, 2048);
+	split_merge(32, 8, 128, 16, PKV_DTYPE_BF16, PKV_DTYPE_BF16, 1500, 512);
+	c = split_merge(8, 2, 64, 32, PKV_DTYPE_F16, PKV_DTYPE_F32, 700, 96);
+	c->softcap = 3.0f;
+	split_merge(8, 2, 64, 1, PKV_DTYPE_BF16, PKV_DTYPE_BF16, 300, 137);
+	split_merge(4, 4, 80, 16, PKV_DTYPE_F32, PKV_DTYPE_F16, 100, 16);
 
 	if (!full)
 		return;

@@ -22,6 +22,13 @@ typedef double (*pkv_ref_elem_fn)(const void *ctx, uint32_t j, uint32_t x);
 int pkv_ref_attend_row(const double *q, uint32_t dim, uint32_t n, pkv_ref_elem_fn key, pkv_ref_elem_fn value,
 		       const void *ctx, double scale, double softcap, double *out);
 
+/*
+ * The same, and *lse = log(sum_j exp(s_j)), the softmax's log-sum-exp
+ * (pkv_attn_batch.softmax_lse): -INFINITY when n == 0. lse may be NULL.
+ */
+int pkv_ref_attend_row_lse(const double *q, uint32_t dim, uint32_t n, pkv_ref_elem_fn key, pkv_ref_elem_fn value,
+			   const void *ctx, double scale, double softcap, double *out, double *lse);
+
 #ifdef __cplusplus
 }
 #endif

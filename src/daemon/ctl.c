@@ -166,10 +166,11 @@ static void do_status(struct pkv_daemon *d, const struct session *who, FILE *f, 
 			if (who->admin)
 				fprintf(f, "\"prefix_lookup_tokens\":%llu,\"prefix_hit_tokens\":%llu,"
 					   "\"prefix_hit_rate\":%.4f,\"clients\":%u,\"attends\":%llu,"
-					   "\"batches\":%llu,", (unsigned long long)cs.lookup_tokens,
+					   "\"batches\":%llu,\"row_pieces\":%llu,", (unsigned long long)cs.lookup_tokens,
 					(unsigned long long)cs.hit_tokens, hit_rate(&cs), p->n_clients,
 					(unsigned long long)pool_counter(&p->attends),
-					(unsigned long long)pool_counter(&p->batches));
+					(unsigned long long)pool_counter(&p->batches),
+					(unsigned long long)pool_counter(&p->row_pieces));
 			fprintf(f, "\"shared_across_users\":%s}", (p->flags & PKV_WIRE_POOL_SHARED) ? "true" : "false");
 			first = 0;
 		}
@@ -210,8 +211,9 @@ static void do_status(struct pkv_daemon *d, const struct session *who, FILE *f, 
 		fprintf(f, "  prefix hits: %.1f%% (%llu of %llu tokens); %u sequences open; %u clients\n",
 			100.0 * hit_rate(&cs), (unsigned long long)cs.hit_tokens,
 			(unsigned long long)cs.lookup_tokens, cs.open_seqs, p->n_clients);
-		fprintf(f, "  attends: %llu in %llu backend calls\n", (unsigned long long)pool_counter(&p->attends),
-			(unsigned long long)pool_counter(&p->batches));
+		fprintf(f, "  attends: %llu in %llu backend calls; %llu key pieces of split rows\n",
+			(unsigned long long)pool_counter(&p->attends), (unsigned long long)pool_counter(&p->batches),
+			(unsigned long long)pool_counter(&p->row_pieces));
 	}
 	for (struct session *s = d->sessions; s; s = s->next)
 		if (s->role == PKV_ROLE_CLIENT && session_visible(who, s))
@@ -335,6 +337,7 @@ static void do_metrics(struct pkv_daemon *d, const struct session *who, FILE *f)
 		{ "pagedkv_backend_calls_total", "counter", "backend attention calls (after coalescing)" },
 		{ "pagedkv_evictions_total", "counter", "cached blocks evicted" },
 		{ "pagedkv_cow_copies_total", "counter", "copy-on-write block copies" },
+		{ "pagedkv_row_pieces_total", "counter", "key pieces of query rows split over keys" },
 	};
 
 	const size_t n_public = 2;
@@ -370,6 +373,7 @@ static void do_metrics(struct pkv_daemon *d, const struct session *who, FILE *f)
 			case 6: metric(f, m[i].name, p->name, NULL, (double)pool_counter(&p->batches)); break;
 			case 7: metric(f, m[i].name, p->name, NULL, (double)cs.evictions); break;
 			case 8: metric(f, m[i].name, p->name, NULL, (double)cs.cow_copies); break;
+			case 9: metric(f, m[i].name, p->name, NULL, (double)pool_counter(&p->row_pieces)); break;
 			}
 		}
 	}

@@ -59,9 +59,9 @@ struct pool {
 	uint32_t arm_epochs;
 	uint64_t arm_t0, arm_items;
 	double arm_rate[2];
-	/* counters for status/metrics: steps and step_errors under cache_mu; attends, batches and
-	 * batch_seqs by the worker (atomic adds, read by the loop for status) */
-	uint64_t attends, batches, batch_seqs, steps, step_errors;
+	/* counters for status/metrics: steps and step_errors under cache_mu; attends, batches,
+	 * batch_seqs and row_pieces by the worker (atomic adds, read by the loop for status) */
+	uint64_t attends, batches, batch_seqs, steps, step_errors, row_pieces;
 };
 
 /* Creates or finds uid's pool (or the shared one) for an attach; -errno with the reason. */
@@ -220,9 +220,17 @@ struct job {
 	uint64_t led_ns;              /* when its SQE last led a sweep (round robin) */
 	uint64_t big_backend_ns;      /* its slices' time in the backend so far */
 	int32_t *big_arrays;          /* cu_q, cu_k, cache_seqlens of the current slice */
-	/* Copy-on-write run in pieces (worker only): a step begin's (copy_on) or a JOB_COPY's, from copy_next on. */
+	/*
+	 * Its row big_row when that row alone is longer than a slice (a backend
+	 * with PKV_FEAT_LSE): run over block-aligned key pieces [split_key,
+	 * split_end), each merged by its log-sum-exp into split_buf (row_piece).
+	 * split_end == 0: no row split.
+	 */
+	uint32_t split_seq, split_lo, split_key, split_end, split_keys;
+	float *split_buf;             /* acc [H][hd] and lse [H] f32, the piece's lse [H] and O [H][hd] */
+	/* Copy-on-write run in pieces (worker only): a step begin's (copy_on) or a JOB_COPY's, from block copy_next, layer copy_layer on. */
 	int copy_on;
-	uint32_t copy_next;
+	uint32_t copy_next, copy_layer;
 	uint64_t copy_ud, copy_p0, copy_p1; /* the begin's completion, posted after the last piece */
 };
 

@@ -2,12 +2,14 @@
 /* The worker: consumes hot clients' rings itself, running their attends (merged per pool and layer) off the event loop. */
 #include "config.h"
 #include <errno.h>
+#include <math.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+#include <pagedkv/dtype.h>
 #include "common/barrier.h"
 #include "common/log.h"
 #include "common/spin.h"
@@ -20,6 +22,7 @@ void job_free(struct job *j)
 	if (j) {
 		free(j->items);
 		free(j->big_arrays);
+		free(j->split_buf);
 		free(j);
 	}
 }
@@ -317,6 +320,19 @@ static uint32_t copy_piece_blocks(const struct pool *p)
 	return blk && blk < COPY_PIECE_BYTES ? (uint32_t)(COPY_PIECE_BYTES / blk) : 1;
 }
 
+/*
+ * A block larger than a piece (many layers of long blocks: 900 layers of
+ * 4,096 tokens made one 225 MiB copy, ~41 ms) is copied a range of its
+ * layers at a time, through a view of the pool's memory; one layer of one
+ * block is at most PKV_MAX_BLOCK_LAYER_BYTES.
+ */
+static uint32_t copy_piece_layers(const struct pool *p)
+{
+	uint64_t per = block_kv_bytes(&p->geo) / p->geo.num_layers;
+
+	return per && per < COPY_PIECE_BYTES ? (uint32_t)(COPY_PIECE_BYTES / per) : 1;
+}
+
 static void drop_hints_if_shared(struct worker *w);
 
 /*
@@ -332,25 +348,41 @@ static void backend_lock_worker(struct pkv_daemon *d)
 	pthread_mutex_lock(&d->backend_mu);
 }
 
-static int copy_piece(struct pkv_daemon *d, struct pool *p, const struct pkv_block_copy *c, uint32_t n)
+/* Copies c[0..n), layers [l0, l0 + nl) of them. */
+static int copy_piece(struct pkv_daemon *d, struct pool *p, const struct pkv_block_copy *c, uint32_t n,
+		      uint32_t l0, uint32_t nl)
 {
 	int r;
 
 	backend_lock_worker(d);
-	r = pkv_dispatch_copy_blocks(&p->disp, c, n);
+	r = nl == p->geo.num_layers ? pkv_dispatch_copy_blocks(&p->disp, c, n)
+				    : pkv_dispatch_copy_layers(&p->disp, c, n, l0, nl);
 	pthread_mutex_unlock(&d->backend_mu);
 	return r;
 }
 
-/* The next piece of o's copies c[0..n) (from o->copy_next); 1 when none is left or one failed (*res then < 0). */
+/*
+ * The next piece of o's copies c[0..n) (from block copy_next, layer
+ * copy_layer): whole blocks, or a range of one block's layers. 1 when none
+ * is left or one failed (*res then < 0).
+ */
 static int copy_step(struct pkv_daemon *d, struct job *o, const struct pkv_block_copy *c, uint32_t n, int *res)
 {
-	uint32_t k = copy_piece_blocks(o->s->pool);
+	struct pool *p = o->s->pool;
+	uint32_t k = copy_piece_blocks(p), L = p->geo.num_layers, nl = L;
 
 	if (k > n - o->copy_next)
 		k = n - o->copy_next;
-	*res = pkv_load_relaxed(&o->s->closing) ? -ECANCELED : copy_piece(d, o->s->pool, c + o->copy_next, k);
-	o->copy_next += k;
+	if (block_kv_bytes(&p->geo) > COPY_PIECE_BYTES) {
+		nl = copy_piece_layers(p);
+		nl = nl < L - o->copy_layer ? nl : L - o->copy_layer;
+	}
+	*res = pkv_load_relaxed(&o->s->closing) ? -ECANCELED : copy_piece(d, p, c + o->copy_next, k, o->copy_layer, nl);
+	o->copy_layer += nl;
+	if (o->copy_layer >= L) {
+		o->copy_layer = 0;
+		o->copy_next += k;
+	}
 	o->big_served_ns = pkv_now_ns();
 	d->worker.last_big_uid = o->s->uid;
 	return *res < 0 || o->copy_next >= n;
@@ -395,7 +427,7 @@ static void queue_copy_job(struct pkv_daemon *d, struct job *j)
 {
 	struct worker *w = &d->worker;
 
-	j->copy_next = 0;
+	j->copy_next = j->copy_layer = 0;
 	j->big_served_ns = 0;
 	j->s->worker_copies++;
 	if (w->n_copying == w->cap_copying) {
@@ -551,7 +583,7 @@ static void run_step(struct pkv_daemon *d, struct job *o, const struct pkv_sqe *
 	 */
 	if (!r && e->opcode == PKV_OP_STEP_BEGIN && s->meta.num_copies) {
 		o->copy_on = 1;
-		o->copy_next = 0;
+		o->copy_next = o->copy_layer = 0;
 		o->copy_ud = e->user_data;
 		o->copy_p0 = p0;
 		o->copy_p1 = p1;
@@ -986,6 +1018,9 @@ static void end_big(struct job *o, int32_t res)
 	o->in_batch = 0;
 	free(o->big_arrays);
 	o->big_arrays = NULL;
+	free(o->split_buf);
+	o->split_buf = NULL;
+	o->split_end = 0;
 	/* Every slice wrote its rows' K/V in this layer: the step may now count it (step_end checks). */
 	if (!res)
 		pkv_cache_step_layer_done(o->s->step, o->layer);
@@ -996,39 +1031,178 @@ static void end_big(struct job *o, int32_t res)
 	__atomic_fetch_add(&p->batch_seqs, o->big.meta->num_seqs, __ATOMIC_RELAXED);
 }
 
-/*
- * Runs the next slice of o's long attend: the query rows from big_row on,
- * as many as fit the slice by the pool's measured rate (one at least). A
- * slice is a correct varlen batch of its own: a sequence's rows [a, b) are
- * its queries a..b-1 with the keys up to (cached + b) visible and
- * cache_seqlens = cached + a, so bottom-right causal alignment gives each
- * row exactly the keys it has in the whole batch; the slice writes the K/V
- * of its rows before reading them, and the keys of rows before a were
- * written by the earlier slices (they run in order, within one layer).
- */
-static void run_slice(struct pkv_daemon *d, struct job *o)
+/* Element i of a row of dtype dt, as f32. */
+static float act_get(const void *row, uint32_t dt, size_t i)
 {
-	struct worker *w = &d->worker;
+	if (dt == PKV_DTYPE_BF16)
+		return pkv_bf16_to_f32(((const uint16_t *)row)[i]);
+	if (dt == PKV_DTYPE_F16)
+		return pkv_f16_to_f32(((const uint16_t *)row)[i]);
+	return ((const float *)row)[i];
+}
+
+static void act_put(void *row, uint32_t dt, size_t i, float v)
+{
+	if (dt == PKV_DTYPE_BF16)
+		((uint16_t *)row)[i] = pkv_f32_to_bf16(v);
+	else if (dt == PKV_DTYPE_F16)
+		((uint16_t *)row)[i] = pkv_f32_to_f16(v);
+	else
+		((float *)row)[i] = v;
+}
+
+/*
+ * Whether o's next row (big_row) alone costs more than budget and is split
+ * over keys instead; sets the split up. One query row reads all its keys
+ * for every head: a client's geometry and context decide its length (4,096
+ * heads x hd 256 over 512 keys took ~30 ms), and everyone else waited for
+ * it. In pieces of whole blocks, each a call of its own with the row's
+ * log-sum-exp (flash-decoding's split), it takes its turn like any slice.
+ * Needs a backend that reports the log-sum-exp; without, the row runs whole.
+ */
+static int row_split_start(struct job *o, double budget)
+{
+	const struct pkv_step_meta *m = o->big.meta;
+	struct pool *p = o->s->pool;
+	const struct pkv_geometry *g = &p->geo;
+	uint32_t r = o->big_row, s, align;
+	double width = (double)g->num_heads * g->head_dim, keys;
+	int64_t hi, lo;
+	size_t H = g->num_heads, hd = g->head_dim;
+
+	for (s = 0; s < m->num_seqs && (uint32_t)m->cu_seq_lens_q[s + 1] <= r; s++)
+		;
+	if (s >= m->num_seqs || !pkv_dispatch_has_lse(&p->disp))
+		return 0;
+	/*
+	 * A piece may start inside a block (the window then cuts it there, so a
+	 * 4,096-token block is not the least a piece reads) where the backends
+	 * take a window; else on a block.
+	 */
+	align = pkv_dispatch_features(&p->disp) & PKV_FEAT_WINDOW ? 1 : g->block_size;
+	/* Its keys: [lo, hi], bottom-right causal, then the window. */
+	hi = (int64_t)(m->cu_seq_lens_k[s + 1] - m->cu_seq_lens_k[s]) -
+	     (m->cu_seq_lens_q[s + 1] - m->cu_seq_lens_q[s]) + (r - (uint32_t)m->cu_seq_lens_q[s]);
+	lo = p->window_left >= 0 && hi - p->window_left > 0 ? hi - p->window_left : 0;
+	keys = floor(budget / width / align) * align;
+	if (keys < align)
+		keys = align;
+	if (hi < lo || (double)(hi - lo + 1) <= keys)
+		return 0;
+	o->split_buf = malloc(H * (2 * hd + 2) * sizeof(float));
+	if (!o->split_buf)
+		return 0; /* it runs whole */
+	memset(o->split_buf, 0, H * hd * sizeof(float));
+	for (size_t h = 0; h < H; h++)
+		o->split_buf[H * hd + h] = -INFINITY;
+	o->split_keys = (uint32_t)keys;
+	o->split_seq = s;
+	o->split_lo = (uint32_t)lo;
+	o->split_key = (uint32_t)lo / align * align;
+	o->split_end = (uint32_t)hi + 1;
+	return 1;
+}
+
+/* Folds the piece's (lse, O) of every head into the row's running (lse, acc): the log-sum-exp combine. */
+static void row_merge(struct job *o, const void *piece_o, uint32_t dt)
+{
+	const struct pkv_geometry *g = &o->s->pool->geo;
+	size_t H = g->num_heads, hd = g->head_dim;
+	float *acc = o->split_buf, *run = acc + H * hd, *plse = run + H;
+
+	for (size_t h = 0; h < H; h++) {
+		float l = plse[h], L = run[h], wa = 0.0f, wb = 1.0f;
+
+		if (l == -INFINITY)
+			continue; /* saw none of these keys (a window's edge) */
+		if (L != -INFINITY) {
+			float mx = L > l ? L : l, nl = mx + logf(expf(L - mx) + expf(l - mx));
+
+			wa = expf(L - nl);
+			wb = expf(l - nl);
+			l = nl;
+		}
+		run[h] = l;
+		for (size_t d = 0; d < hd; d++)
+			acc[h * hd + d] = wa * acc[h * hd + d] + wb * act_get(piece_o, dt, h * hd + d);
+	}
+}
+
+/*
+ * Runs the next key piece of o's split row, keys [split_key, kb): a
+ * one-query sequence over the keys from that piece's first block to kb,
+ * those before the piece hidden by the window, writing the row's K/V only
+ * in the last piece (the one that reads it). After the last, the merged
+ * row goes to the client's O.
+ */
+static int row_piece(struct job *o, double *units)
+{
+	static const int64_t no_slot = -1;
+	const struct attend_item *it = &o->big;
+	const struct pkv_step_meta *m = it->meta;
+	struct pool *p = o->s->pool;
+	const struct pkv_geometry *g = &p->geo;
+	size_t H = g->num_heads, hd = g->head_dim, act = pkv_dtype_size(p->act_dtype);
+	size_t qrow = H * hd * act, kvrow = (size_t)g->num_kv_heads * hd * act;
+	uint32_t r = o->big_row, bs = g->block_size, ka = o->split_key;
+	uint32_t kb = o->split_end - ka > o->split_keys ? ka + o->split_keys : o->split_end;
+	/* The call sees keys from the piece's first block on; the window hides those before the piece (or its window). */
+	uint32_t k0 = ka / bs * bs, from = ka > o->split_lo ? ka : o->split_lo;
+	int32_t cq[2] = { 0, 1 }, ck[2] = { 0, (int32_t)(kb - k0) }, cs[1] = { (int32_t)(kb - k0 - 1) };
+	float *acc = o->split_buf, *plse = acc + H * hd + H;
+	void *piece_o = plse + H;
+	struct pkv_attn_batch b;
+	int32_t res;
+
+	fill_common(&b, p, o->layer);
+	b.num_seqs = 1;
+	b.total_q = 1;
+	b.q = (const uint8_t *)it->q + (size_t)r * qrow;
+	b.k_new = (const uint8_t *)it->k + (size_t)r * kvrow;
+	b.v_new = (const uint8_t *)it->v + (size_t)r * kvrow;
+	b.o = piece_o;
+	b.cu_seq_lens_q = cq;
+	b.cu_seq_lens_k = ck;
+	b.max_length_q = 1;
+	b.max_length_k = kb - k0;
+	b.block_tables = m->block_tables + (size_t)o->split_seq * m->max_blocks_per_seq + k0 / bs;
+	b.max_blocks_per_seq = m->max_blocks_per_seq - k0 / bs;
+	b.cache_seqlens = cs;
+	b.slot_mapping = kb == o->split_end ? m->slot_mapping + r : &no_slot;
+	b.window_left = from > k0 ? (int32_t)(kb - 1 - from) : -1;
+	b.softmax_lse = plse;
+	*units = (double)(kb - from) * (double)H * hd;
+	res = pkv_dispatch_attend(&p->disp, &b);
+	if (res < 0)
+		return res;
+	row_merge(o, piece_o, p->act_dtype);
+	__atomic_fetch_add(&p->row_pieces, 1, __ATOMIC_RELAXED);
+	o->split_key = kb;
+	if (kb < o->split_end)
+		return 0;
+	for (size_t i = 0; i < H * hd; i++)
+		act_put((uint8_t *)it->o + (size_t)r * qrow, p->act_dtype, i, acc[i]);
+	free(o->split_buf);
+	o->split_buf = NULL;
+	o->split_end = 0;
+	o->big_row = r + 1;
+	return 0;
+}
+
+/* Fills b with the whole query rows from big_row on that fit budget (one at least); returns the row after them. */
+static uint32_t slice_rows(struct job *o, double budget, struct pkv_attn_batch *b, double *units)
+{
 	const struct attend_item *it = &o->big;
 	const struct pkv_step_meta *m = it->meta;
 	struct pool *p = o->s->pool;
 	const struct pkv_geometry *g = &p->geo;
 	size_t act = pkv_dtype_size(p->act_dtype);
 	size_t qrow = (size_t)g->num_heads * g->head_dim * act, kvrow = (size_t)g->num_kv_heads * g->head_dim * act;
-	double width = (double)g->num_heads * g->head_dim, units = 0;
-	/* Nobody else ran an attend lately: longer slices, less per-call cost for a lone prefill. */
-	double budget = (double)w->slice_ns * (pkv_now_ns() - w->last_short_ns > ALONE_NS ? ALONE_SLICES : 1) /
-			ns_per_unit(p);
+	double width = (double)g->num_heads * g->head_dim;
 	int32_t *cq = o->big_arrays, *ck = cq + m->num_seqs + 1, *cs = ck + m->num_seqs + 1;
 	uint32_t r0 = o->big_row, r1 = r0, n = 0, s, first = 0, mq = 0, mk = 0;
-	struct pkv_attn_batch b;
-	uint64_t t0;
-	int32_t res;
 
-	if (pkv_load_relaxed(&o->s->closing)) {
-		end_big(o, -ECANCELED);
-		return;
-	}
+	*units = 0;
 	for (s = 0; s < m->num_seqs && (uint32_t)m->cu_seq_lens_q[s + 1] <= r0; s++)
 		;
 	cq[0] = ck[0] = 0;
@@ -1040,9 +1214,9 @@ static void run_slice(struct pkv_daemon *d, struct job *o)
 		while (qa + hi < qb) {
 			double row = (double)(base + hi + 1) * width;
 
-			if (units > 0 && units + row > budget)
+			if (*units > 0 && *units + row > budget)
 				break;
-			units += row;
+			*units += row;
 			hi++;
 		}
 		if (hi == lo)
@@ -1059,32 +1233,68 @@ static void run_slice(struct pkv_daemon *d, struct job *o)
 		if (qa + hi < qb)
 			break; /* the slice is full inside this sequence */
 	}
-	fill_common(&b, p, o->layer);
-	b.num_seqs = n;
-	b.total_q = r1 - r0;
-	b.q = (const uint8_t *)it->q + (size_t)r0 * qrow;
-	b.k_new = (const uint8_t *)it->k + (size_t)r0 * kvrow;
-	b.v_new = (const uint8_t *)it->v + (size_t)r0 * kvrow;
-	b.o = (uint8_t *)it->o + (size_t)r0 * qrow;
-	b.cu_seq_lens_q = cq;
-	b.cu_seq_lens_k = ck;
-	b.max_length_q = mq;
-	b.max_length_k = mk;
-	b.block_tables = m->block_tables + (size_t)first * m->max_blocks_per_seq;
-	b.max_blocks_per_seq = m->max_blocks_per_seq;
-	b.cache_seqlens = cs;
-	b.slot_mapping = m->slot_mapping + r0;
+	fill_common(b, p, o->layer);
+	b->num_seqs = n;
+	b->total_q = r1 - r0;
+	b->q = (const uint8_t *)it->q + (size_t)r0 * qrow;
+	b->k_new = (const uint8_t *)it->k + (size_t)r0 * kvrow;
+	b->v_new = (const uint8_t *)it->v + (size_t)r0 * kvrow;
+	b->o = (uint8_t *)it->o + (size_t)r0 * qrow;
+	b->cu_seq_lens_q = cq;
+	b->cu_seq_lens_k = ck;
+	b->max_length_q = mq;
+	b->max_length_k = mk;
+	b->block_tables = m->block_tables + (size_t)first * m->max_blocks_per_seq;
+	b->max_blocks_per_seq = m->max_blocks_per_seq;
+	b->cache_seqlens = cs;
+	b->slot_mapping = m->slot_mapping + r0;
+	return r1;
+}
+
+/*
+ * Runs the next slice of o's long attend: the query rows from big_row on,
+ * as many as fit the slice by the pool's measured rate (one at least), or
+ * the next key piece of a row longer than a slice by itself. A slice of
+ * rows is a correct varlen batch of its own: a sequence's rows [a, b) are
+ * its queries a..b-1 with the keys up to (cached + b) visible and
+ * cache_seqlens = cached + a, so bottom-right causal alignment gives each
+ * row exactly the keys it has in the whole batch; the slice writes the K/V
+ * of its rows before reading them, and the keys of rows before a were
+ * written by the earlier slices (they run in order, within one layer).
+ */
+static void run_slice(struct pkv_daemon *d, struct job *o)
+{
+	struct worker *w = &d->worker;
+	struct pool *p = o->s->pool;
+	/* Nobody else ran an attend lately: longer slices, less per-call cost for a lone prefill. */
+	double budget = (double)w->slice_ns * (pkv_now_ns() - w->last_short_ns > ALONE_NS ? ALONE_SLICES : 1) /
+			ns_per_unit(p), units;
+	struct pkv_attn_batch b;
+	uint32_t r1 = 0;
+	uint64_t t0;
+	int32_t res;
+	int split;
+
+	if (pkv_load_relaxed(&o->s->closing)) {
+		end_big(o, -ECANCELED);
+		return;
+	}
+	split = o->split_end || row_split_start(o, budget);
+
+	if (!split)
+		r1 = slice_rows(o, budget, &b, &units);
 	backend_lock_worker(d);
 	t0 = pkv_now_ns();
-	res = pkv_dispatch_attend(&p->disp, &b);
+	res = split ? row_piece(o, &units) : pkv_dispatch_attend(&p->disp, &b);
 	o->big_served_ns = pkv_now_ns();
 	o->big_backend_ns += o->big_served_ns - t0;
 	measured(p, units, o->big_served_ns - t0);
 	pthread_mutex_unlock(&d->backend_mu);
 	w->slices++;
 	w->last_big_uid = o->s->uid;
-	o->big_row = r1;
-	if (res < 0 || r1 >= m->total_q)
+	if (!split)
+		o->big_row = r1;
+	if (res < 0 || o->big_row >= o->big.meta->total_q)
 		end_big(o, res);
 }
 

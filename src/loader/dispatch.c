@@ -171,6 +171,37 @@ void pkv_dispatch_close(struct pkv_dispatch *d)
 	memset(d, 0, sizeof(*d));
 }
 
+/* Whether batches of this path go to attend_decode of the decode plugin; else to attend_varlen of varlen. */
+static int by_decode(const struct pkv_dispatch *d, int path)
+{
+	/* A decode batch is also a valid varlen batch. */
+	return path == PKV_PATH_DECODE && (d->decode->be->caps->paths & PKV_PATH_DECODE);
+}
+
+static struct pkv_plugin *serving(const struct pkv_dispatch *d, int path)
+{
+	return by_decode(d, path) ? d->decode : d->varlen;
+}
+
+static int has_lse(const struct pkv_plugin *p)
+{
+	return (p->be->caps->features & PKV_FEAT_LSE) != 0;
+}
+
+uint32_t pkv_dispatch_features(const struct pkv_dispatch *d)
+{
+	if (!d || !d->owner)
+		return 0;
+	return serving(d, PKV_PATH_VARLEN)->be->caps->features & serving(d, PKV_PATH_DECODE)->be->caps->features;
+}
+
+int pkv_dispatch_has_lse(const struct pkv_dispatch *d)
+{
+	if (!d || !d->owner)
+		return 0;
+	return has_lse(serving(d, PKV_PATH_VARLEN)) && has_lse(serving(d, PKV_PATH_DECODE));
+}
+
 int pkv_dispatch_attend(struct pkv_dispatch *d, const struct pkv_attn_batch *b)
 {
 	struct pkv_plugin *p;
@@ -183,17 +214,27 @@ int pkv_dispatch_attend(struct pkv_dispatch *d, const struct pkv_attn_batch *b)
 		return path;
 	if (b->act_dtype != d->pool.act_dtype)
 		return -EINVAL;
-	if (path == PKV_PATH_DECODE && (d->decode->be->caps->paths & PKV_PATH_DECODE)) {
-		p = d->decode;
+	p = serving(d, path);
+	/*
+	 * A backend without PKV_FEAT_LSE would leave softmax_lse as it found
+	 * it, and the caller would merge garbage: refuse the batch instead.
+	 */
+	if (PKV_ABI_HAS(b, struct pkv_attn_batch, softmax_lse) && b->softmax_lse && !has_lse(p))
+		return -ENOTSUP;
+	if (by_decode(d, path))
 		return p->be->attend_decode(p->ctx, &d->mem, b);
-	}
-	/* A decode batch is also a valid varlen batch. */
-	p = d->varlen;
 	return p->be->attend_varlen(p->ctx, &d->mem, b);
 }
 
 int pkv_dispatch_copy_blocks(struct pkv_dispatch *d, const struct pkv_block_copy *c, uint32_t n)
 {
+	return pkv_dispatch_copy_layers(d, c, n, 0, d ? d->mem.geo.num_layers : 0);
+}
+
+int pkv_dispatch_copy_layers(struct pkv_dispatch *d, const struct pkv_block_copy *c, uint32_t n, uint32_t l0,
+			     uint32_t nl)
+{
+	struct pkv_cache_mem view;
 	struct pkv_plugin *p;
 	uint32_t i;
 
@@ -209,7 +250,16 @@ int pkv_dispatch_copy_blocks(struct pkv_dispatch *d, const struct pkv_block_copy
 	    d->varlen->be->copy_blocks ? d->varlen : d->decode->be->copy_blocks ? d->decode : NULL;
 	if (!p)
 		return -ENOTSUP;
-	return p->be->copy_blocks(p->ctx, &d->mem, c, n);
+	if (l0 == 0 && nl == d->mem.geo.num_layers)
+		return p->be->copy_blocks(p->ctx, &d->mem, c, n);
+	if (!nl || l0 >= d->mem.geo.num_layers || nl > d->mem.geo.num_layers - l0)
+		return -EINVAL;
+	/* The same memory seen from layer l0 on, nl layers deep (backend.h: backends read only these fields). */
+	view = d->mem;
+	view.geo.num_layers = nl;
+	view.k_base = (char *)d->mem.k_base + (size_t)l0 * d->mem.layer_stride;
+	view.v_base = (char *)d->mem.v_base + (size_t)l0 * d->mem.layer_stride;
+	return p->be->copy_blocks(p->ctx, &view, c, n);
 }
 
 int pkv_dispatch_sync(struct pkv_dispatch *d)

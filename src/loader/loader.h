@@ -160,10 +160,30 @@ struct pkv_dispatch {
 int pkv_dispatch_open(struct pkv_dispatch *d, struct pkv_plugin *varlen, struct pkv_plugin *decode,
 		      const struct pkv_pool_desc *pool, char *err, size_t err_len);
 void pkv_dispatch_close(struct pkv_dispatch *d);
-/* Checks the batch, then runs it on decode when every sequence has one query, on varlen otherwise. */
+/*
+ * Checks the batch, then runs it on decode when every sequence has one query,
+ * on varlen otherwise. A batch asking for softmax_lse of a backend whose caps
+ * lack PKV_FEAT_LSE is refused with -ENOTSUP (nothing written).
+ */
 int pkv_dispatch_attend(struct pkv_dispatch *d, const struct pkv_attn_batch *b);
+/*
+ * 1 when every backend serving this pool (the varlen one, and the decode
+ * one where it takes decode batches) writes softmax_lse, so a caller may
+ * split a row's keys over calls and merge them; else 0.
+ */
+int pkv_dispatch_has_lse(const struct pkv_dispatch *d);
+/* PKV_FEAT_* bits both paths' plugins carry. */
+uint32_t pkv_dispatch_features(const struct pkv_dispatch *d);
 /* Copy-on-write through the owner (then the other plugin); -ENOTSUP when neither has copy_blocks. */
 int pkv_dispatch_copy_blocks(struct pkv_dispatch *d, const struct pkv_block_copy *c, uint32_t n);
+/*
+ * The same for layers [l0, l0 + nl) only: copy_blocks gets a view of the
+ * pool's memory whose k_base/v_base start at layer l0 and whose
+ * geo.num_layers is nl (the rest as the pool's), so that one long block is
+ * copied in pieces.
+ */
+int pkv_dispatch_copy_layers(struct pkv_dispatch *d, const struct pkv_block_copy *c, uint32_t n, uint32_t l0,
+			     uint32_t nl);
 /* Waits for both plugins' pending work (sync), if they have any. */
 int pkv_dispatch_sync(struct pkv_dispatch *d);
 

@@ -386,8 +386,8 @@ static void describe_one(FILE *out, const struct pkv_backend *be)
 		fprintf(out, "gqa ratio <= %u", c->max_gqa_ratio);
 	else
 		fprintf(out, "any gqa ratio");
-	fprintf(out, "%s%s\n", c->features & PKV_FEAT_WINDOW ? "  window" : "",
-		c->features & PKV_FEAT_SOFTCAP ? "  softcap" : "");
+	fprintf(out, "%s%s%s\n", c->features & PKV_FEAT_WINDOW ? "  window" : "",
+		c->features & PKV_FEAT_SOFTCAP ? "  softcap" : "", c->features & PKV_FEAT_LSE ? "  lse" : "");
 	for (o = be->options; o && o->name; o++)
 		fprintf(out, "    option %s.%s (%s, default %s): %s\n", be->name, o->name,
 			option_type_name[o->type], o->def ? o->def : "none", o->help ? o->help : "");

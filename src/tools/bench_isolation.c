@@ -32,6 +32,11 @@
 #define FLOODERS 8
 #define RINGERS 16           /* connections of the many_rings attack */
 #define RING_CTX 8192u       /* context each of them decodes at */
+#define WIDE_H 256u          /* the wide_rows attacker's pool: a row as wide as a pool may be (65,536) */
+#define WIDE_KVH 8u
+#define WIDE_HD 256u
+#define WIDE_CTX 1024u       /* the context it decodes at */
+#define WIDE_CHUNK 64u       /* its prefill's step size */
 #define FORKS 48             /* children of the fork_copies attack */
 #define FORK_BS 256u         /* its pool's block size */
 #define MAX_SAMPLES 200000
@@ -360,6 +365,42 @@ static void attack_opens(int ready)
  * under a slice, queued at once. Round robin per connection would put the
  * victim's attend behind every one of them.
  */
+/*
+ * One decode step after another at WIDE_CTX tokens in a pool whose rows are
+ * as wide as a pool's may be: each attend is one query row of WIDE_CTX x
+ * 65,536 units, milliseconds long. Run whole, every victim layer that came
+ * after one waited for it; split over keys, for about one slice.
+ */
+static void attack_wide(int ready)
+{
+	static int32_t toks[WIDE_CTX + 1];
+	struct pkv_client *c = client((size_t)WIDE_CHUNK * (2 * WIDE_H + 2 * WIDE_KVH) * WIDE_HD * 4 + (8 << 20),
+				      "wide", 1, WIDE_H, WIDE_KVH, WIDE_HD, WIDE_CTX / BS + 16);
+	struct tensors t;
+	uint32_t seq, one;
+
+	if (!c || tensors(c, &t, WIDE_CHUNK, WIDE_H, WIDE_KVH, WIDE_HD))
+		_exit(4);
+	for (uint32_t i = 0; i <= WIDE_CTX; i++)
+		toks[i] = (int32_t)(i * 7 + 3);
+	if (prefill(c, toks, WIDE_CTX, WIDE_CHUNK, 1, &t, &seq))
+		_exit(5);
+	if (write(ready, "r", 1) != 1)
+		_exit(3);
+	/* Until the phase ends (SIGKILL), or the daemon is gone. */
+	for (uint32_t fails = 0; fails < 1000;) {
+		one = 1;
+		if (!pkv_step_begin(c, &seq, &one, toks + WIDE_CTX, 1)) {
+			fails = 0;
+			pkv_attend(c, 0, t.q, t.k, t.v, t.o);
+			pkv_step_abort(c);
+		} else {
+			fails++;
+		}
+	}
+	_exit(6);
+}
+
 static void attack_rings(int ready)
 {
 	static int32_t toks[RING_CTX + 1];
@@ -732,7 +773,7 @@ static void usage(FILE *f)
 		   "                           [--daemon-arg ARG]... [--only CLASS[,CLASS]...]\n"
 		   "  Starts a private pagedkvd (PKV_PAGEDKVD to pick the binary) and measures a victim\n"
 		   "  uid's decode step latency alone, then while another uid runs each attack class.\n"
-		   "  Classes: big_attend, open_flood, connection_flood, connection_churn, hello_churn, many_rings,\n"
+		   "  Classes: big_attend, wide_rows, open_flood, connection_flood, connection_churn, hello_churn, many_rings,\n"
 		   "  fork_copies, quota_squat;\n"
 		   "  cpu_hog (a reference, outside worst_p99_ratio): the other uid only computes.\n"
 		   "  Needs root for two real uids (otherwise both run as the caller, said in the output).\n");
@@ -751,6 +792,7 @@ int main(int argc, char **argv)
 	static const char *const ccand[] = { "%s/pagedkvctl", "%s/../pagedkvctl", NULL };
 	struct phase ph[] = {
 		{ .name = "solo" }, { .name = "big_attend", .attack = attack_big },
+		{ .name = "wide_rows", .attack = attack_wide },
 		{ .name = "open_flood", .attack = attack_opens },
 		{ .name = "connection_flood", .attack = attack_conns },
 		{ .name = "connection_churn", .attack = attack_churn },

@@ -119,6 +119,32 @@ START_TEST(cache_is_huge_page_aligned)
 }
 END_TEST
 
+/*
+ * softmax_lse is written for every row and head when the batch's struct_size
+ * covers it, and never touched when it does not (a host built before the
+ * field: whatever lies past its struct is not the backend's to read).
+ */
+START_TEST(lse_only_within_struct_size)
+{
+	float lse[3 * 2 + 1];
+	int i;
+
+	for (i = 0; i < 7; i++)
+		lse[i] = NAN;
+	b.softmax_lse = lse;
+	b.struct_size = offsetof(struct pkv_attn_batch, softmax_lse);
+	ck_assert_int_eq(plug.be->attend_varlen(plug.ctx, &mem, &b), 0);
+	for (i = 0; i < 7; i++)
+		ck_assert(isnan(lse[i]));
+	b.struct_size = sizeof(b);
+	ck_assert_int_eq(plug.be->attend_varlen(plug.ctx, &mem, &b), 0);
+	for (i = 0; i < 6; i++)
+		ck_assert_msg(isfinite(lse[i]), "row %d head %d: %g", i / 2, i % 2, lse[i]);
+	ck_assert(isnan(lse[6]));
+	ck_assert(plug.be->caps->features & PKV_FEAT_LSE);
+}
+END_TEST
+
 /* Loads the CPU plugin with cascade_min_keys = value; returns the loader's result. */
 static int load_cascade(struct pkv_plugin *pl, const char *value)
 {
@@ -230,6 +256,7 @@ int main(void)
 	tcase_add_test(tc, layer_and_lengths_checked);
 	tcase_add_test(tc, copy_blocks_range_checked);
 	tcase_add_test(tc, cache_is_huge_page_aligned);
+	tcase_add_test(tc, lse_only_within_struct_size);
 	tcase_add_test(tc, cascade_option_checked);
 	tcase_add_loop_test(tc, cascade_hostile_tables_match_plain, 0, 2);
 	suite_add_tcase(s, tc);

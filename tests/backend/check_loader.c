@@ -416,6 +416,91 @@ START_TEST(dispatch_refuses_bad_batch)
 }
 END_TEST
 
+/* Path of the CPU plugin of this build tree: the one in-tree backend with PKV_FEAT_LSE. */
+static const char *cpu_plugin(void)
+{
+	static char path[1024];
+	const char *top = getenv("PKV_TOP_BUILDDIR");
+
+	snprintf(path, sizeof(path), "%s/plugins/cpu/.libs/pkv_cpu.so", top ? top : ".");
+	return path;
+}
+
+/*
+ * softmax_lse is refused with -ENOTSUP, before any call, where the backend
+ * serving the batch's path lacks PKV_FEAT_LSE (the toy), and served where it
+ * has it (the CPU backend: zero queries over zero keys give log(keys seen)).
+ * A batch whose struct_size ends before the field (an older host) has no
+ * softmax_lse, whatever lies there.
+ */
+START_TEST(dispatch_lse_needs_the_feature)
+{
+	struct pkv_pool_desc pool = pool_desc(64, PKV_DTYPE_F32);
+	struct batch_buf *bb = calloc(1, sizeof(*bb));
+	int (*counts)(void *, int *, int *, int *);
+	struct pkv_plugin toy_p, cpu_p;
+	struct pkv_dispatch d;
+	float lse[16 * 4];
+	int v, dc, c;
+	const int sq_dec[] = { 1, 1, 1 }, sk_dec[] = { 5, 1, 9 };
+	const int sq_mix[] = { 1, 3 }, sk_mix[] = { 5, 7 };
+
+	ck_assert_ptr_nonnull(bb);
+	ck_assert_msg(pkv_plugin_load(toy("good"), NULL, NULL, NULL, host, &toy_p, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(pkv_plugin_load(cpu_plugin(), "cpu", NULL, NULL, host, &cpu_p, err, sizeof(err)) == 0, "%s", err);
+	*(void **)&counts = dlsym(toy_p.dl, "pkv_toy_counts");
+	ck_assert_ptr_nonnull(counts);
+
+	/* The toy serves both paths and has no softmax_lse. */
+	ck_assert_int_eq(pkv_dispatch_open(&d, &toy_p, NULL, &pool, err, sizeof(err)), 0);
+	ck_assert_int_eq(pkv_dispatch_has_lse(&d), 0);
+	make_batch(bb, 3, sq_dec, sk_dec);
+	bb->b.softmax_lse = lse;
+	ck_assert_int_eq(pkv_dispatch_attend(&d, &bb->b), -ENOTSUP);
+	make_batch(bb, 2, sq_mix, sk_mix);
+	bb->b.softmax_lse = lse;
+	ck_assert_int_eq(pkv_dispatch_attend(&d, &bb->b), -ENOTSUP);
+	counts(toy_p.ctx, &v, &dc, &c);
+	ck_assert_int_eq(v + dc, 0);
+	bb->b.struct_size = offsetof(struct pkv_attn_batch, softmax_lse);
+	ck_assert_int_eq(pkv_dispatch_attend(&d, &bb->b), 0);
+	pkv_dispatch_close(&d);
+
+	/* CPU for varlen, the toy for decode: only varlen batches may ask. */
+	ck_assert_int_eq(pkv_dispatch_open(&d, &cpu_p, &toy_p, &pool, err, sizeof(err)), 0);
+	ck_assert_int_eq(pkv_dispatch_has_lse(&d), 0);
+	make_batch(bb, 2, sq_mix, sk_mix);
+	bb->b.softmax_lse = lse;
+	for (v = 0; v < 16 * 4; v++)
+		lse[v] = -1.0f;
+	ck_assert_int_eq(pkv_dispatch_attend(&d, &bb->b), 0);
+	/* Rows see 5, 5, 6 and 7 keys; every head alike. */
+	for (v = 0; v < 4; v++) {
+		ck_assert_float_eq_tol(lse[0 * 4 + v], 1.6094379f, 1e-5f);
+		ck_assert_float_eq_tol(lse[1 * 4 + v], 1.6094379f, 1e-5f);
+		ck_assert_float_eq_tol(lse[2 * 4 + v], 1.7917595f, 1e-5f);
+		ck_assert_float_eq_tol(lse[3 * 4 + v], 1.9459101f, 1e-5f);
+	}
+	make_batch(bb, 3, sq_dec, sk_dec);
+	bb->b.softmax_lse = lse;
+	ck_assert_int_eq(pkv_dispatch_attend(&d, &bb->b), -ENOTSUP);
+	pkv_dispatch_close(&d);
+
+	/* CPU for both. */
+	ck_assert_int_eq(pkv_dispatch_open(&d, &cpu_p, NULL, &pool, err, sizeof(err)), 0);
+	ck_assert_int_eq(pkv_dispatch_has_lse(&d), 1);
+	ck_assert_int_eq(pkv_dispatch_attend(&d, &bb->b), 0);
+	ck_assert_float_eq_tol(lse[0], 1.6094379f, 1e-5f);
+	ck_assert_float_eq_tol(lse[1 * 4 + 3], 0.0f, 1e-6f);
+	ck_assert_float_eq_tol(lse[2 * 4], 2.1972246f, 1e-5f);
+	pkv_dispatch_close(&d);
+
+	pkv_plugin_unload(&cpu_p);
+	pkv_plugin_unload(&toy_p);
+	free(bb);
+}
+END_TEST
+
 static Suite *loader_suite(void)
 {
 	Suite *s = suite_create("loader");
@@ -447,6 +532,7 @@ static Suite *loader_suite(void)
 	tcase_add_test(tc, dispatch_picks_path);
 	tcase_add_test(tc, cache_descriptor_is_checked);
 	tcase_add_test(tc, dispatch_refuses_bad_batch);
+	tcase_add_test(tc, dispatch_lse_needs_the_feature);
 	suite_add_tcase(s, tc);
 	return s;
 }

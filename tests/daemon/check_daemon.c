@@ -439,8 +439,9 @@ END_TEST
  */
 enum { FORK_SEQS = 6, FORK_PREFIX = 20, FORK_TOKS = 24 };
 
+/* One decode step of n sequences at pos, over `layers` layers; returns the worst error from the reference. */
 static float step_seqs(struct pkv_client *c, const uint32_t *seqs, int32_t (*toks)[FORK_TOKS], uint32_t n,
-		       uint32_t pos)
+		       uint32_t pos, uint32_t layers)
 {
 	size_t qn = (size_t)T_HEADS * T_DIM, kn = (size_t)T_KV_HEADS * T_DIM;
 	uint32_t ones[FORK_SEQS];
@@ -454,7 +455,7 @@ static float step_seqs(struct pkv_client *c, const uint32_t *seqs, int32_t (*tok
 		next[i] = toks[i][pos];
 	}
 	ck_assert_int_eq(pkv_step_begin(c, seqs, ones, next, n), 0);
-	for (uint32_t l = 0; l < T_LAYERS; l++) {
+	for (uint32_t l = 0; l < layers; l++) {
 		for (uint32_t i = 0; i < n; i++)
 			act_row(toks[i][pos], pos, l, q + i * qn, k + i * kn, v + i * kn);
 		ck_assert_int_eq(pkv_attend(c, l, q, k, v, o), 0);
@@ -476,12 +477,13 @@ static float step_seqs(struct pkv_client *c, const uint32_t *seqs, int32_t (*tok
 
 /*
  * Copy-on-write in pieces: forks whose shared last block is 2 MiB (4096-token
- * blocks) step together, so a begin's copies span more than one ~4 MiB piece:
- * once begun on the loop (the ring came back to it for the forks), once on the
- * worker (right after a step it ended). Every row must match the reference for
- * its own sequence.
+ * blocks, 2 layers) step together, so a begin's copies span more than one
+ * ~4 MiB piece: once begun on the loop (the ring came back to it for the
+ * forks), once on the worker (right after a step it ended). With 12 layers a
+ * block is 12 MiB, more than a piece by itself: it is copied 4 layers at a
+ * time. Every row of every layer must match the reference for its own sequence.
  */
-START_TEST(test_fork_copies_in_pieces_match_reference)
+static void fork_copies_case(const char *pool, uint32_t layers, uint32_t blocks)
 {
 	struct pkv_connect_opts co = { .socket_path = D.sock, .arena_bytes = 4 << 20, .timeout_ms = 5000 };
 	struct pkv_pool_params p;
@@ -490,9 +492,10 @@ START_TEST(test_fork_copies_in_pieces_match_reference)
 	uint32_t seqs[FORK_SEQS], nc;
 
 	ck_assert_int_eq(pkv_connect(&co, &c), 0);
-	test_pool_params(&p, "big-blocks");
+	test_pool_params(&p, pool);
 	p.geo.block_size = 4096;
-	p.geo.num_blocks = 16;
+	p.geo.num_blocks = blocks;
+	p.geo.num_layers = layers;
 	ck_assert_int_eq(pkv_pool_attach(c, &p), 0);
 	for (int i = 0; i < FORK_SEQS; i++) {
 		make_prompt(toks[i], FORK_TOKS, 9);
@@ -500,18 +503,30 @@ START_TEST(test_fork_copies_in_pieces_match_reference)
 			toks[i][t] = 600 + 10 * i + t; /* each diverges after the shared prefix */
 	}
 	ck_assert_int_eq(pkv_seq_open(c, toks[0], FORK_PREFIX, &seqs[0], &nc), 0);
-	ck_assert_float_le(step_and_check(c, seqs[0], toks[0], FORK_PREFIX, 0, NULL), 1e-5f);
+	for (uint32_t pos = 0; pos < FORK_PREFIX; pos++)
+		ck_assert_float_le(step_seqs(c, seqs, toks, 1, pos, layers), 1e-5f);
 	for (int i = 1; i < FORK_SEQS; i++)
 		ck_assert_int_eq(pkv_seq_fork(c, seqs[0], &seqs[i]), 0);
-	/* Three sequences append into the shared 2 MiB block, then the other three. */
-	ck_assert_float_le(step_seqs(c, seqs, toks, 3, FORK_PREFIX), 1e-5f);
-	ck_assert_float_le(step_seqs(c, seqs + 3, toks + 3, 3, FORK_PREFIX), 1e-5f);
+	/* Three sequences append into the shared block, then the other three. */
+	ck_assert_float_le(step_seqs(c, seqs, toks, 3, FORK_PREFIX, layers), 1e-5f);
+	ck_assert_float_le(step_seqs(c, seqs + 3, toks + 3, 3, FORK_PREFIX, layers), 1e-5f);
 	/* All six on their own blocks now: one more step each, nothing shared left to copy. */
-	ck_assert_float_le(step_seqs(c, seqs, toks, FORK_SEQS, FORK_PREFIX + 1), 1e-5f);
+	ck_assert_float_le(step_seqs(c, seqs, toks, FORK_SEQS, FORK_PREFIX + 1, layers), 1e-5f);
 	for (int i = 0; i < FORK_SEQS; i++)
 		ck_assert_int_eq(pkv_seq_close(c, seqs[i]), 0);
 	pkv_disconnect(c);
 	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
+}
+
+START_TEST(test_fork_copies_in_pieces_match_reference)
+{
+	fork_copies_case("big-blocks", T_LAYERS, 16);
+}
+END_TEST
+
+START_TEST(test_fork_copies_in_layer_pieces_match_reference)
+{
+	fork_copies_case("deep-blocks", 12, 8); /* 96 MiB: within the uid's half of 256 MiB */
 }
 END_TEST
 
@@ -558,6 +573,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_pin_survives_flush_until_unpinned);
 	tcase_add_test(t, test_pin_of_one_block_completes);
 	tcase_add_test(t, test_fork_copies_in_pieces_match_reference);
+	tcase_add_test(t, test_fork_copies_in_layer_pieces_match_reference);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -512,6 +512,108 @@ START_TEST(test_sliced_attends_match_reference)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- rows split over keys */
+
+#define LONG_TOKENS 3000u
+
+/* A pool of 512 blocks (8,192 tokens) with window_left = window, and an arena for a 3,000-token prefill. */
+static struct pkv_client *conn_long(const char *pool, int32_t window)
+{
+	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 8 << 20, .timeout_ms = 10000 };
+	struct pkv_pool_params pp;
+	struct pkv_client *c;
+
+	if (pkv_connect(&o, &c))
+		return NULL;
+	test_pool_params(&pp, pool);
+	pp.geo.num_blocks = 512;
+	pp.window_left = window;
+	if (pkv_pool_attach(c, &pp)) {
+		fprintf(stderr, "attach '%s': %s\n", pool, pkv_last_error(c));
+		pkv_disconnect(c);
+		return NULL;
+	}
+	return c;
+}
+
+/* Key pieces the worker ran, summed over the pools (status, as an admin). */
+static uint64_t row_pieces(void)
+{
+	static char out[1 << 16];
+	uint64_t n = 0;
+
+	ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, out, sizeof(out)), 0);
+	for (const char *p = out; (p = strstr(p, "\"row_pieces\":")); p++)
+		n += strtoull(p + strlen("\"row_pieces\":"), NULL, 10);
+	return n;
+}
+
+/* Error of row r of a step from p0 (got: that layer's output) against the reference. */
+static float row_error(const float *got, const int32_t *toks, uint32_t p0, uint32_t r, uint32_t l, int32_t window)
+{
+	float ref[T_HEADS * T_DIM];
+
+	ref_attend_window(toks, p0 + r + 1, p0 + r, l, window, ref);
+	return max_diff(got + QN(r), ref, QN(1));
+}
+
+/* Runs toks[p0..n) as one step and returns the worst error of every 61st row and the last, each layer. */
+static float long_step_error(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t p0, uint32_t n,
+			     int32_t window)
+{
+	uint32_t k = n - p0;
+	float *got = malloc(T_LAYERS * QN(k) * 4), worst = 0;
+
+	ck_assert_ptr_nonnull(got);
+	ck_assert_int_eq(run_step(c, seq, toks, p0, k, got), 0);
+	for (uint32_t l = 0; l < T_LAYERS; l++) {
+		float e = row_error(got + l * QN(k), toks, p0, k - 1, l, window);
+
+		worst = e > worst ? e : worst;
+		for (uint32_t r = 0; r + 1 < k; r += 61) {
+			e = row_error(got + l * QN(k), toks, p0, r, l, window);
+			worst = e > worst ? e : worst;
+		}
+	}
+	free(got);
+	return worst;
+}
+
+START_TEST(test_long_rows_split_over_keys_match_reference)
+{
+	/*
+	 * A 1 us slice: rows over a few hundred keys are longer than a slice by
+	 * themselves and run in key pieces (the CPU backend reports the
+	 * log-sum-exp). With a window of 300 the first piece of a row starts
+	 * inside a block and the window cuts it there.
+	 */
+	static const char *const extra[] = { "--attend-slice-us", "1", NULL };
+	static const int32_t windows[] = { -1, 300 };
+	static int32_t toks[LONG_TOKENS + 1];
+
+	start(extra);
+	make_prompt(toks, LONG_TOKENS + 1, 7);
+	for (unsigned w = 0; w < 2; w++) {
+		char name[16];
+		struct pkv_client *c;
+		uint32_t seq, nc;
+		uint64_t before = row_pieces();
+
+		snprintf(name, sizeof(name), "long%u", w);
+		c = conn_long(name, windows[w]);
+		ck_assert_ptr_nonnull(c);
+		ck_assert_int_eq(pkv_seq_open(c, toks, LONG_TOKENS, &seq, &nc), 0);
+		ck_assert_uint_eq(nc, 0);
+		ck_assert_float_le(long_step_error(c, seq, toks, 0, LONG_TOKENS, windows[w]), 1e-5f);
+		/* A decode step (the decode path) over the whole context. */
+		ck_assert_float_le(long_step_error(c, seq, toks, LONG_TOKENS, LONG_TOKENS + 1, windows[w]), 1e-5f);
+		ck_assert_uint_gt(row_pieces(), before);
+		pkv_disconnect(c);
+	}
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("daemon-tenant");
@@ -528,6 +630,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_pool_without_clients_is_freed_after_grace);
 	tcase_add_test(t, test_pool_index_counts_against_the_budget);
 	tcase_add_test(t, test_sliced_attends_match_reference);
+	tcase_add_test(t, test_long_rows_split_over_keys_match_reference);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -127,38 +127,45 @@ float act_v(int32_t tok, uint32_t pos, uint32_t layer, uint32_t h, uint32_t x)
 /* Key and value elements of the synthetic sequence, for the shared reference (src/conformance/ref.c). */
 struct ref_seq {
 	const int32_t *toks;
-	uint32_t layer, kh;
+	uint32_t layer, kh, first; /* key j of the reference is position first + j */
 };
 
 static double seq_key(const void *p, uint32_t j, uint32_t x)
 {
 	const struct ref_seq *r = p;
 
-	return act_k(r->toks[j], j, r->layer, r->kh, x);
+	return act_k(r->toks[r->first + j], r->first + j, r->layer, r->kh, x);
 }
 
 static double seq_value(const void *p, uint32_t j, uint32_t x)
 {
 	const struct ref_seq *r = p;
 
-	return act_v(r->toks[j], j, r->layer, r->kh, x);
+	return act_v(r->toks[r->first + j], r->first + j, r->layer, r->kh, x);
 }
 
-void ref_attend(const int32_t *toks, uint32_t n, uint32_t p0, uint32_t layer, float *out)
+void ref_attend_window(const int32_t *toks, uint32_t n, uint32_t p0, uint32_t layer, int32_t window, float *out)
 {
 	for (uint32_t p = p0; p < n; p++)
 		for (uint32_t h = 0; h < T_HEADS; h++) {
-			struct ref_seq seq = { toks, layer, h / (T_HEADS / T_KV_HEADS) };
+			/* Causal: position p sees keys 0..p, and with a window only p - window on. */
+			uint32_t first = window >= 0 && p > (uint32_t)window ? p - (uint32_t)window : 0;
+			struct ref_seq seq = { toks, layer, h / (T_HEADS / T_KV_HEADS), first };
 			double q[T_DIM], o[T_DIM];
 			float *dst = out + ((size_t)(p - p0) * T_HEADS + h) * T_DIM;
 
 			for (uint32_t x = 0; x < T_DIM; x++)
 				q[x] = act_q(toks[p], p, layer, h, x);
-			/* Causal: position p sees keys 0..p. */
-			pkv_ref_attend_row(q, T_DIM, p + 1, seq_key, seq_value, &seq, 1.0 / sqrt((double)T_DIM), 0, o);
+			pkv_ref_attend_row(q, T_DIM, p + 1 - first, seq_key, seq_value, &seq, 1.0 / sqrt((double)T_DIM),
+					   0, o);
 			for (uint32_t x = 0; x < T_DIM; x++)
 				dst[x] = (float)o[x];
 		}
+}
+
+void ref_attend(const int32_t *toks, uint32_t n, uint32_t p0, uint32_t layer, float *out)
+{
+	ref_attend_window(toks, n, p0, layer, -1, out);
 }
 
 unsigned run_step_pause_us;

@@ -49,6 +49,8 @@ void act_row(int32_t tok, uint32_t pos, uint32_t layer, float *q, float *k, floa
  * output rows for positions p0..n-1 of `layer` into out[(p - p0)][H][D].
  */
 void ref_attend(const int32_t *toks, uint32_t n, uint32_t p0, uint32_t layer, float *out);
+/* The same in a pool with window_left = window (< 0: none). */
+void ref_attend_window(const int32_t *toks, uint32_t n, uint32_t p0, uint32_t layer, int32_t window, float *out);
 
 /*
  * Runs one step for one sequence through the daemon: positions p0..p0+k-1
