@@ -179,7 +179,7 @@ static const struct pkv_backend_caps naive_caps = {
 	.act_dtypes = PKV_DTYPE_BIT(PKV_DTYPE_F32),
 	.head_dim_min = 1, .head_dim_max = 512, .head_dim_multiple = 1,
 	.block_size_min = 1, .block_size_max = 1u << 16, .block_size_multiple = 1,
-	.features = PKV_FEAT_WINDOW | PKV_FEAT_SOFTCAP | PKV_FEAT_LSE,
+	.features = PKV_FEAT_WINDOW | PKV_FEAT_SOFTCAP | PKV_FEAT_LSE | PKV_FEAT_COPY_VIEW,
 };
 
 static const struct pkv_backend naive = {

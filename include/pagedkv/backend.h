@@ -125,6 +125,7 @@ struct pkv_backend_caps {
 #define PKV_FEAT_WINDOW  (1u << 0) /* sliding window */
 #define PKV_FEAT_SOFTCAP (1u << 1) /* logit soft-cap */
 #define PKV_FEAT_LSE     (1u << 2) /* writes pkv_attn_batch.softmax_lse when asked */
+#define PKV_FEAT_COPY_VIEW (1u << 3) /* copy_blocks copies what a view of a layer range describes */
 
 /* The pool a cache is allocated for: geometry (frozen, so embedded) plus the activations' dtype. */
 struct pkv_pool_desc {
@@ -319,11 +320,12 @@ struct pkv_backend {
 	int (*attend_decode)(void *ctx, const struct pkv_cache_mem *mem, const struct pkv_attn_batch *b);
 
 	/*
-	 * Copy-on-write: done before the step's attention writes into dst. The
-	 * host may pass a view of a range of layers (k_base and v_base moved by
-	 * whole layer_strides, geo.num_layers the range's length; every other
-	 * field the pool's) to copy a long block in pieces: a backend copies
-	 * what mem describes, from its fields alone.
+	 * Copy-on-write: done before the step's attention writes into dst, every
+	 * layer's K and V. To a backend whose caps carry PKV_FEAT_COPY_VIEW the
+	 * host may pass a view of a range of layers instead (k_base and v_base
+	 * moved by whole layer_strides, geo.num_layers the range's length, every
+	 * other field the pool's), to copy a long block in pieces: such a
+	 * backend copies what mem describes, from its fields alone.
 	 */
 	int (*copy_blocks)(void *ctx, const struct pkv_cache_mem *mem,
 			   const struct pkv_block_copy *copies, uint32_t n);

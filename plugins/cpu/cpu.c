@@ -1173,7 +1173,7 @@ static const struct pkv_backend_caps cpu_caps = {
 	.head_dim_min = 8, .head_dim_max = CPU_MAX_HD, .head_dim_multiple = 8,
 	.block_size_min = 1, .block_size_max = 1u << 20, .block_size_multiple = 1,
 	.max_gqa_ratio = 0,
-	.features = PKV_FEAT_WINDOW | PKV_FEAT_SOFTCAP | PKV_FEAT_LSE,
+	.features = PKV_FEAT_WINDOW | PKV_FEAT_SOFTCAP | PKV_FEAT_LSE | PKV_FEAT_COPY_VIEW,
 };
 
 static const struct pkv_option cpu_options[] = {

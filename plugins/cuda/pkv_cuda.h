@@ -31,7 +31,7 @@
 	.head_dim_min = 16, .head_dim_max = 256, .head_dim_multiple = 16,                \
 	.block_size_min = 1, .block_size_max = 1u << 16, .block_size_multiple = 1,       \
 	.max_gqa_ratio = 0,                                                              \
-	.features = PKV_FEAT_WINDOW | PKV_FEAT_SOFTCAP,                                  \
+	.features = PKV_FEAT_WINDOW | PKV_FEAT_SOFTCAP | PKV_FEAT_COPY_VIEW,             \
 }
 
 /*

@@ -226,7 +226,7 @@ struct job {
 	 * split_end), each merged by its log-sum-exp into split_buf (row_piece).
 	 * split_end == 0: no row split.
 	 */
-	uint32_t split_seq, split_lo, split_key, split_end, split_keys;
+	uint32_t split_seq, split_lo, split_key, split_end, split_align;
 	float *split_buf;             /* acc [H][hd] and lse [H] f32, the piece's lse [H] and O [H][hd] */
 	/* Copy-on-write run in pieces (worker only): a step begin's (copy_on) or a JOB_COPY's, from block copy_next, layer copy_layer on. */
 	int copy_on;

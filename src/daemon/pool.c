@@ -2,6 +2,7 @@
 /* Pools: found by name within the attaching uid's scope, created within the budget, freed when idle. */
 #include "config.h"
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,32 @@ static int reclaim(struct pkv_daemon *d, uint64_t bytes)
 	return 1;
 }
 
+/*
+ * The attach's scale, soft-cap and window: what the batch check accepts
+ * (else every attend of the pool would fail, and only the worker's own
+ * split pieces, which set their window themselves, would pass), and only
+ * what both backends serve.
+ */
+static int attention_params_check(const struct pkv_daemon *d, const struct pkv_msg_attach *m, char *why,
+				  size_t why_len)
+{
+	uint32_t feat = d->plug_varlen.be->caps->features &
+			(d->same_plugin ? d->plug_varlen.be : d->plug_decode.be)->caps->features;
+
+	if (!(m->scale >= 0 && isfinite(m->scale)) || !(m->softcap >= 0 && isfinite(m->softcap)) ||
+	    m->window_left < -1) {
+		snprintf(why, why_len, "pool '%s': scale %g, softcap %g, window_left %d: scale and softcap >= 0, "
+			 "window_left -1 (none) or >= 0", m->name, m->scale, m->softcap, m->window_left);
+		return -EINVAL;
+	}
+	if ((m->window_left >= 0 && !(feat & PKV_FEAT_WINDOW)) || (m->softcap > 0 && !(feat & PKV_FEAT_SOFTCAP))) {
+		snprintf(why, why_len, "pool '%s': the backends serve no %s", m->name,
+			 m->window_left >= 0 && !(feat & PKV_FEAT_WINDOW) ? "sliding window" : "soft-cap");
+		return -ENOTSUP;
+	}
+	return 0;
+}
+
 int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid, struct pool **out,
 		char *why, size_t why_len)
 {
@@ -150,6 +177,8 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid,
 			break;
 		}
 	r = pkv_geometry_check(&m->geo, why, why_len);
+	if (!r)
+		r = attention_params_check(d, m, why, why_len);
 	if (r)
 		return r;
 	bytes = pool_bytes(&m->geo);

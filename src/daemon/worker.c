@@ -373,7 +373,7 @@ static int copy_step(struct pkv_daemon *d, struct job *o, const struct pkv_block
 
 	if (k > n - o->copy_next)
 		k = n - o->copy_next;
-	if (block_kv_bytes(&p->geo) > COPY_PIECE_BYTES) {
+	if (block_kv_bytes(&p->geo) > COPY_PIECE_BYTES && pkv_dispatch_can_copy_layers(&p->disp)) {
 		nl = copy_piece_layers(p);
 		nl = nl < L - o->copy_layer ? nl : L - o->copy_layer;
 	}
@@ -1060,6 +1060,14 @@ static void act_put(void *row, uint32_t dt, size_t i, float v)
  * log-sum-exp (flash-decoding's split), it takes its turn like any slice.
  * Needs a backend that reports the log-sum-exp; without, the row runs whole.
  */
+/* Keys of one piece of a row width wide: what fits budget, a multiple of align, one multiple at least. */
+static double piece_keys(double width, double budget, uint32_t align)
+{
+	double keys = floor(budget / width / align) * align;
+
+	return keys < align ? align : keys;
+}
+
 static int row_split_start(struct job *o, double budget)
 {
 	const struct pkv_step_meta *m = o->big.meta;
@@ -1084,9 +1092,7 @@ static int row_split_start(struct job *o, double budget)
 	hi = (int64_t)(m->cu_seq_lens_k[s + 1] - m->cu_seq_lens_k[s]) -
 	     (m->cu_seq_lens_q[s + 1] - m->cu_seq_lens_q[s]) + (r - (uint32_t)m->cu_seq_lens_q[s]);
 	lo = p->window_left >= 0 && hi - p->window_left > 0 ? hi - p->window_left : 0;
-	keys = floor(budget / width / align) * align;
-	if (keys < align)
-		keys = align;
+	keys = piece_keys(width, budget, align);
 	if (hi < lo || (double)(hi - lo + 1) <= keys)
 		return 0;
 	o->split_buf = malloc(H * (2 * hd + 2) * sizeof(float));
@@ -1095,7 +1101,7 @@ static int row_split_start(struct job *o, double budget)
 	memset(o->split_buf, 0, H * hd * sizeof(float));
 	for (size_t h = 0; h < H; h++)
 		o->split_buf[H * hd + h] = -INFINITY;
-	o->split_keys = (uint32_t)keys;
+	o->split_align = align;
 	o->split_seq = s;
 	o->split_lo = (uint32_t)lo;
 	o->split_key = (uint32_t)lo / align * align;
@@ -1135,7 +1141,7 @@ static void row_merge(struct job *o, const void *piece_o, uint32_t dt)
  * in the last piece (the one that reads it). After the last, the merged
  * row goes to the client's O.
  */
-static int row_piece(struct job *o, double *units)
+static int row_piece(struct job *o, double budget, double *units)
 {
 	static const int64_t no_slot = -1;
 	const struct attend_item *it = &o->big;
@@ -1144,8 +1150,10 @@ static int row_piece(struct job *o, double *units)
 	const struct pkv_geometry *g = &p->geo;
 	size_t H = g->num_heads, hd = g->head_dim, act = pkv_dtype_size(p->act_dtype);
 	size_t qrow = H * hd * act, kvrow = (size_t)g->num_kv_heads * hd * act;
+	/* Sized by the budget of now (alone or not, the pool's latest rate), like every slice. */
+	double keys = piece_keys((double)H * hd, budget, o->split_align);
 	uint32_t r = o->big_row, bs = g->block_size, ka = o->split_key;
-	uint32_t kb = o->split_end - ka > o->split_keys ? ka + o->split_keys : o->split_end;
+	uint32_t kb = (double)(o->split_end - ka) > keys ? ka + (uint32_t)keys : o->split_end;
 	/* The call sees keys from the piece's first block on; the window hides those before the piece (or its window). */
 	uint32_t k0 = ka / bs * bs, from = ka > o->split_lo ? ka : o->split_lo;
 	int32_t cq[2] = { 0, 1 }, ck[2] = { 0, (int32_t)(kb - k0) }, cs[1] = { (int32_t)(kb - k0 - 1) };
@@ -1285,7 +1293,7 @@ static void run_slice(struct pkv_daemon *d, struct job *o)
 		r1 = slice_rows(o, budget, &b, &units);
 	backend_lock_worker(d);
 	t0 = pkv_now_ns();
-	res = split ? row_piece(o, &units) : pkv_dispatch_attend(&p->disp, &b);
+	res = split ? row_piece(o, budget, &units) : pkv_dispatch_attend(&p->disp, &b);
 	o->big_served_ns = pkv_now_ns();
 	o->big_backend_ns += o->big_served_ns - t0;
 	measured(p, units, o->big_served_ns - t0);

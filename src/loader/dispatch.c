@@ -226,6 +226,20 @@ int pkv_dispatch_attend(struct pkv_dispatch *d, const struct pkv_attn_batch *b)
 	return p->be->attend_varlen(p->ctx, &d->mem, b);
 }
 
+/* The plugin that copies blocks: the owner, else whichever of the two has copy_blocks. */
+static struct pkv_plugin *copier(const struct pkv_dispatch *d)
+{
+	return d->owner->be->copy_blocks ? d->owner :
+	       d->varlen->be->copy_blocks ? d->varlen : d->decode->be->copy_blocks ? d->decode : NULL;
+}
+
+int pkv_dispatch_can_copy_layers(const struct pkv_dispatch *d)
+{
+	struct pkv_plugin *p = d && d->owner ? copier(d) : NULL;
+
+	return p && (p->be->caps->features & PKV_FEAT_COPY_VIEW);
+}
+
 int pkv_dispatch_copy_blocks(struct pkv_dispatch *d, const struct pkv_block_copy *c, uint32_t n)
 {
 	return pkv_dispatch_copy_layers(d, c, n, 0, d ? d->mem.geo.num_layers : 0);
@@ -246,14 +260,15 @@ int pkv_dispatch_copy_layers(struct pkv_dispatch *d, const struct pkv_block_copy
 			return -EINVAL;
 	if (n == 0)
 		return 0;
-	p = d->owner->be->copy_blocks ? d->owner :
-	    d->varlen->be->copy_blocks ? d->varlen : d->decode->be->copy_blocks ? d->decode : NULL;
+	p = copier(d);
 	if (!p)
 		return -ENOTSUP;
 	if (l0 == 0 && nl == d->mem.geo.num_layers)
 		return p->be->copy_blocks(p->ctx, &d->mem, c, n);
 	if (!nl || l0 >= d->mem.geo.num_layers || nl > d->mem.geo.num_layers - l0)
 		return -EINVAL;
+	if (!(p->be->caps->features & PKV_FEAT_COPY_VIEW))
+		return -ENOTSUP;
 	/* The same memory seen from layer l0 on, nl layers deep (backend.h: backends read only these fields). */
 	view = d->mem;
 	view.geo.num_layers = nl;

@@ -180,10 +180,13 @@ int pkv_dispatch_copy_blocks(struct pkv_dispatch *d, const struct pkv_block_copy
  * The same for layers [l0, l0 + nl) only: copy_blocks gets a view of the
  * pool's memory whose k_base/v_base start at layer l0 and whose
  * geo.num_layers is nl (the rest as the pool's), so that one long block is
- * copied in pieces.
+ * copied in pieces. -ENOTSUP unless that backend carries PKV_FEAT_COPY_VIEW
+ * (pkv_dispatch_features).
  */
 int pkv_dispatch_copy_layers(struct pkv_dispatch *d, const struct pkv_block_copy *c, uint32_t n, uint32_t l0,
 			     uint32_t nl);
+/* Whether pkv_dispatch_copy_layers can serve (the copying backend carries PKV_FEAT_COPY_VIEW). */
+int pkv_dispatch_can_copy_layers(const struct pkv_dispatch *d);
 /* Waits for both plugins' pending work (sync), if they have any. */
 int pkv_dispatch_sync(struct pkv_dispatch *d);
 

@@ -386,8 +386,9 @@ static void describe_one(FILE *out, const struct pkv_backend *be)
 		fprintf(out, "gqa ratio <= %u", c->max_gqa_ratio);
 	else
 		fprintf(out, "any gqa ratio");
-	fprintf(out, "%s%s%s\n", c->features & PKV_FEAT_WINDOW ? "  window" : "",
-		c->features & PKV_FEAT_SOFTCAP ? "  softcap" : "", c->features & PKV_FEAT_LSE ? "  lse" : "");
+	fprintf(out, "%s%s%s%s\n", c->features & PKV_FEAT_WINDOW ? "  window" : "",
+		c->features & PKV_FEAT_SOFTCAP ? "  softcap" : "", c->features & PKV_FEAT_LSE ? "  lse" : "",
+		c->features & PKV_FEAT_COPY_VIEW ? "  copy_view" : "");
 	for (o = be->options; o && o->name; o++)
 		fprintf(out, "    option %s.%s (%s, default %s): %s\n", be->name, o->name,
 			option_type_name[o->type], o->def ? o->def : "none", o->help ? o->help : "");

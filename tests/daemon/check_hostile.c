@@ -4,6 +4,7 @@
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -327,6 +328,22 @@ START_TEST(test_geometry_mismatch_refused_with_reason)
 	p.model_id = 99;
 	ck_assert_int_eq(pkv_pool_attach(b, &p), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(pkv_last_error(b), "model"));
+	/* Attention parameters the batch check would refuse at every attend, and rows wider than the limit. */
+	test_pool_params(&p, "w");
+	p.window_left = -7;
+	ck_assert_int_eq(pkv_pool_attach(b, &p), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pkv_last_error(b), "window_left"));
+	test_pool_params(&p, "w");
+	p.scale = NAN;
+	ck_assert_int_eq(pkv_pool_attach(b, &p), -EINVAL);
+	test_pool_params(&p, "w");
+	p.softcap = -1;
+	ck_assert_int_eq(pkv_pool_attach(b, &p), -EINVAL);
+	test_pool_params(&p, "w");
+	p.geo.num_heads = p.geo.num_kv_heads = 512;
+	p.geo.head_dim = 256;
+	ck_assert_int_eq(pkv_pool_attach(b, &p), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(pkv_last_error(b), "num_heads x head_dim"));
 	/* Over the memory budget. */
 	test_pool_params(&p, "huge");
 	p.geo.num_blocks = 1u << 24;
