@@ -365,6 +365,23 @@ static void attack_opens(int ready)
  * under a slice, queued at once. Round robin per connection would put the
  * victim's attend behind every one of them.
  */
+/* Decodes token tok at the end of seq's context and aborts the step, until killed (or the daemon is gone). */
+static void __attribute__((noreturn)) decode_forever(struct pkv_client *c, uint32_t seq, int32_t tok,
+						     const struct tensors *t)
+{
+	for (uint32_t fails = 0, one; fails < 1000;) {
+		one = 1;
+		if (!pkv_step_begin(c, &seq, &one, &tok, 1)) {
+			fails = 0;
+			pkv_attend(c, 0, t->q, t->k, t->v, t->o);
+			pkv_step_abort(c);
+		} else {
+			fails++;
+		}
+	}
+	_exit(6);
+}
+
 /*
  * One decode step after another at WIDE_CTX tokens in a pool whose rows are
  * as wide as a pool's may be: each attend is one query row of WIDE_CTX x
@@ -377,7 +394,7 @@ static void attack_wide(int ready)
 	struct pkv_client *c = client((size_t)WIDE_CHUNK * (2 * WIDE_H + 2 * WIDE_KVH) * WIDE_HD * 4 + (8 << 20),
 				      "wide", 1, WIDE_H, WIDE_KVH, WIDE_HD, WIDE_CTX / BS + 16);
 	struct tensors t;
-	uint32_t seq, one;
+	uint32_t seq;
 
 	if (!c || tensors(c, &t, WIDE_CHUNK, WIDE_H, WIDE_KVH, WIDE_HD))
 		_exit(4);
@@ -387,18 +404,7 @@ static void attack_wide(int ready)
 		_exit(5);
 	if (write(ready, "r", 1) != 1)
 		_exit(3);
-	/* Until the phase ends (SIGKILL), or the daemon is gone. */
-	for (uint32_t fails = 0; fails < 1000;) {
-		one = 1;
-		if (!pkv_step_begin(c, &seq, &one, toks + WIDE_CTX, 1)) {
-			fails = 0;
-			pkv_attend(c, 0, t.q, t.k, t.v, t.o);
-			pkv_step_abort(c);
-		} else {
-			fails++;
-		}
-	}
-	_exit(6);
+	decode_forever(c, seq, toks[WIDE_CTX], &t);
 }
 
 static void attack_rings(int ready)
@@ -417,7 +423,7 @@ static void attack_rings(int ready)
 		if (fork() == 0) {
 			struct pkv_client *c = client(8 << 20, "rings", 1, H, KVH, HD, n_blocks);
 			struct tensors t;
-			uint32_t seq, nc, one;
+			uint32_t seq, nc;
 			int r;
 
 			close(go[0]);
@@ -435,18 +441,7 @@ static void attack_rings(int ready)
 			}
 			if (write(go[1], "r", 1) != 1)
 				_exit(3);
-			/* Until the phase ends (SIGKILL), or the daemon is gone. */
-			for (uint32_t fails = 0; fails < 1000;) {
-				one = 1;
-				if (!pkv_step_begin(c, &seq, &one, toks + RING_CTX, 1)) {
-					fails = 0;
-					pkv_attend(c, 0, t.q, t.k, t.v, t.o);
-					pkv_step_abort(c);
-				} else {
-					fails++;
-				}
-			}
-			_exit(6);
+			decode_forever(c, seq, toks[RING_CTX], &t);
 		}
 		close(go[1]);
 		/* One after the other: each later one finds the prompt cached. */
