@@ -1051,15 +1051,6 @@ static void act_put(void *row, uint32_t dt, size_t i, float v)
 		((float *)row)[i] = v;
 }
 
-/*
- * Whether o's next row (big_row) alone costs more than budget and is split
- * over keys instead; sets the split up. One query row reads all its keys
- * for every head: a client's geometry and context decide its length (4,096
- * heads x hd 256 over 512 keys took ~30 ms), and everyone else waited for
- * it. In pieces of whole blocks, each a call of its own with the row's
- * log-sum-exp (flash-decoding's split), it takes its turn like any slice.
- * Needs a backend that reports the log-sum-exp; without, the row runs whole.
- */
 /* Keys of one piece of a row width wide: what fits budget, a multiple of align, one multiple at least. */
 static double piece_keys(double width, double budget, uint32_t align)
 {
@@ -1068,6 +1059,16 @@ static double piece_keys(double width, double budget, uint32_t align)
 	return keys < align ? align : keys;
 }
 
+/*
+ * Whether o's next row (big_row) alone costs more than budget and is split
+ * over keys instead; sets the split up. One query row reads all its keys
+ * for every head: a client's geometry and context decide its length (4,096
+ * heads x hd 256 over 512 keys took ~30 ms), and everyone else waited for
+ * it. In pieces of about a slice of its keys, each a call of its own with
+ * the row's log-sum-exp (flash-decoding's split), it takes its turns like
+ * any slice. Needs backends that report the log-sum-exp; without, the row
+ * runs whole.
+ */
 static int row_split_start(struct job *o, double budget)
 {
 	const struct pkv_step_meta *m = o->big.meta;
