@@ -197,9 +197,7 @@ uint32_t pkv_dispatch_features(const struct pkv_dispatch *d)
 
 int pkv_dispatch_has_lse(const struct pkv_dispatch *d)
 {
-	if (!d || !d->owner)
-		return 0;
-	return has_lse(serving(d, PKV_PATH_VARLEN)) && has_lse(serving(d, PKV_PATH_DECODE));
+	return (pkv_dispatch_features(d) & PKV_FEAT_LSE) != 0;
 }
 
 int pkv_dispatch_attend(struct pkv_dispatch *d, const struct pkv_attn_batch *b)
