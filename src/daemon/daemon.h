@@ -222,9 +222,9 @@ struct job {
 	int32_t *big_arrays;          /* cu_q, cu_k, cache_seqlens of the current slice */
 	/*
 	 * Its row big_row when that row alone is longer than a slice (a backend
-	 * with PKV_FEAT_LSE): run over block-aligned key pieces [split_key,
-	 * split_end), each merged by its log-sum-exp into split_buf (row_piece).
-	 * split_end == 0: no row split.
+	 * with PKV_FEAT_LSE): run over key pieces from split_key to split_end
+	 * (each starting on a multiple of split_align), each merged by its
+	 * log-sum-exp into split_buf (row_piece). split_end == 0: no row split.
 	 */
 	uint32_t split_seq, split_lo, split_key, split_end, split_align;
 	float *split_buf;             /* acc [H][hd] and lse [H] f32, the piece's lse [H] and O [H][hd] */

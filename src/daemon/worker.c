@@ -355,8 +355,7 @@ static int copy_piece(struct pkv_daemon *d, struct pool *p, const struct pkv_blo
 	int r;
 
 	backend_lock_worker(d);
-	r = nl == p->geo.num_layers ? pkv_dispatch_copy_blocks(&p->disp, c, n)
-				    : pkv_dispatch_copy_layers(&p->disp, c, n, l0, nl);
+	r = pkv_dispatch_copy_layers(&p->disp, c, n, l0, nl); /* every layer: copy_blocks on the pool itself */
 	pthread_mutex_unlock(&d->backend_mu);
 	return r;
 }
