@@ -13,6 +13,7 @@
 #include "common/proto.h"
 #include "common/ring.h"
 #include "daemon/conf.h"
+#include "daemon/rate.h"
 #include "daemon/tenant.h"
 #include "loader/loader.h"
 
@@ -52,8 +53,7 @@ struct pool {
 	uint32_t n_uids;              /* uids with a connection attached (tenant_attach) */
 	uint64_t idle_since_ns;       /* when n_clients dropped to 0 */
 	uint32_t last_batch_items;    /* worker only: size of the last merged attend batch */
-	double ns_per_unit;           /* worker only: measured backend time per unit of attend_cost() */
-	double call_ns;               /* worker only: measured fixed cost of one backend call (what a merge saves) */
+	struct attend_rate rate;      /* worker only: measured backend speed (rate.h) */
 	/* worker only: merging on or off, whichever served more attends per second lately (worker.c) */
 	int merge_arm;
 	uint32_t arm_epochs;

@@ -27,15 +27,6 @@ void job_free(struct job *j)
 	}
 }
 
-/*
- * Backend time per unit before a pool has measured its own: about what one
- * CPU thread of the f32 reference costs, on the slow side, so that a first
- * long attend is cut too finely rather than too coarsely.
- */
-#define NS_PER_UNIT_GUESS 1.0
-/* Calls smaller than this are mostly fixed cost: they do not teach the rate. */
-#define UNITS_TO_MEASURE 16384.0
-
 double worker_attend_units(const struct pool *p, const struct pkv_step_meta *m)
 {
 	double u = 0;
@@ -47,31 +38,6 @@ double worker_attend_units(const struct pool *p, const struct pkv_step_meta *m)
 		u += sq * (sk - sq) + sq * (sq + 1) / 2;
 	}
 	return u * p->geo.num_heads * p->geo.head_dim;
-}
-
-static double ns_per_unit(const struct pool *p)
-{
-	return p->ns_per_unit > 0 ? p->ns_per_unit : NS_PER_UNIT_GUESS;
-}
-
-/*
- * Learns the pool's rate from a call of `units` that took ns (an exponential
- * average); a small call teaches the fixed cost per call instead, which is
- * what merging two attends into one call saves.
- */
-static void measured(struct pool *p, double units, uint64_t ns)
-{
-	double r;
-
-	if (units < UNITS_TO_MEASURE) {
-		r = (double)ns - units * ns_per_unit(p);
-		if (r < 0)
-			r = 0;
-		p->call_ns = p->call_ns > 0 ? 0.875 * p->call_ns + 0.125 * r : r;
-		return;
-	}
-	r = (double)ns / units;
-	p->ns_per_unit = p->ns_per_unit > 0 ? 0.75 * p->ns_per_unit + 0.25 * r : r;
 }
 
 /* Bump allocator over the worker's scratch buffer, grown between batches only. */
@@ -834,7 +800,7 @@ static int collect(struct pkv_daemon *d, struct job *b)
 			n++;
 			continue;
 		}
-		est = w->slice_ns ? o->s->step_units * ns_per_unit(o->s->pool) : 0;
+		est = w->slice_ns ? o->s->step_units * rate_ns_per_unit(&o->s->pool->rate) : 0;
 		/*
 		 * Longer than a slice: run in slices of whole query rows, between
 		 * other clients' batches. A decode step too (whole sequences per
@@ -898,7 +864,7 @@ static void gather(struct pkv_daemon *d, struct job *b)
 
 	if (!w->coalesce || !b->pool->merge_arm || b->pool->last_batch_items <= b->n_items)
 		return;
-	saves = (double)(b->pool->last_batch_items - b->n_items) * b->pool->call_ns;
+	saves = (double)(b->pool->last_batch_items - b->n_items) * rate_call_ns(&b->pool->rate);
 	win = (uint64_t)w->gather_us * 1000;
 	if (saves < (double)win)
 		win = (uint64_t)saves;
@@ -976,7 +942,7 @@ static void run_batch(struct pkv_daemon *d, struct job *b)
 	t0 = pkv_now_ns();
 	res = run_attend(w, b);
 	ns = pkv_now_ns() - t0;
-	measured(b->pool, units, ns);
+	rate_measured(&b->pool->rate, units, ns);
 	pthread_mutex_unlock(&d->backend_mu);
 	w->batches++;
 	w->merged_items += b->n_items;
@@ -1050,14 +1016,6 @@ static void act_put(void *row, uint32_t dt, size_t i, float v)
 		((float *)row)[i] = v;
 }
 
-/* Keys of one piece of a row width wide: what fits budget, a multiple of align, one multiple at least. */
-static double piece_keys(double width, double budget, uint32_t align)
-{
-	double keys = floor(budget / width / align) * align;
-
-	return keys < align ? align : keys;
-}
-
 /*
  * Whether o's next row (big_row) alone costs more than budget and is split
  * over keys instead; sets the split up. One query row reads all its keys
@@ -1092,7 +1050,7 @@ static int row_split_start(struct job *o, double budget)
 	hi = (int64_t)(m->cu_seq_lens_k[s + 1] - m->cu_seq_lens_k[s]) -
 	     (m->cu_seq_lens_q[s + 1] - m->cu_seq_lens_q[s]) + (r - (uint32_t)m->cu_seq_lens_q[s]);
 	lo = p->window_left >= 0 && hi - p->window_left > 0 ? hi - p->window_left : 0;
-	keys = piece_keys(width, budget, align);
+	keys = rate_piece_keys(width, budget, align);
 	if (hi < lo || (double)(hi - lo + 1) <= keys)
 		return 0;
 	o->split_buf = malloc(H * (2 * hd + 2) * sizeof(float));
@@ -1151,7 +1109,7 @@ static int row_piece(struct job *o, double budget, double *units)
 	size_t H = g->num_heads, hd = g->head_dim, act = pkv_dtype_size(p->act_dtype);
 	size_t qrow = H * hd * act, kvrow = (size_t)g->num_kv_heads * hd * act;
 	/* Sized by the budget of now (alone or not, the pool's latest rate), like every slice. */
-	double keys = piece_keys((double)H * hd, budget, o->split_align);
+	double keys = rate_piece_keys((double)H * hd, budget, o->split_align);
 	uint32_t r = o->big_row, bs = g->block_size, ka = o->split_key;
 	uint32_t kb = (double)(o->split_end - ka) > keys ? ka + (uint32_t)keys : o->split_end;
 	/* The call sees keys from the piece's first block on; the window hides those before the piece (or its window). */
@@ -1276,7 +1234,7 @@ static void run_slice(struct pkv_daemon *d, struct job *o)
 	struct pool *p = o->s->pool;
 	/* Nobody else ran an attend lately: longer slices, less per-call cost for a lone prefill. */
 	double budget = (double)w->slice_ns * (pkv_now_ns() - w->last_short_ns > ALONE_NS ? ALONE_SLICES : 1) /
-			ns_per_unit(p), units;
+			rate_ns_per_unit(&p->rate), units;
 	struct pkv_attn_batch b;
 	uint32_t r1 = 0;
 	uint64_t t0;
@@ -1296,7 +1254,7 @@ static void run_slice(struct pkv_daemon *d, struct job *o)
 	res = split ? row_piece(o, budget, &units) : pkv_dispatch_attend(&p->disp, &b);
 	o->big_served_ns = pkv_now_ns();
 	o->big_backend_ns += o->big_served_ns - t0;
-	measured(p, units, o->big_served_ns - t0);
+	rate_measured(&p->rate, units, o->big_served_ns - t0);
 	pthread_mutex_unlock(&d->backend_mu);
 	w->slices++;
 	w->last_big_uid = o->s->uid;

@@ -60,6 +60,12 @@ tests_daemon_fuzz_proto_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
 tests_daemon_fuzz_proto_LDADD = src/daemon/libpkvvalidate.la src/common/libpkvcommon.la $(LIBM)
 
 # Unit test of the configuration parser.
+check_PROGRAMS += tests/daemon/check_rate
+TESTS += tests/daemon/check_rate
+tests_daemon_check_rate_SOURCES = tests/daemon/check_rate.c src/daemon/rate.c
+tests_daemon_check_rate_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_rate_LDADD = $(CHECK_LIBS) $(LIBM)
+
 check_PROGRAMS += tests/daemon/check_conf
 TESTS += tests/daemon/check_conf
 tests_daemon_check_conf_SOURCES = tests/daemon/check_conf.c src/daemon/conf.c
