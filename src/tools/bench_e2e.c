@@ -3,12 +3,17 @@
  * decode with 8 conversations in one process and in 8 processes, and TTFT behind a 1,000-token shared
  * system prompt, cold and warm; optionally llama.cpp's llama-bench on the same model, alternating with
  * ours rep by rep. Medians over --reps runs. */
+#include "config.h"
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../examples/llama/engine.h"
@@ -17,6 +22,7 @@
 #include "bench_e2e_burst.h"
 #include "bench_peer.h"
 #include "bench_stats.h"
+#include "common/proto.h"
 
 struct opts {
 	struct session_opts so;
@@ -146,8 +152,98 @@ static int agg_inproc(struct session *s, const struct opts *o, unsigned salt, do
 	return r;
 }
 
+/* What one of the 8 processes reports: tokens made and CPU time spent making them. */
+struct agg_report {
+	uint32_t gen;
+	uint64_t cpu_ns;
+};
+
+/* The 8-process run's figures beyond tok/s, to split a gap between throughput and CPU per token. */
+struct agg_cpu {
+	double clients_us_per_tok; /* the processes' CPU time over the decode, per token */
+	double daemon_us_per_tok;  /* pagedkvd's over the same window (0 in-process, or unreadable) */
+	double idle_pct;           /* the machine's idle CPU time over the window */
+};
+
+static uint64_t cpu_ns(clockid_t id)
+{
+	struct timespec t;
+
+	return clock_gettime(id, &t) ? 0 : (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* pagedkvd's pid from the socket's peer credentials (a connection that says nothing); 0 if none. */
+static pid_t daemon_pid(const char *sock)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	struct ucred cr = { 0 };
+	socklen_t len = sizeof(cr);
+	char def[sizeof(a.sun_path)];
+	int fd;
+
+	if (!sock) {
+		if (pkv_default_socket_path(def, sizeof(def)))
+			return 0;
+		sock = def;
+	}
+	if (strlen(sock) >= sizeof(a.sun_path) || (fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)) < 0)
+		return 0;
+	strcpy(a.sun_path, sock);
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len))
+		cr.pid = 0;
+	close(fd);
+	return cr.pid;
+}
+
+/* CPU time of every thread of pid (their schedstat: ns run), or 0. */
+static uint64_t proc_cpu_ns(pid_t pid)
+{
+	char path[64];
+	uint64_t sum = 0;
+	DIR *d;
+	struct dirent *e;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	if (pid <= 0 || !(d = opendir(path)))
+		return 0;
+	while ((e = readdir(d))) {
+		char f[sizeof(path) + sizeof(e->d_name) + 16];
+		unsigned long long ns;
+		FILE *fp;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(f, sizeof(f), "%s/%s/schedstat", path, e->d_name);
+		if ((fp = fopen(f, "r"))) {
+			if (fscanf(fp, "%llu", &ns) == 1)
+				sum += ns;
+			fclose(fp);
+		}
+	}
+	closedir(d);
+	return sum;
+}
+
+/* The machine's idle and total CPU time so far (/proc/stat, clock ticks). */
+static void cpu_ticks(unsigned long long *idle, unsigned long long *total)
+{
+	unsigned long long v[8] = { 0 };
+	FILE *fp = fopen("/proc/stat", "r");
+
+	*idle = *total = 0;
+	if (!fp)
+		return;
+	if (fscanf(fp, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+		   &v[6], &v[7]) == 8) {
+		*idle = v[3] + v[4];
+		for (int i = 0; i < 8; i++)
+			*total += v[i];
+	}
+	fclose(fp);
+}
+
 /* 8 processes, one conversation each, released together by closing a pipe. */
-static int agg_procs(const struct opts *o, unsigned salt, double *tok_s)
+static int agg_procs(const struct opts *o, unsigned salt, double *tok_s, struct agg_cpu *cpu)
 {
 	int go[2], res[2];
 	pid_t kids[8];
@@ -162,7 +258,7 @@ static int agg_procs(const struct opts *o, unsigned salt, double *tok_s)
 			struct session_opts so = o->so;
 			struct engine e;
 			char err[512], b;
-			uint32_t gen = 0;
+			struct agg_report rep = { 0 };
 			close(go[1]);
 			close(res[0]);
 			so.threads = 1;
@@ -171,31 +267,43 @@ static int agg_procs(const struct opts *o, unsigned salt, double *tok_s)
 				int32_t *ids = make_prompt(&s.tok, 16, salt * 8 + i + 1000, &n);
 				if (read(go[0], &b, 1) < 0) /* EOF when the parent closes: start */
 					_exit(1);
+				uint64_t c0 = cpu_ns(CLOCK_PROCESS_CPUTIME_ID);
 				struct conv *c = run_one(&e, ids, (uint32_t)n, o->decode_len, NULL, NULL);
-				gen = c ? c->n_gen : 0;
+				rep.cpu_ns = cpu_ns(CLOCK_PROCESS_CPUTIME_ID) - c0;
+				rep.gen = c ? c->n_gen : 0;
 				free(ids);
 			} else {
 				fprintf(stderr, "pkv-bench e2e: client: %s\n", err);
 			}
-			if (write(res[1], &gen, sizeof gen) != sizeof gen)
+			if (write(res[1], &rep, sizeof rep) != sizeof rep)
 				_exit(1);
-			_exit(gen ? 0 : 1);
+			_exit(rep.gen ? 0 : 1);
 		}
 	}
 	close(go[0]);
 	close(res[1]);
 	sleep(1); /* let every client load and attach before the clock starts */
+	pid_t dpid = o->so.in_process ? 0 : daemon_pid(o->so.socket);
+	unsigned long long i0, n0, i1, n1;
+	uint64_t d0 = proc_cpu_ns(dpid), clients_ns = 0;
+	cpu_ticks(&i0, &n0);
 	double t0 = engine_now();
 	close(go[1]);
 	uint64_t total = 0;
-	uint32_t g;
+	struct agg_report rep;
 	int ok = 0;
-	while (read(res[0], &g, sizeof g) == (ssize_t)sizeof g) {
-		total += g;
-		ok += g > 0;
+	while (read(res[0], &rep, sizeof rep) == (ssize_t)sizeof rep) {
+		total += rep.gen;
+		clients_ns += rep.cpu_ns;
+		ok += rep.gen > 0;
 	}
 	double dt = engine_now() - t0;
+	uint64_t d1 = proc_cpu_ns(dpid);
+	cpu_ticks(&i1, &n1);
 	close(res[0]);
+	cpu->clients_us_per_tok = total ? (double)clients_ns / 1e3 / (double)total : 0;
+	cpu->daemon_us_per_tok = total && d1 > d0 ? (double)(d1 - d0) / 1e3 / (double)total : 0;
+	cpu->idle_pct = n1 > n0 ? 100.0 * (double)(i1 - i0) / (double)(n1 - n0) : 0;
 	for (unsigned i = 0; i < 8; i++) {
 		int st;
 		waitpid(kids[i], &st, 0);
@@ -297,19 +405,24 @@ int main(int argc, char **argv)
 	}
 	double at[99] = { 0 }, ad[99] = { 0 }, ab[99] = { 0 }, as[99] = { 0 };
 	double pf[99], dc[99], ai[99] = { 0 }, ap[99] = { 0 }, tc[99] = { 0 }, tw[99] = { 0 }, ppf[99], pdc[99];
+	double acl[99] = { 0 }, adm[99] = { 0 }, aid[99] = { 0 };
 	for (int i = 0; i < o.reps; i++) {
 		unsigned salt = (unsigned)getpid() * 131u + (unsigned)i * 17u;
 		struct peer_result pr;
+		struct agg_cpu ac = { 0 };
 		int r;
 		pf[i] = dc[i] = ai[i] = ap[i] = tc[i] = tw[i] = 0;
 		if ((!o.agg8_only && (r = single_stream(&s, &o, salt, &pf[i], &dc[i], &at[i], &ad[i], &ab[i], &as[i]))) ||
 		    (!o.single_only && ((!o.agg8_only && (r = agg_inproc(&s, &o, salt, &ai[i]))) ||
-					(r = agg_procs(&o, salt, &ap[i])) ||
+					(r = agg_procs(&o, salt, &ap[i], &ac)) ||
 					(!o.agg8_only && (r = ttft(&s, &o, salt, &tc[i], &tw[i])))))) {
 			fprintf(stderr, "pkv-bench e2e: run %d failed: %s\n", i, strerror(-r));
 			session_close(&s);
 			return 1;
 		}
+		acl[i] = ac.clients_us_per_tok;
+		adm[i] = ac.daemon_us_per_tok;
+		aid[i] = ac.idle_pct;
 		if (o.peer) {
 			/* our pool's threads would take the peer's CPUs while they spin */
 			tpool_idle(s.tp);
@@ -354,6 +467,7 @@ int main(int argc, char **argv)
 	double m_pf = bench_median(pf, o.reps), m_dc = bench_median(dc, o.reps), m_ai = bench_median(ai, o.reps),
 	       m_ap = bench_median(ap, o.reps), m_tc = bench_median(tc, o.reps), m_tw = bench_median(tw, o.reps);
 	double m_ppf = o.peer ? bench_median(ppf, o.reps) : 0, m_pdc = o.peer ? bench_median(pdc, o.reps) : 0;
+	double m_acl = bench_median(acl, o.reps), m_adm = bench_median(adm, o.reps), m_aid = bench_median(aid, o.reps);
 	if (o.json) {
 		printf("{\"model\": \"%s\", \"attention\": \"%s\", \"kv_dtype\": \"%s\", \"isa\": \"%s\", \"threads\": %d, "
 		       "\"reps\": %d, \"prompt_tokens\": %u, \"decode_tokens\": %u, "
@@ -368,8 +482,9 @@ int main(int argc, char **argv)
 			       "\"decode_client_sleeps_per_attend\": %.2f", m_at, m_ad, m_ab, m_at - m_ab, m_as);
 		if (!o.single_only)
 			printf(", \"agg8_inproc_tok_s\": %.1f, \"agg8_procs_tok_s\": %.1f, \"ttft_cold_ms\": %.1f, "
-			       "\"ttft_warm_ms\": %.1f, \"ttft_warm_over_cold\": %.4f", m_ai, m_ap, m_tc, m_tw,
-			       m_tc > 0 ? m_tw / m_tc : 0);
+			       "\"ttft_warm_ms\": %.1f, \"ttft_warm_over_cold\": %.4f, \"agg8_clients_cpu_us_per_tok\": %.1f, "
+			       "\"agg8_daemon_cpu_us_per_tok\": %.1f, \"agg8_idle_pct\": %.1f", m_ai, m_ap, m_tc, m_tw,
+			       m_tc > 0 ? m_tw / m_tc : 0, m_acl, m_adm, m_aid);
 		if (o.peer)
 			printf(", \"peer_prefill_tok_s\": %.1f, \"peer_decode_tok_s\": %.1f, "
 			       "\"prefill_vs_peer\": %.3f, \"decode_vs_peer\": %.3f",
@@ -394,7 +509,8 @@ int main(int argc, char **argv)
 		printf("  decode, single stream          %8.1f tok/s\n", m_dc);
 		if (!o.single_only) {
 			printf("  decode, 8 convs in 1 process   %8.1f tok/s aggregate\n", m_ai);
-			printf("  decode, 8 processes            %8.1f tok/s aggregate\n", m_ap);
+			printf("  decode, 8 processes            %8.1f tok/s aggregate; CPU per token %.0f us "
+			       "(clients) + %.0f us (pagedkvd), %.1f %% idle\n", m_ap, m_acl, m_adm, m_aid);
 			printf("  TTFT behind 1000-token prompt  %8.1f ms cold, %.1f ms warm (%.3f of cold)\n", m_tc,
 			       m_tw, m_tc > 0 ? m_tw / m_tc : 0);
 		}
