@@ -170,6 +170,11 @@ static int naive_copy_blocks(void *ctx, const struct pkv_cache_mem *m, const str
 	return 0;
 }
 
+/* The optional features it has (tests/daemon builds it once more without the window). */
+#ifndef NAIVE_FEATURES
+#define NAIVE_FEATURES (PKV_FEAT_WINDOW | PKV_FEAT_SOFTCAP | PKV_FEAT_LSE | PKV_FEAT_COPY_VIEW)
+#endif
+
 static const struct pkv_backend_caps naive_caps = {
 	.abi_version = PKV_BACKEND_ABI_VERSION,
 	.struct_size = sizeof(struct pkv_backend_caps),
@@ -179,7 +184,7 @@ static const struct pkv_backend_caps naive_caps = {
 	.act_dtypes = PKV_DTYPE_BIT(PKV_DTYPE_F32),
 	.head_dim_min = 1, .head_dim_max = 512, .head_dim_multiple = 1,
 	.block_size_min = 1, .block_size_max = 1u << 16, .block_size_multiple = 1,
-	.features = PKV_FEAT_WINDOW | PKV_FEAT_SOFTCAP | PKV_FEAT_LSE | PKV_FEAT_COPY_VIEW,
+	.features = NAIVE_FEATURES,
 };
 
 static const struct pkv_backend naive = {

@@ -219,6 +219,10 @@ int pkv_dispatch_attend(struct pkv_dispatch *d, const struct pkv_attn_batch *b)
 	 */
 	if (PKV_ABI_HAS(b, struct pkv_attn_batch, softmax_lse) && b->softmax_lse && !has_lse(p))
 		return -ENOTSUP;
+	/* So would one without the window or the soft-cap, ignoring the field: a wrong O, no error. */
+	if ((b->window_left >= 0 && !(p->be->caps->features & PKV_FEAT_WINDOW)) ||
+	    (b->softcap > 0 && !(p->be->caps->features & PKV_FEAT_SOFTCAP)))
+		return -ENOTSUP;
 	if (by_decode(d, path))
 		return p->be->attend_decode(p->ctx, &d->mem, b);
 	return p->be->attend_varlen(p->ctx, &d->mem, b);

@@ -162,8 +162,9 @@ int pkv_dispatch_open(struct pkv_dispatch *d, struct pkv_plugin *varlen, struct 
 void pkv_dispatch_close(struct pkv_dispatch *d);
 /*
  * Checks the batch, then runs it on decode when every sequence has one query,
- * on varlen otherwise. A batch asking for softmax_lse of a backend whose caps
- * lack PKV_FEAT_LSE is refused with -ENOTSUP (nothing written).
+ * on varlen otherwise. A batch asking for softmax_lse, a window or a
+ * soft-cap of a backend whose caps lack PKV_FEAT_LSE, _WINDOW or _SOFTCAP is
+ * refused with -ENOTSUP (nothing written).
  */
 int pkv_dispatch_attend(struct pkv_dispatch *d, const struct pkv_attn_batch *b);
 /*

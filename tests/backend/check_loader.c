@@ -501,6 +501,55 @@ START_TEST(dispatch_lse_needs_the_feature)
 }
 END_TEST
 
+/*
+ * A window or a soft-cap asked of a backend without PKV_FEAT_WINDOW /
+ * PKV_FEAT_SOFTCAP (the toy has neither) is refused before any call: such a
+ * backend may ignore the field and return another attention without error.
+ * The CPU backend, which has both, serves the same batches.
+ */
+START_TEST(dispatch_window_and_softcap_need_their_features)
+{
+	struct pkv_pool_desc pool = pool_desc(64, PKV_DTYPE_F32);
+	struct batch_buf *bb = calloc(1, sizeof(*bb));
+	int (*counts)(void *, int *, int *, int *);
+	struct pkv_plugin toy_p, cpu_p;
+	struct pkv_dispatch d;
+	int v, dc, c;
+	const int sq[] = { 1, 3 }, sk[] = { 5, 7 };
+
+	ck_assert_ptr_nonnull(bb);
+	ck_assert_msg(pkv_plugin_load(toy("good"), NULL, NULL, NULL, host, &toy_p, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(pkv_plugin_load(cpu_plugin(), "cpu", NULL, NULL, host, &cpu_p, err, sizeof(err)) == 0, "%s", err);
+	*(void **)&counts = dlsym(toy_p.dl, "pkv_toy_counts");
+	ck_assert_ptr_nonnull(counts);
+	ck_assert_int_eq(toy_p.be->caps->features & (PKV_FEAT_WINDOW | PKV_FEAT_SOFTCAP), 0);
+
+	ck_assert_int_eq(pkv_dispatch_open(&d, &toy_p, NULL, &pool, err, sizeof(err)), 0);
+	make_batch(bb, 2, sq, sk);
+	bb->b.window_left = 2;
+	ck_assert_int_eq(pkv_dispatch_attend(&d, &bb->b), -ENOTSUP);
+	make_batch(bb, 2, sq, sk);
+	bb->b.softcap = 30.0f;
+	ck_assert_int_eq(pkv_dispatch_attend(&d, &bb->b), -ENOTSUP);
+	counts(toy_p.ctx, &v, &dc, &c);
+	ck_assert_int_eq(v + dc, 0);
+	make_batch(bb, 2, sq, sk);
+	ck_assert_int_eq(pkv_dispatch_attend(&d, &bb->b), 0);
+	pkv_dispatch_close(&d);
+
+	ck_assert_int_eq(pkv_dispatch_open(&d, &cpu_p, NULL, &pool, err, sizeof(err)), 0);
+	make_batch(bb, 2, sq, sk);
+	bb->b.window_left = 2;
+	bb->b.softcap = 30.0f;
+	ck_assert_int_eq(pkv_dispatch_attend(&d, &bb->b), 0);
+	pkv_dispatch_close(&d);
+
+	pkv_plugin_unload(&cpu_p);
+	pkv_plugin_unload(&toy_p);
+	free(bb);
+}
+END_TEST
+
 static Suite *loader_suite(void)
 {
 	Suite *s = suite_create("loader");
@@ -533,6 +582,7 @@ static Suite *loader_suite(void)
 	tcase_add_test(tc, cache_descriptor_is_checked);
 	tcase_add_test(tc, dispatch_refuses_bad_batch);
 	tcase_add_test(tc, dispatch_lse_needs_the_feature);
+	tcase_add_test(tc, dispatch_window_and_softcap_need_their_features);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -517,7 +517,8 @@ END_TEST
 #define LONG_TOKENS 3000u
 
 /* A pool of 512 blocks (8,192 tokens) with window_left = window, and an arena for a 3,000-token prefill. */
-static struct pkv_client *conn_long(const char *pool, int32_t window)
+/* A client on a pool of 8,192 tokens, blocks of bs tokens (0: the harness's). */
+static struct pkv_client *conn_long(const char *pool, int32_t window, uint32_t bs)
 {
 	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 8 << 20, .timeout_ms = 10000 };
 	struct pkv_pool_params pp;
@@ -526,7 +527,9 @@ static struct pkv_client *conn_long(const char *pool, int32_t window)
 	if (pkv_connect(&o, &c))
 		return NULL;
 	test_pool_params(&pp, pool);
-	pp.geo.num_blocks = 512;
+	if (bs)
+		pp.geo.block_size = bs;
+	pp.geo.num_blocks = (8192 + pp.geo.block_size - 1) / pp.geo.block_size;
 	pp.window_left = window;
 	if (pkv_pool_attach(c, &pp)) {
 		fprintf(stderr, "attach '%s': %s\n", pool, pkv_last_error(c));
@@ -600,7 +603,7 @@ START_TEST(test_long_rows_split_over_keys_match_reference)
 		uint64_t before = row_pieces();
 
 		snprintf(name, sizeof(name), "long%u", w);
-		c = conn_long(name, windows[w]);
+		c = conn_long(name, windows[w], 0);
 		ck_assert_ptr_nonnull(c);
 		ck_assert_int_eq(pkv_seq_open(c, toks, LONG_TOKENS, &seq, &nc), 0);
 		ck_assert_uint_eq(nc, 0);
@@ -610,6 +613,42 @@ START_TEST(test_long_rows_split_over_keys_match_reference)
 		ck_assert_uint_gt(row_pieces(), before);
 		pkv_disconnect(c);
 	}
+	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
+}
+END_TEST
+
+START_TEST(test_long_rows_split_in_whole_blocks_without_window)
+{
+	/*
+	 * The naive backend built without PKV_FEAT_WINDOW: no piece may start
+	 * inside a block (nothing would hide that block's earlier keys), so
+	 * the worker cuts pieces on block boundaries; and a pool asking for a
+	 * window is refused. Blocks of 48 tokens: a piece of the least size
+	 * (16,384 units / 64 = 256 keys) would end inside one.
+	 */
+	static const char *const extra[] = { "--attend-slice-us", "1", NULL };
+	static char plugin[1024];
+	static int32_t toks[LONG_TOKENS + 1];
+	const char *top = getenv("PKV_TOP_BUILDDIR");
+	struct pkv_client *c;
+	uint32_t seq, nc;
+	uint64_t before;
+
+	snprintf(plugin, sizeof(plugin), "%s/tests/daemon/.libs/pkv_naive_nowin.so", top ? top : ".");
+	ck_assert_int_eq(access(plugin, R_OK), 0);
+	harness_backend = plugin;
+	start(extra);
+	harness_backend = NULL;
+	ck_assert_ptr_null(conn_long("nowin-window", 300, 48));
+	make_prompt(toks, LONG_TOKENS + 1, 11);
+	before = row_pieces();
+	c = conn_long("nowin", -1, 48);
+	ck_assert_ptr_nonnull(c);
+	ck_assert_int_eq(pkv_seq_open(c, toks, LONG_TOKENS, &seq, &nc), 0);
+	ck_assert_float_le(long_step_error(c, seq, toks, 0, LONG_TOKENS, -1), 1e-5f);
+	ck_assert_float_le(long_step_error(c, seq, toks, LONG_TOKENS, LONG_TOKENS + 1, -1), 1e-5f);
+	ck_assert_uint_gt(row_pieces(), before);
+	pkv_disconnect(c);
 	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
 END_TEST
@@ -631,6 +670,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_pool_index_counts_against_the_budget);
 	tcase_add_test(t, test_sliced_attends_match_reference);
 	tcase_add_test(t, test_long_rows_split_over_keys_match_reference);
+	tcase_add_test(t, test_long_rows_split_in_whole_blocks_without_window);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -11,6 +11,15 @@ tests_daemon_libpkvtestharness_la_SOURCES = tests/daemon/harness.c tests/daemon/
 tests_daemon_libpkvtestharness_la_LIBADD = tests/daemon/libpkvtestlaunch.la src/client/libpagedkv.la src/common/libpkvcommon.la \
 	src/conformance/libpkvref.la $(LIBM)
 
+# examples/plugin_naive.c without the window feature: the worker then cuts a long row's key pieces
+# on block boundaries (check_tenant).
+check_LTLIBRARIES += tests/daemon/pkv_naive_nowin.la
+tests_daemon_pkv_naive_nowin_la_SOURCES = examples/plugin_naive.c
+tests_daemon_pkv_naive_nowin_la_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DNAIVE_FEATURES="(PKV_FEAT_SOFTCAP | PKV_FEAT_LSE | PKV_FEAT_COPY_VIEW)"
+tests_daemon_pkv_naive_nowin_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
+tests_daemon_pkv_naive_nowin_la_LIBADD = $(LIBM)
+
 DAEMON_TEST_LIBS = tests/daemon/libpkvtestharness.la src/client/libpagedkv.la \
 	src/common/libpkvcommon.la $(CHECK_LIBS) $(LIBM)
 
