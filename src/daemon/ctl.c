@@ -166,11 +166,12 @@ static void do_status(struct pkv_daemon *d, const struct session *who, FILE *f, 
 			if (who->admin)
 				fprintf(f, "\"prefix_lookup_tokens\":%llu,\"prefix_hit_tokens\":%llu,"
 					   "\"prefix_hit_rate\":%.4f,\"clients\":%u,\"attends\":%llu,"
-					   "\"batches\":%llu,\"row_pieces\":%llu,", (unsigned long long)cs.lookup_tokens,
-					(unsigned long long)cs.hit_tokens, hit_rate(&cs), p->n_clients,
-					(unsigned long long)pool_counter(&p->attends),
+					   "\"batches\":%llu,\"row_pieces\":%llu,\"layer_copies\":%llu,",
+					(unsigned long long)cs.lookup_tokens, (unsigned long long)cs.hit_tokens,
+					hit_rate(&cs), p->n_clients, (unsigned long long)pool_counter(&p->attends),
 					(unsigned long long)pool_counter(&p->batches),
-					(unsigned long long)pool_counter(&p->row_pieces));
+					(unsigned long long)pool_counter(&p->row_pieces),
+					(unsigned long long)pool_counter(&p->layer_copies));
 			fprintf(f, "\"shared_across_users\":%s}", (p->flags & PKV_WIRE_POOL_SHARED) ? "true" : "false");
 			first = 0;
 		}
@@ -211,9 +212,11 @@ static void do_status(struct pkv_daemon *d, const struct session *who, FILE *f, 
 		fprintf(f, "  prefix hits: %.1f%% (%llu of %llu tokens); %u sequences open; %u clients\n",
 			100.0 * hit_rate(&cs), (unsigned long long)cs.hit_tokens,
 			(unsigned long long)cs.lookup_tokens, cs.open_seqs, p->n_clients);
-		fprintf(f, "  attends: %llu in %llu backend calls; %llu key pieces of split rows\n",
+		fprintf(f, "  attends: %llu in %llu backend calls; %llu key pieces of split rows; "
+			   "%llu copy-on-write pieces of a block's layers\n",
 			(unsigned long long)pool_counter(&p->attends), (unsigned long long)pool_counter(&p->batches),
-			(unsigned long long)pool_counter(&p->row_pieces));
+			(unsigned long long)pool_counter(&p->row_pieces),
+			(unsigned long long)pool_counter(&p->layer_copies));
 	}
 	for (struct session *s = d->sessions; s; s = s->next)
 		if (s->role == PKV_ROLE_CLIENT && session_visible(who, s))
@@ -338,6 +341,7 @@ static void do_metrics(struct pkv_daemon *d, const struct session *who, FILE *f)
 		{ "pagedkv_evictions_total", "counter", "cached blocks evicted" },
 		{ "pagedkv_cow_copies_total", "counter", "copy-on-write block copies" },
 		{ "pagedkv_row_pieces_total", "counter", "key pieces of query rows split over keys" },
+		{ "pagedkv_layer_copies_total", "counter", "copy-on-write pieces of a block's layers" },
 	};
 
 	const size_t n_public = 2;
@@ -374,6 +378,7 @@ static void do_metrics(struct pkv_daemon *d, const struct session *who, FILE *f)
 			case 7: metric(f, m[i].name, p->name, NULL, (double)cs.evictions); break;
 			case 8: metric(f, m[i].name, p->name, NULL, (double)cs.cow_copies); break;
 			case 9: metric(f, m[i].name, p->name, NULL, (double)pool_counter(&p->row_pieces)); break;
+			case 10: metric(f, m[i].name, p->name, NULL, (double)pool_counter(&p->layer_copies)); break;
 			}
 		}
 	}

@@ -60,8 +60,8 @@ struct pool {
 	uint64_t arm_t0, arm_items;
 	double arm_rate[2];
 	/* counters for status/metrics: steps and step_errors under cache_mu; attends, batches,
-	 * batch_seqs and row_pieces by the worker (atomic adds, read by the loop for status) */
-	uint64_t attends, batches, batch_seqs, steps, step_errors, row_pieces;
+	 * batch_seqs, row_pieces and layer_copies by the worker (atomic adds, read by the loop for status) */
+	uint64_t attends, batches, batch_seqs, steps, step_errors, row_pieces, layer_copies;
 };
 
 /* Creates or finds uid's pool (or the shared one) for an attach; -errno with the reason. */

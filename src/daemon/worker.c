@@ -343,6 +343,8 @@ static int copy_step(struct pkv_daemon *d, struct job *o, const struct pkv_block
 		nl = nl < L - o->copy_layer ? nl : L - o->copy_layer;
 	}
 	*res = pkv_load_relaxed(&o->s->closing) ? -ECANCELED : copy_piece(d, p, c + o->copy_next, k, o->copy_layer, nl);
+	if (*res >= 0 && nl < L)
+		__atomic_fetch_add(&p->layer_copies, 1, __ATOMIC_RELAXED);
 	o->copy_layer += nl;
 	if (o->copy_layer >= L) {
 		o->copy_layer = 0;

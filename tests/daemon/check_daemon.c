@@ -483,13 +483,14 @@ static float step_seqs(struct pkv_client *c, const uint32_t *seqs, int32_t (*tok
  * block is 12 MiB, more than a piece by itself: it is copied 4 layers at a
  * time. Every row of every layer must match the reference for its own sequence.
  */
-static void fork_copies_case(const char *pool, uint32_t layers, uint32_t blocks)
+static void fork_copies_case(const char *pool, uint32_t layers, uint32_t blocks, int by_layers)
 {
 	struct pkv_connect_opts co = { .socket_path = D.sock, .arena_bytes = 4 << 20, .timeout_ms = 5000 };
 	struct pkv_pool_params p;
 	struct pkv_client *c;
 	int32_t toks[FORK_SEQS][FORK_TOKS];
 	uint32_t seqs[FORK_SEQS], nc;
+	uint64_t layer_copies = pool_counter_sum(D.sock, "layer_copies");
 
 	ck_assert_int_eq(pkv_connect(&co, &c), 0);
 	test_pool_params(&p, pool);
@@ -512,6 +513,11 @@ static void fork_copies_case(const char *pool, uint32_t layers, uint32_t blocks)
 	ck_assert_float_le(step_seqs(c, seqs + 3, toks + 3, 3, FORK_PREFIX, layers), 1e-5f);
 	/* All six on their own blocks now: one more step each, nothing shared left to copy. */
 	ck_assert_float_le(step_seqs(c, seqs, toks, FORK_SEQS, FORK_PREFIX + 1, layers), 1e-5f);
+	/* A block over a piece went by ranges of its layers; one under it, whole. */
+	if (by_layers)
+		ck_assert_uint_gt(pool_counter_sum(D.sock, "layer_copies"), layer_copies);
+	else
+		ck_assert_uint_eq(pool_counter_sum(D.sock, "layer_copies"), layer_copies);
 	for (int i = 0; i < FORK_SEQS; i++)
 		ck_assert_int_eq(pkv_seq_close(c, seqs[i]), 0);
 	pkv_disconnect(c);
@@ -520,13 +526,13 @@ static void fork_copies_case(const char *pool, uint32_t layers, uint32_t blocks)
 
 START_TEST(test_fork_copies_in_pieces_match_reference)
 {
-	fork_copies_case("big-blocks", T_LAYERS, 16);
+	fork_copies_case("big-blocks", T_LAYERS, 16, 0);
 }
 END_TEST
 
 START_TEST(test_fork_copies_in_layer_pieces_match_reference)
 {
-	fork_copies_case("deep-blocks", 12, 8); /* 96 MiB: within the uid's half of 256 MiB */
+	fork_copies_case("deep-blocks", 12, 8, 1); /* 96 MiB: within the uid's half of 256 MiB */
 }
 END_TEST
 

@@ -542,13 +542,7 @@ static struct pkv_client *conn_long(const char *pool, int32_t window, uint32_t b
 /* Key pieces the worker ran, summed over the pools (status, as an admin). */
 static uint64_t row_pieces(void)
 {
-	static char out[1 << 16];
-	uint64_t n = 0;
-
-	ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, out, sizeof(out)), 0);
-	for (const char *p = out; (p = strstr(p, "\"row_pieces\":")); p++)
-		n += strtoull(p + strlen("\"row_pieces\":"), NULL, 10);
-	return n;
+	return pool_counter_sum(D.sock, "row_pieces");
 }
 
 /* Error of row r of a step from p0 (got: that layer's output) against the reference. */

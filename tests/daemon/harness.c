@@ -70,6 +70,21 @@ int ctl_cmd(const char *sock, uint32_t cmd, uint32_t fmt, char *out, size_t len)
 	return status;
 }
 
+uint64_t pool_counter_sum(const char *sock, const char *key)
+{
+	static char out[1 << 16];
+	char pat[64];
+	uint64_t n = 0;
+	size_t k;
+
+	if (ctl_cmd(sock, PKV_CTL_STATUS, PKV_FMT_JSON, out, sizeof(out)))
+		return UINT64_MAX; /* no status: what the caller compares against fails */
+	k = (size_t)snprintf(pat, sizeof(pat), "\"%s\":", key);
+	for (const char *p = out; (p = strstr(p, pat)); p += k)
+		n += strtoull(p + k, NULL, 10);
+	return n;
+}
+
 int audit_until_clean(const char *sock, int timeout_ms, char *out, size_t len)
 {
 	int r = -1;

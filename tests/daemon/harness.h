@@ -20,6 +20,8 @@ static inline int child_status(int st)
 
 /* Runs one pagedkvctl command over the socket; returns the reply status, output in out. */
 int ctl_cmd(const char *sock, uint32_t cmd, uint32_t fmt, char *out, size_t len);
+/* A counter of the admin status (JSON), summed over the pools: "row_pieces", "layer_copies", ... */
+uint64_t pool_counter_sum(const char *sock, const char *key);
 /* Audits until clean (releases are immediate but the hang-up is asynchronous); returns problems. */
 int audit_until_clean(const char *sock, int timeout_ms, char *out, size_t len);
 
