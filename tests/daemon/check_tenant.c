@@ -517,8 +517,8 @@ END_TEST
 #define LONG_TOKENS 3000u
 
 /* A pool of 512 blocks (8,192 tokens) with window_left = window, and an arena for a 3,000-token prefill. */
-/* A client on a pool of 8,192 tokens, blocks of bs tokens (0: the harness's). */
-static struct pkv_client *conn_long(const char *pool, int32_t window, uint32_t bs)
+/* A client on a pool of 8,192 tokens, blocks of bs tokens (0: the harness's), activations of dtype act. */
+static struct pkv_client *conn_long(const char *pool, int32_t window, uint32_t bs, uint32_t act)
 {
 	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 8 << 20, .timeout_ms = 10000 };
 	struct pkv_pool_params pp;
@@ -531,6 +531,7 @@ static struct pkv_client *conn_long(const char *pool, int32_t window, uint32_t b
 		pp.geo.block_size = bs;
 	pp.geo.num_blocks = (8192 + pp.geo.block_size - 1) / pp.geo.block_size;
 	pp.window_left = window;
+	pp.act_dtype = act;
 	if (pkv_pool_attach(c, &pp)) {
 		fprintf(stderr, "attach '%s': %s\n", pool, pkv_last_error(c));
 		pkv_disconnect(c);
@@ -597,7 +598,7 @@ START_TEST(test_long_rows_split_over_keys_match_reference)
 		uint64_t before = row_pieces();
 
 		snprintf(name, sizeof(name), "long%u", w);
-		c = conn_long(name, windows[w], 0);
+		c = conn_long(name, windows[w], 0, PKV_DTYPE_F32);
 		ck_assert_ptr_nonnull(c);
 		ck_assert_int_eq(pkv_seq_open(c, toks, LONG_TOKENS, &seq, &nc), 0);
 		ck_assert_uint_eq(nc, 0);
@@ -633,10 +634,10 @@ START_TEST(test_long_rows_split_in_whole_blocks_without_window)
 	harness_backend = plugin;
 	start(extra);
 	harness_backend = NULL;
-	ck_assert_ptr_null(conn_long("nowin-window", 300, 48));
+	ck_assert_ptr_null(conn_long("nowin-window", 300, 48, PKV_DTYPE_F32));
 	make_prompt(toks, LONG_TOKENS + 1, 11);
 	before = row_pieces();
-	c = conn_long("nowin", -1, 48);
+	c = conn_long("nowin", -1, 48, PKV_DTYPE_F32);
 	ck_assert_ptr_nonnull(c);
 	ck_assert_int_eq(pkv_seq_open(c, toks, LONG_TOKENS, &seq, &nc), 0);
 	ck_assert_float_le(long_step_error(c, seq, toks, 0, LONG_TOKENS, -1), 1e-5f);
@@ -644,6 +645,61 @@ START_TEST(test_long_rows_split_in_whole_blocks_without_window)
 	ck_assert_uint_gt(row_pieces(), before);
 	pkv_disconnect(c);
 	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
+}
+END_TEST
+
+START_TEST(test_long_rows_split_with_bf16_activations)
+{
+	/*
+	 * The CPU backend, bf16 Q/K/V/O: each key piece's O comes back rounded
+	 * to bf16 and the worker merges those (one rounding per piece more than
+	 * a whole call). Against the f64 reference of the f32 rows, within what
+	 * bf16 inputs and outputs allow; and the same rows unsplit (another
+	 * daemon, the default slice) must agree with the split ones about as
+	 * closely.
+	 */
+	static const char *const sliced[] = { "--attend-slice-us", "1", NULL };
+	static char plugin[1024];
+	static int32_t toks[LONG_TOKENS + 1];
+	const char *dir = getenv("PKV_PLUGIN_BUILD_DIR");
+	float *split = malloc(T_LAYERS * QN(1) * 4), *whole = malloc(T_LAYERS * QN(1) * 4);
+	uint64_t before;
+
+	ck_assert_ptr_nonnull(split);
+	ck_assert_ptr_nonnull(whole);
+	snprintf(plugin, sizeof(plugin), "%s/cpu/.libs/pkv_cpu.so", dir ? dir : "plugins");
+	ck_assert_int_eq(access(plugin, R_OK), 0);
+	make_prompt(toks, LONG_TOKENS + 1, 13);
+	run_step_act_dtype = PKV_DTYPE_BF16;
+	for (int pass = 0; pass < 2; pass++) {
+		float *got = pass ? whole : split;
+		struct pkv_client *c;
+		uint32_t seq, nc;
+
+		harness_backend = plugin;
+		start(pass ? NULL : sliced);
+		harness_backend = NULL;
+		before = row_pieces();
+		c = conn_long("bf16", -1, 0, PKV_DTYPE_BF16);
+		ck_assert_ptr_nonnull(c);
+		ck_assert_int_eq(pkv_seq_open(c, toks, LONG_TOKENS, &seq, &nc), 0);
+		ck_assert_int_eq(run_step(c, seq, toks, 0, LONG_TOKENS, NULL), 0);
+		/* The decode step over the whole context: its one row per layer. */
+		ck_assert_int_eq(run_step(c, seq, toks, LONG_TOKENS, 1, got), 0);
+		for (uint32_t l = 0; l < T_LAYERS; l++)
+			ck_assert_float_le(row_error(got + l * QN(1), toks, LONG_TOKENS, 0, l, -1), 2e-2f);
+		if (pass)
+			ck_assert_uint_eq(row_pieces(), before);
+		else
+			ck_assert_uint_gt(row_pieces(), before);
+		pkv_disconnect(c);
+		teardown();
+		memset(&D, 0, sizeof(D));
+	}
+	run_step_act_dtype = PKV_DTYPE_F32;
+	ck_assert_float_le(max_diff(split, whole, T_LAYERS * QN(1)), 2e-2f);
+	free(split);
+	free(whole);
 }
 END_TEST
 
@@ -665,6 +721,7 @@ static Suite *suite(void)
 	tcase_add_test(t, test_sliced_attends_match_reference);
 	tcase_add_test(t, test_long_rows_split_over_keys_match_reference);
 	tcase_add_test(t, test_long_rows_split_in_whole_blocks_without_window);
+	tcase_add_test(t, test_long_rows_split_with_bf16_activations);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <pagedkv/dtype.h>
 #include <pagedkv/pagedkv.h>
 #include "common/msg.h"
 #include "common/region.h"
@@ -197,6 +198,28 @@ void act_row(int32_t tok, uint32_t pos, uint32_t layer, float *q, float *k, floa
 		}
 }
 
+uint32_t run_step_act_dtype = PKV_DTYPE_F32;
+
+/* f32 values to the arena's dtype, in place (a 16-bit dtype's values take the first half). */
+static void to_act(float *a, size_t n)
+{
+	uint16_t *h = (uint16_t *)a;
+
+	if (run_step_act_dtype == PKV_DTYPE_F32)
+		return;
+	for (size_t i = 0; i < n; i++)
+		h[i] = run_step_act_dtype == PKV_DTYPE_BF16 ? pkv_f32_to_bf16(a[i]) : pkv_f32_to_f16(a[i]);
+}
+
+static float from_act(const void *a, size_t i)
+{
+	if (run_step_act_dtype == PKV_DTYPE_BF16)
+		return pkv_bf16_to_f32(((const uint16_t *)a)[i]);
+	if (run_step_act_dtype == PKV_DTYPE_F16)
+		return pkv_f16_to_f32(((const uint16_t *)a)[i]);
+	return ((const float *)a)[i];
+}
+
 int attend_layer(struct pkv_client *c, const int32_t *toks, uint32_t p0, uint32_t k, uint32_t l, float *out)
 {
 	size_t qn = (size_t)k * T_HEADS * T_DIM, kn = (size_t)k * T_KV_HEADS * T_DIM;
@@ -209,11 +232,15 @@ int attend_layer(struct pkv_client *c, const int32_t *toks, uint32_t p0, uint32_
 	for (uint32_t t = 0; t < k; t++)
 		act_row(toks[p0 + t], p0 + t, l, q + t * T_HEADS * T_DIM, kk + t * T_KV_HEADS * T_DIM,
 			v + t * T_KV_HEADS * T_DIM);
+	to_act(q, qn);
+	to_act(kk, kn);
+	to_act(v, kn);
 	if (run_step_pause_us)
 		usleep(run_step_pause_us);
 	r = pkv_attend(c, l, q, kk, v, o);
 	if (!r && out)
-		memcpy(out, o, qn * 4);
+		for (size_t i = 0; i < qn; i++)
+			out[i] = from_act(o, i);
 out:
 	pkv_free(c, q);
 	pkv_free(c, kk);

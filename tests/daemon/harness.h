@@ -67,6 +67,8 @@ int run_step(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t p
  */
 int attend_layer(struct pkv_client *c, const int32_t *toks, uint32_t p0, uint32_t k, uint32_t layer, float *out);
 extern unsigned run_step_pause_us;
+/* The arena dtype attend_layer writes Q/K/V in and reads O from (f32 rows either side); PKV_DTYPE_F32 unless set. */
+extern uint32_t run_step_act_dtype;
 /*
  * Runs positions n_cached..n-1 of toks as one step (run_step) and returns the
  * largest difference of any layer's output from ref_attend (INFINITY when the
