@@ -543,7 +543,10 @@ static struct pkv_client *conn_long(const char *pool, int32_t window, uint32_t b
 /* Key pieces the worker ran, summed over the pools (status, as an admin). */
 static uint64_t row_pieces(void)
 {
-	return pool_counter_sum(D.sock, "row_pieces");
+	uint64_t n = pool_counter_sum(D.sock, "row_pieces");
+
+	ck_assert_uint_ne(n, UINT64_MAX); /* the status answered */
+	return n;
 }
 
 /* Error of row r of a step from p0 (got: that layer's output) against the reference. */
