@@ -183,9 +183,9 @@ static struct pkv_plugin *serving(const struct pkv_dispatch *d, int path)
 	return by_decode(d, path) ? d->decode : d->varlen;
 }
 
-static int has_lse(const struct pkv_plugin *p)
+static int has_feature(const struct pkv_plugin *p, uint32_t feat)
 {
-	return (p->be->caps->features & PKV_FEAT_LSE) != 0;
+	return (p->be->caps->features & feat) != 0;
 }
 
 uint32_t pkv_dispatch_features(const struct pkv_dispatch *d)
@@ -217,11 +217,11 @@ int pkv_dispatch_attend(struct pkv_dispatch *d, const struct pkv_attn_batch *b)
 	 * A backend without PKV_FEAT_LSE would leave softmax_lse as it found
 	 * it, and the caller would merge garbage: refuse the batch instead.
 	 */
-	if (PKV_ABI_HAS(b, struct pkv_attn_batch, softmax_lse) && b->softmax_lse && !has_lse(p))
+	if (PKV_ABI_HAS(b, struct pkv_attn_batch, softmax_lse) && b->softmax_lse && !has_feature(p, PKV_FEAT_LSE))
 		return -ENOTSUP;
 	/* So would one without the window or the soft-cap, ignoring the field: a wrong O, no error. */
-	if ((b->window_left >= 0 && !(p->be->caps->features & PKV_FEAT_WINDOW)) ||
-	    (b->softcap > 0 && !(p->be->caps->features & PKV_FEAT_SOFTCAP)))
+	if ((b->window_left >= 0 && !has_feature(p, PKV_FEAT_WINDOW)) ||
+	    (b->softcap > 0 && !has_feature(p, PKV_FEAT_SOFTCAP)))
 		return -ENOTSUP;
 	if (by_decode(d, path))
 		return p->be->attend_decode(p->ctx, &d->mem, b);
@@ -239,7 +239,7 @@ int pkv_dispatch_can_copy_layers(const struct pkv_dispatch *d)
 {
 	struct pkv_plugin *p = d && d->owner ? copier(d) : NULL;
 
-	return p && (p->be->caps->features & PKV_FEAT_COPY_VIEW);
+	return p && has_feature(p, PKV_FEAT_COPY_VIEW);
 }
 
 int pkv_dispatch_copy_blocks(struct pkv_dispatch *d, const struct pkv_block_copy *c, uint32_t n)
@@ -269,7 +269,7 @@ int pkv_dispatch_copy_layers(struct pkv_dispatch *d, const struct pkv_block_copy
 		return p->be->copy_blocks(p->ctx, &d->mem, c, n);
 	if (!nl || l0 >= d->mem.geo.num_layers || nl > d->mem.geo.num_layers - l0)
 		return -EINVAL;
-	if (!(p->be->caps->features & PKV_FEAT_COPY_VIEW))
+	if (!has_feature(p, PKV_FEAT_COPY_VIEW))
 		return -ENOTSUP;
 	/* The same memory seen from layer l0 on, nl layers deep (backend.h: backends read only these fields). */
 	view = d->mem;
