@@ -31,6 +31,15 @@ static void start(const char *const *extra)
 	ck_assert_int_eq(chmod(D.dir, 0755), 0);
 }
 
+/* start() on the backend at plugin (a library this build made). */
+static void start_on(const char *plugin, const char *const *extra)
+{
+	ck_assert_msg(access(plugin, R_OK) == 0, "%s: not built", plugin);
+	harness_backend = plugin;
+	start(extra);
+	harness_backend = NULL;
+}
+
 static void teardown(void)
 {
 	if (D.pid > 0)
@@ -580,6 +589,21 @@ static float long_step_error(struct pkv_client *c, uint32_t seq, const int32_t *
 	return worst;
 }
 
+/*
+ * Opens toks[0..LONG_TOKENS) on c, runs it as one step, then one decode step
+ * over the whole context: every checked row of both matches the reference.
+ */
+static void long_row_matches_reference(struct pkv_client *c, const int32_t *toks, int32_t window)
+{
+	uint32_t seq, nc;
+
+	ck_assert_int_eq(pkv_seq_open(c, toks, LONG_TOKENS, &seq, &nc), 0);
+	ck_assert_uint_eq(nc, 0);
+	ck_assert_float_le(long_step_error(c, seq, toks, 0, LONG_TOKENS, window), 1e-5f);
+	/* A decode step (the decode path) over the whole context. */
+	ck_assert_float_le(long_step_error(c, seq, toks, LONG_TOKENS, LONG_TOKENS + 1, window), 1e-5f);
+}
+
 START_TEST(test_long_rows_split_over_keys_match_reference)
 {
 	/*
@@ -597,17 +621,12 @@ START_TEST(test_long_rows_split_over_keys_match_reference)
 	for (unsigned w = 0; w < 2; w++) {
 		char name[16];
 		struct pkv_client *c;
-		uint32_t seq, nc;
 		uint64_t before = row_pieces();
 
 		snprintf(name, sizeof(name), "long%u", w);
 		c = conn_long(name, windows[w], 0, PKV_DTYPE_F32);
 		ck_assert_ptr_nonnull(c);
-		ck_assert_int_eq(pkv_seq_open(c, toks, LONG_TOKENS, &seq, &nc), 0);
-		ck_assert_uint_eq(nc, 0);
-		ck_assert_float_le(long_step_error(c, seq, toks, 0, LONG_TOKENS, windows[w]), 1e-5f);
-		/* A decode step (the decode path) over the whole context. */
-		ck_assert_float_le(long_step_error(c, seq, toks, LONG_TOKENS, LONG_TOKENS + 1, windows[w]), 1e-5f);
+		long_row_matches_reference(c, toks, windows[w]);
 		ck_assert_uint_gt(row_pieces(), before);
 		pkv_disconnect(c);
 	}
@@ -629,22 +648,16 @@ START_TEST(test_long_rows_split_in_whole_blocks_without_window)
 	static int32_t toks[LONG_TOKENS + 1];
 	const char *top = getenv("PKV_TOP_BUILDDIR");
 	struct pkv_client *c;
-	uint32_t seq, nc;
 	uint64_t before;
 
 	snprintf(plugin, sizeof(plugin), "%s/tests/daemon/.libs/pkv_naive_nowin.so", top ? top : ".");
-	ck_assert_int_eq(access(plugin, R_OK), 0);
-	harness_backend = plugin;
-	start(extra);
-	harness_backend = NULL;
+	start_on(plugin, extra);
 	ck_assert_ptr_null(conn_long("nowin-window", 300, 48, PKV_DTYPE_F32));
 	make_prompt(toks, LONG_TOKENS + 1, 11);
 	before = row_pieces();
 	c = conn_long("nowin", -1, 48, PKV_DTYPE_F32);
 	ck_assert_ptr_nonnull(c);
-	ck_assert_int_eq(pkv_seq_open(c, toks, LONG_TOKENS, &seq, &nc), 0);
-	ck_assert_float_le(long_step_error(c, seq, toks, 0, LONG_TOKENS, -1), 1e-5f);
-	ck_assert_float_le(long_step_error(c, seq, toks, LONG_TOKENS, LONG_TOKENS + 1, -1), 1e-5f);
+	long_row_matches_reference(c, toks, -1);
 	ck_assert_uint_gt(row_pieces(), before);
 	pkv_disconnect(c);
 	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
@@ -671,7 +684,6 @@ START_TEST(test_long_rows_split_with_bf16_activations)
 	ck_assert_ptr_nonnull(split);
 	ck_assert_ptr_nonnull(whole);
 	snprintf(plugin, sizeof(plugin), "%s/cpu/.libs/pkv_cpu.so", dir ? dir : "plugins");
-	ck_assert_int_eq(access(plugin, R_OK), 0);
 	make_prompt(toks, LONG_TOKENS + 1, 13);
 	run_step_act_dtype = PKV_DTYPE_BF16;
 	for (int pass = 0; pass < 2; pass++) {
@@ -679,9 +691,7 @@ START_TEST(test_long_rows_split_with_bf16_activations)
 		struct pkv_client *c;
 		uint32_t seq, nc;
 
-		harness_backend = plugin;
-		start(pass ? NULL : sliced);
-		harness_backend = NULL;
+		start_on(plugin, pass ? NULL : sliced);
 		before = row_pieces();
 		c = conn_long("bf16", -1, 0, PKV_DTYPE_BF16);
 		ck_assert_ptr_nonnull(c);
