@@ -11,7 +11,6 @@
 #include <string.h>
 #include <dirent.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,7 +21,7 @@
 #include "bench_e2e_burst.h"
 #include "bench_peer.h"
 #include "bench_stats.h"
-#include "common/proto.h"
+#include "common/msg.h"
 
 struct opts {
 	struct session_opts so;
@@ -175,21 +174,13 @@ static uint64_t cpu_ns(clockid_t id)
 /* pagedkvd's pid from the socket's peer credentials (a connection that says nothing); 0 if none. */
 static pid_t daemon_pid(const char *sock)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	struct ucred cr = { 0 };
 	socklen_t len = sizeof(cr);
-	char def[sizeof(a.sun_path)];
-	int fd;
+	int fd = pkv_sock_connect(sock, 5000);
 
-	if (!sock) {
-		if (pkv_default_socket_path(def, sizeof(def)))
-			return 0;
-		sock = def;
-	}
-	if (strlen(sock) >= sizeof(a.sun_path) || (fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)) < 0)
+	if (fd < 0)
 		return 0;
-	strcpy(a.sun_path, sock);
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len))
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len))
 		cr.pid = 0;
 	close(fd);
 	return cr.pid;
