@@ -927,7 +927,18 @@ static void arm_account(struct pool *p, uint32_t items, uint64_t now)
 	p->arm_items = 0;
 }
 
-static int one_uid(const struct worker *w);
+/*
+ * Whether every connected client is one uid's. The spin hints (a client's
+ * CPU, its compute_threads) are the client's word: they may decide how the
+ * worker serves that uid's clients (SCHED_BATCH, following a sleeper), never
+ * how it serves another uid's, who would pay for a false hint with a
+ * scheduler slice of waiting at every attend (a client claiming every CPU
+ * while its threads spin keeps a SCHED_BATCH worker from running).
+ */
+static int one_uid(const struct worker *w)
+{
+	return pkv_load_relaxed(&w->d->uids_connected) <= 1;
+}
 
 /*
  * Whether the backend may split this merged batch over its threads whatever
@@ -1406,18 +1417,6 @@ static int poll_rings(struct pkv_daemon *d)
 	return n;
 }
 
-/*
- * Whether every connected client is one uid's. The spin hints (a client's
- * CPU, its compute_threads) are the client's word: they may decide how the
- * worker serves that uid's clients (SCHED_BATCH, following a sleeper), never
- * how it serves another uid's, who would pay for a false hint with a
- * scheduler slice of waiting at every attend (a client claiming every CPU
- * while its threads spin keeps a SCHED_BATCH worker from running).
- */
-static int one_uid(const struct worker *w)
-{
-	return pkv_load_relaxed(&w->d->uids_connected) <= 1;
-}
 
 /* Whether a held ring's client says its threads compute on every CPU we may use (then it never spins). */
 static int claims_all(const struct worker *w, const struct job *o)
