@@ -77,7 +77,7 @@ const char *pkv_last_error(const struct pkv_client *c);
 struct pkv_pool_params {
 	uint32_t struct_size;        /* sizeof(struct pkv_pool_params): use PKV_POOL_PARAMS_INIT */
 	uint32_t flags;              /* PKV_POOL_* */
-	const char *name;            /* pools are found by name */
+	const char *name;            /* pools are found by name (printable ASCII) */
 	struct pkv_geometry geo;     /* must equal an existing pool's exactly */
 	uint32_t act_dtype;          /* dtype of Q/K/V/O in the arena */
 	uint64_t model_id;           /* fingerprint of the weights */

@@ -115,6 +115,8 @@ struct session {
 	int armed;                    /* io_uring requests (cancels included) still pointing at this session */
 	uint64_t bell_buf;            /* target of the doorbell read */
 	int bell_armed;               /* the loop's doorbell read is in flight (not re-armed while the worker owns the ring) */
+	uint32_t empty_bells;         /* doorbell reads this tick that found no SQE (loop.c, on_bell) */
+	int bell_parked;              /* too many: the doorbell is re-armed at the next tick */
 	int closing;                  /* hung up: stop reading, release when idle */
 	int released;
 	/* shared region (clients) */

@@ -197,6 +197,18 @@ static void on_ctl(struct pkv_daemon *d, struct session *s, struct io_uring_cqe 
  * comes back (process_done re-arms it). The loop is then woken once per
  * hand-off, not once per attend.
  */
+/*
+ * Doorbell reads in one tick that may find no SQE before the doorbell waits
+ * for the next tick. A client rings once per SQE it submits while we sleep,
+ * and a read finds nothing only after a race with the sweep or once after
+ * the worker hands the ring back (the count it left unread): a few a
+ * second. A doorbell read that completes for nothing again and again is
+ * one rung for nothing, e.g. an EFD_SEMAPHORE eventfd written once with a
+ * huge count, whose every 8-byte read takes 1 and completes at once: 5.5 M
+ * reads in 4 s, a core held for as long as that client stayed connected.
+ */
+#define EMPTY_BELLS_PER_TICK 64u
+
 static void on_bell(struct pkv_daemon *d, struct session *s, struct io_uring_cqe *cqe)
 {
 	s->armed--;
@@ -210,6 +222,10 @@ static void on_bell(struct pkv_daemon *d, struct session *s, struct io_uring_cqe
 	}
 	if (s->worker_owned) {
 		worker_kick(d);
+		return;
+	}
+	if (pkv_ring_avail(&s->sq) == 0 && ++s->empty_bells >= EMPTY_BELLS_PER_TICK) {
+		s->bell_parked = 1; /* re-armed by the timer; the sweep still serves it on every wake-up */
 		return;
 	}
 	loop_arm_session(d, s);
@@ -239,6 +255,10 @@ static void on_timer(struct pkv_daemon *d)
 	for (struct session *s = d->sessions; s; s = s->next) {
 		uint64_t age = now - s->created_ns;
 
+		s->empty_bells = 0;
+		if (s->bell_parked && !s->closing && !s->worker_owned && !s->bell_armed)
+			loop_arm_session(d, s);
+		s->bell_parked = 0;
 		if (s->role || s->closing || age <= HELLO_TIMEOUT_SHORT_NS)
 			continue;
 		if (age > HELLO_TIMEOUT_NS || pressure ||
@@ -393,6 +413,16 @@ static int sweep(struct pkv_daemon *d)
 	return n;
 }
 
+static int cq_has_room(struct session *s)
+{
+	int64_t space;
+
+	pthread_spin_lock(&s->cq_lock); /* the worker may be posting */
+	space = pkv_ring_space(&s->cq);
+	pthread_spin_unlock(&s->cq_lock);
+	return space != 0; /* corrupted indices (< 0): the sweep hangs it up */
+}
+
 /* Tells every client we sleep; returns 1 when work arrived meanwhile. */
 static int prepare_sleep(struct pkv_daemon *d)
 {
@@ -407,8 +437,15 @@ static int prepare_sleep(struct pkv_daemon *d)
 		if (s->open_tokens && !s->open_fetch)
 			work = 1;   /* an open's walk goes on at the next sweep */
 		a = pkv_ring_prepare_sleep(&s->sq);
-		/* A session waiting on its attends, or on the disk tier, is woken by their completion. */
-		if (a != 0 && !s->inflight && !s->open_fetch)
+		/*
+		 * A session waiting on its attends, or on the disk tier, is woken by
+		 * their completion. One whose CQ is full waits for its client to reap
+		 * (only a client breaking the protocol fills it): its next SQE rings
+		 * the doorbell, and the timer sweeps it too; counted as work, it kept
+		 * the loop from ever sleeping, a core spent for as long as that
+		 * client stayed connected.
+		 */
+		if (a != 0 && !s->inflight && !s->open_fetch && cq_has_room(s))
 			work = 1;
 	}
 	pkv_store_relaxed(&d->loop_sleeping, 1);

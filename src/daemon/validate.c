@@ -118,6 +118,13 @@ static int check_attach(const struct pkv_msg_attach *m, char *why, size_t why_le
 		snprintf(why, why_len, "attach: pool name empty or not NUL-terminated");
 		return -EINVAL;
 	}
+	/* Printed in logs and in pagedkvctl's text output: no line breaks or terminal escapes from a client. */
+	for (const char *c = m->name; *c; c++)
+		if (*c < 0x20 || *c > 0x7e) {
+			snprintf(why, why_len, "attach: pool name has byte 0x%02x (printable ASCII only)",
+				 (unsigned)(unsigned char)*c);
+			return -EINVAL;
+		}
 	if (m->salt_len > PKV_SALT_MAX) {
 		snprintf(why, why_len, "attach: cache salt of %u bytes (max %u)", m->salt_len, PKV_SALT_MAX);
 		return -EINVAL;

@@ -768,6 +768,138 @@ START_TEST(test_attend_outside_a_step_is_refused_beside_a_merge)
 }
 END_TEST
 
+/* The daemon's CPU time so far (all its threads), in ms. */
+static long daemon_cpu_ms(void)
+{
+	char path[64], line[1024] = "", *p;
+	unsigned long ut = 0, st = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)D.pid);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+	fclose(f);
+	p = strrchr(line, ')');
+	ck_assert_ptr_nonnull(p);
+	/* after "comm) ": state and 10 more fields, then utime and stime (fields 14 and 15) */
+	ck_assert_int_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st), 2);
+	return (long)((ut + st) * 1000 / (unsigned long)sysconf(_SC_CLK_TCK));
+}
+
+/*
+ * CPU the daemon spends over 1.5 s while nothing should run: a loop that
+ * never sleeps spends most of it (about 1,400 ms with a core to itself, half
+ * that on a loaded machine), an idle one a few ms.
+ */
+#define IDLE_WINDOW_US 1500000
+#define IDLE_CPU_MAX_MS 300
+
+static long idle_cpu_ms(void)
+{
+	long t0 = daemon_cpu_ms();
+
+	usleep(IDLE_WINDOW_US);
+	return daemon_cpu_ms() - t0;
+}
+
+/* Waits up to 3 s for n CQEs and reaps them; returns how many came. */
+static int reap_cqes(struct raw *r, int n)
+{
+	int got = 0;
+
+	for (int i = 0; i < 3000 && got < n; i++) {
+		for (int64_t a = pkv_ring_avail(&r->cq); a > 0; a--, got++)
+			pkv_ring_consume(&r->cq);
+		if (got < n)
+			usleep(1000);
+	}
+	return got;
+}
+
+/*
+ * A client that fills its CQ without reaping and queues one more SQE breaks
+ * the protocol; the daemon waits for it to reap, and sleeps meanwhile (it
+ * used to sweep that ring forever, a core held for as long as the client
+ * stayed). Once the client reaps and submits again, both SQEs complete.
+ */
+START_TEST(test_full_cq_does_not_spin_the_daemon)
+{
+	int64_t cap;
+	long ms;
+	struct raw r;
+	struct pkv_sqe e = sqe(PKV_OP_NOP);
+
+	raw_ready(&r);
+	cap = pkv_ring_space(&r.cq);
+	ck_assert_int_gt(cap, 0);
+	for (int64_t i = 0; i < cap; i++)
+		ck_assert_int_eq(raw_submit(&r, &e), 0);
+	for (int i = 0; i < 3000 && pkv_ring_avail(&r.cq) < cap; i++)
+		usleep(1000);
+	ck_assert_int_eq(pkv_ring_avail(&r.cq), cap);
+	ck_assert_int_eq(raw_submit(&r, &e), 0); /* no room for its completion */
+	ms = idle_cpu_ms();
+	ck_assert_msg(ms < IDLE_CPU_MAX_MS, "the daemon spent %ld ms of CPU in 1.5 s on a full CQ", ms);
+	ck_assert_int_eq(reap_cqes(&r, (int)cap), (int)cap);
+	ck_assert_int_eq(raw_submit(&r, &e), 0);
+	ck_assert_int_eq(reap_cqes(&r, 2), 2);
+	raw_close(&r);
+}
+END_TEST
+
+/*
+ * A doorbell made with EFD_SEMAPHORE and written once with a huge count:
+ * each of the loop's 8-byte reads takes 1 from it and completes at once.
+ * The daemon must not read it in a loop (it did, 5.5 M reads in 4 s), and
+ * the client is still served.
+ */
+START_TEST(test_semaphore_doorbell_does_not_spin_the_daemon)
+{
+	struct pkv_msg_attach m;
+	struct pkv_sqe e = sqe(PKV_OP_NOP);
+	struct pkv_cqe cqe;
+	uint64_t huge = UINT64_MAX - 1;
+	long ms;
+	struct raw r;
+
+	ck_assert_int_eq(raw_open(&r, D.sock, 1 << 20, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+	close(r.sq_bell);
+	r.sq_bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK | EFD_SEMAPHORE);
+	ck_assert_int_ge(r.sq_bell, 0);
+	ck_assert_int_eq(raw_hello(&r, PKV_PROTO_VERSION, r.size, 1, NULL, 0), 0);
+	raw_attach_msg(&m, "p");
+	ck_assert_int_eq(raw_attach(&r, &m, NULL, 0), 0);
+	usleep(100000); /* the daemon goes to sleep on the doorbell */
+	ck_assert_int_eq(write(r.sq_bell, &huge, sizeof(huge)), (ssize_t)sizeof(huge));
+	ms = idle_cpu_ms();
+	ck_assert_msg(ms < IDLE_CPU_MAX_MS, "the daemon spent %ld ms of CPU in 1.5 s on a semaphore doorbell", ms);
+	ck_assert_int_eq(raw_call(&r, &e, &cqe), 0);
+	ck_assert_int_eq(cqe.res, 0);
+	raw_close(&r);
+}
+END_TEST
+
+/* Pool names are printed in the log and in pagedkvctl's text: no line breaks or escapes. */
+START_TEST(test_unprintable_pool_name_refused)
+{
+	static const char *const names[] = { "a\nb", "\x1b[2J", "caf\xc3\xa9" };
+	struct pkv_msg_attach m;
+	char why[256];
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		struct raw r;
+
+		ck_assert_int_eq(raw_open(&r, D.sock, 1 << 20, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+		ck_assert_int_eq(raw_hello(&r, PKV_PROTO_VERSION, r.size, 1, NULL, 0), 0);
+		raw_attach_msg(&m, names[i]);
+		ck_assert_int_eq(raw_attach(&r, &m, why, sizeof(why)), -EINVAL);
+		ck_assert_ptr_nonnull(strstr(why, "printable"));
+		raw_close(&r);
+	}
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("daemon-hostile");
@@ -792,6 +924,9 @@ static Suite *suite(void)
 	tcase_add_test(t, test_sleeping_client_is_woken);
 	tcase_add_test(t, test_connections_per_uid_are_limited);
 	tcase_add_test(t, test_attend_outside_a_step_is_refused_beside_a_merge);
+	tcase_add_test(t, test_full_cq_does_not_spin_the_daemon);
+	tcase_add_test(t, test_semaphore_doorbell_does_not_spin_the_daemon);
+	tcase_add_test(t, test_unprintable_pool_name_refused);
 	suite_add_tcase(s, t);
 	return s;
 }
