@@ -210,6 +210,8 @@ struct job {
 	uint64_t ops, errors;
 	int in_batch, give_back;
 	int watched;                  /* its doorbell is in the worker's epoll set (the worker may sleep holding it) */
+	uint32_t empty_bells;         /* its doorbell woke the worker with no SQE, since bells_from_ns (worker.c) */
+	uint64_t bells_from_ns;
 	/*
 	 * A long attend run in slices (worker only): its rows [big_row, total_q)
 	 * are still to do; each slice is a varlen sub-batch of whole query rows,
@@ -317,6 +319,18 @@ struct worker {
 	uid_t last_big_uid;           /* uid of the last slice run (round robin per uid) */
 	uint64_t last_short_ns;       /* when the last batch of short attends ran */
 };
+
+/*
+ * Doorbell reads in one tick that may find no SQE before the doorbell waits
+ * for the next tick. A client rings once per SQE it submits while we sleep,
+ * and a read finds nothing only after a race with the sweep or once after
+ * the worker hands the ring back (the count it left unread): a few a
+ * second. A doorbell read that completes for nothing again and again is
+ * one rung for nothing, e.g. an EFD_SEMAPHORE eventfd written once with a
+ * huge count, whose every 8-byte read takes 1 and completes at once: 5.5 M
+ * reads in 4 s, a core held for as long as that client stayed connected.
+ */
+#define EMPTY_BELLS_PER_TICK 64u
 
 int worker_start(struct pkv_daemon *d);
 void worker_stop(struct pkv_daemon *d);

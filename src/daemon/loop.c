@@ -197,18 +197,6 @@ static void on_ctl(struct pkv_daemon *d, struct session *s, struct io_uring_cqe 
  * comes back (process_done re-arms it). The loop is then woken once per
  * hand-off, not once per attend.
  */
-/*
- * Doorbell reads in one tick that may find no SQE before the doorbell waits
- * for the next tick. A client rings once per SQE it submits while we sleep,
- * and a read finds nothing only after a race with the sweep or once after
- * the worker hands the ring back (the count it left unread): a few a
- * second. A doorbell read that completes for nothing again and again is
- * one rung for nothing, e.g. an EFD_SEMAPHORE eventfd written once with a
- * huge count, whose every 8-byte read takes 1 and completes at once: 5.5 M
- * reads in 4 s, a core held for as long as that client stayed connected.
- */
-#define EMPTY_BELLS_PER_TICK 64u
-
 static void on_bell(struct pkv_daemon *d, struct session *s, struct io_uring_cqe *cqe)
 {
 	s->armed--;

@@ -223,9 +223,10 @@ static void finish(struct pkv_daemon *d, struct job *j)
  * user's epoll watch limit), the ring goes back to the loop when idle, as
  * it did before the worker could sleep on it.
  */
-static int watch_bell(struct worker *w, const struct session *s)
+static int watch_bell(struct worker *w, struct job *o)
 {
-	struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.u64 = 1 };
+	const struct session *s = o->s;
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.ptr = o };
 
 	if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, s->sq_bell, &ev)) {
 		pkv_dbg("worker: cannot watch the doorbell of client %u: %s", s->id, strerror(errno));
@@ -260,7 +261,7 @@ static int own(struct worker *w, struct job *j)
 	}
 	j->last_ns = pkv_now_ns();
 	j->in_batch = j->give_back = 0;
-	j->watched = watch_bell(w, j->s);
+	j->watched = watch_bell(w, j);
 	w->owned[w->n_owned++] = j;
 	return 0;
 }
@@ -1547,6 +1548,23 @@ static void drain_efd(struct worker *w)
  * each ring after its flag, and of the queue after `sleeping`, closes the
  * race with a submit or a push in between (full fences both sides).
  */
+/*
+ * A doorbell that wakes us with no SQE behind it, again and again, is rung
+ * for nothing: each write would cost us a wake-up and a sweep, more than it
+ * costs the client. Past the loop's allowance (EMPTY_BELLS_PER_TICK a
+ * second) the ring goes back to the loop, which reads that doorbell at most
+ * so often.
+ */
+static void count_empty_bell(struct job *o, uint64_t now)
+{
+	if (now - o->bells_from_ns > 1000000000ull) {
+		o->bells_from_ns = now;
+		o->empty_bells = 0;
+	}
+	if (pkv_ring_avail(&o->s->sq) == 0 && ++o->empty_bells >= EMPTY_BELLS_PER_TICK)
+		o->give_back = 1;
+}
+
 static void sleep_on_rings(struct pkv_daemon *d)
 {
 	struct worker *w = &d->worker;
@@ -1581,9 +1599,12 @@ static void sleep_on_rings(struct pkv_daemon *d)
 	}
 	if (!work) {
 		n = epoll_wait(w->epfd, ev, 8, timeout);
-		for (int i = 0; i < n; i++)
+		for (int i = 0; i < n; i++) {
 			if (ev[i].data.u64 == 0)
 				drain_efd(w);
+			else
+				count_empty_bell(ev[i].data.ptr, now);
+		}
 	}
 	pkv_store_relaxed(&w->sleeping, 0);
 	for (uint32_t i = 0; i < w->n_owned; i++)
