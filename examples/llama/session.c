@@ -19,6 +19,13 @@ int session_open(struct session *s, const struct session_opts *o, char *err, siz
 	}
 	if ((r = tok_load(&s->tok, &s->m.g, err, errlen)))
 		goto err_model;
+	/* Encoding may give any of the tokenizer's ids: each needs an embedding (fewer tokens is fine: padding). */
+	if (s->tok.n_vocab > s->m.hp.n_vocab) {
+		snprintf(err, errlen, "%s: the tokenizer has %u tokens, the model's embeddings only %u", o->model,
+			 s->tok.n_vocab, s->m.hp.n_vocab);
+		r = -EINVAL;
+		goto err_tok;
+	}
 	if ((r = tpool_create(o->threads, &s->tp))) {
 		snprintf(err, errlen, "cannot start threads: %s", strerror(-r));
 		goto err_tok;

@@ -142,6 +142,40 @@ static size_t utf8_get(const char *s, size_t len, uint32_t *cp)
 
 /* ---- loading ---- */
 
+struct special_key {
+	uint64_t len;
+	int32_t id;
+};
+
+static int longest_first(const void *a, const void *b)
+{
+	const struct special_key *x = a, *y = b;
+
+	if (x->len != y->len)
+		return x->len > y->len ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/*
+ * Longest text first, so "<|im_start|>" wins over any shorter special it
+ * contains; equal lengths by id. A sort in n log n: the count comes from the
+ * file (an insertion sort took 18 s on 150,000 specials in a 3 MB file).
+ */
+static int sort_special(struct tokenizer *t)
+{
+	struct special_key *k = malloc((t->n_special ? t->n_special : 1) * sizeof(*k));
+
+	if (!k)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < t->n_special; i++)
+		k[i] = (struct special_key){ t->text[t->special[i]].len, t->special[i] };
+	qsort(k, t->n_special, sizeof(*k), longest_first);
+	for (uint32_t i = 0; i < t->n_special; i++)
+		t->special[i] = k[i].id;
+	free(k);
+	return 0;
+}
+
 int tok_load(struct tokenizer *t, const struct gguf *g, char *err, size_t errlen)
 {
 	struct gguf_str model;
@@ -225,13 +259,9 @@ int tok_load(struct tokenizer *t, const struct gguf *g, char *err, size_t errlen
 	for (uint32_t i = 0; i < t->n_vocab; i++)
 		if ((t->type[i] == 3 || t->type[i] == 4) && t->text[i].len > 0)
 			t->special[t->n_special++] = (int32_t)i;
-	/* longest first so "<|im_start|>" wins over any shorter special it contains */
-	for (uint32_t i = 1; i < t->n_special; i++)
-		for (uint32_t j = i; j > 0 && t->text[t->special[j]].len > t->text[t->special[j - 1]].len; j--) {
-			int32_t x = t->special[j];
-			t->special[j] = t->special[j - 1];
-			t->special[j - 1] = x;
-		}
+	r = sort_special(t);
+	if (r)
+		goto err;
 	if (t->kind == TOK_BPE) {
 		km = gguf_find(g, "tokenizer.ggml.merges");
 		if (!km || km->type != GGUF_ARRAY || km->arr_type != GGUF_STRING) {
@@ -607,6 +637,23 @@ int tok_encode(const struct tokenizer *t, const char *text, size_t len, int add_
 	return (int)o.n;
 }
 
+static int hex_digit(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The byte of a "<0xXX>" token, or -1. Token text lies in the file, not NUL-terminated: no strtol. */
+static int byte_token_value(const struct gguf_str *s)
+{
+	int hi, lo;
+
+	if (s->len != 6 || memcmp(s->s, "<0x", 3) || s->s[5] != '>')
+		return -1;
+	hi = hex_digit(s->s[3]);
+	lo = hex_digit(s->s[4]);
+	return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
 size_t tok_piece(const struct tokenizer *t, int32_t id, int show_special, char *buf, size_t cap)
 {
 	size_t n = 0;
@@ -621,8 +668,10 @@ size_t tok_piece(const struct tokenizer *t, int32_t id, int show_special, char *
 		return n;
 	}
 	if (t->kind == TOK_SPM) {
-		if (t->type[id] == 6 && s->len == 6) {
-			buf[0] = (char)strtol(s->s + 3, NULL, 16);
+		int byte = byte_token_value(s);
+
+		if (t->type[id] == 6 && byte >= 0) {
+			buf[0] = (char)byte;
 			return 1;
 		}
 		for (size_t i = 0; i < s->len && n < cap; i++) {

@@ -24,6 +24,11 @@ TESTS += tests/model/test_gguf
 tests_model_test_gguf_SOURCES = tests/model/test_gguf.c
 tests_model_test_gguf_CFLAGS = $(MODEL_TEST_CFLAGS)
 tests_model_test_gguf_LDADD = $(MODEL_TEST_LIBS)
+check_PROGRAMS += tests/model/test_tok_hostile
+TESTS += tests/model/test_tok_hostile
+tests_model_test_tok_hostile_SOURCES = tests/model/test_tok_hostile.c
+tests_model_test_tok_hostile_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_tok_hostile_LDADD = $(MODEL_TEST_LIBS)
 
 # Fuzz target + standalone driver; `clang -fsanitize=fuzzer tests/model/fuzz_gguf.c examples/llama/*.c` also works.
 check_PROGRAMS += tests/model/fuzz_gguf
