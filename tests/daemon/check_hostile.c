@@ -128,35 +128,40 @@ START_TEST(test_bad_sqes_get_error_completions)
 }
 END_TEST
 
-START_TEST(test_bad_attends_in_a_step)
+/* Opens a 4-token sequence and begins its step; returns the step-begin SQE (its arena offsets stay valid). */
+static struct pkv_sqe open_step(struct raw *r)
 {
-	struct raw r;
-	struct pkv_sqe e;
+	static const int32_t toks[4] = { 1, 2, 3, 4 };
+	struct pkv_sqe e = sqe(PKV_OP_SEQ_OPEN);
+	struct pkv_cqe cqe;
 	uint32_t seq;
-	int32_t toks[4] = { 1, 2, 3, 4 };
-	uint64_t A;
 
-	raw_ready(&r);
-	A = r.hdr.arena_size;
-	memcpy(r.arena, toks, sizeof(toks));
-	e = sqe(PKV_OP_SEQ_OPEN);
+	memcpy(r->arena, toks, sizeof(toks));
 	e.n = 4;
-	{
-		struct pkv_cqe cqe;
-
-		ck_assert_int_eq(raw_call(&r, &e, &cqe), 0);
-		ck_assert_int_eq(cqe.res, 0);
-		seq = (uint32_t)cqe.payload[0];
-	}
+	ck_assert_int_eq(raw_call(r, &e, &cqe), 0);
+	ck_assert_int_eq(cqe.res, 0);
+	seq = (uint32_t)cqe.payload[0];
 	/* A step of 4 tokens: seqs at 64, n_new at 128, tokens at 0. */
-	memcpy(r.arena + 64, &seq, 4);
-	memcpy(r.arena + 128, &(uint32_t){ 4 }, 4);
+	memcpy(r->arena + 64, &seq, 4);
+	memcpy(r->arena + 128, &(uint32_t){ 4 }, 4);
 	e = sqe(PKV_OP_STEP_BEGIN);
 	e.n = 1;
 	e.off[0] = 64;
 	e.off[1] = 128;
 	e.off[2] = 0;
-	ck_assert_int_eq(call(&r, e), 0);
+	ck_assert_int_eq(call(r, e), 0);
+	return e;
+}
+
+START_TEST(test_bad_attends_in_a_step)
+{
+	struct raw r;
+	struct pkv_sqe e;
+	uint64_t A;
+
+	raw_ready(&r);
+	A = r.hdr.arena_size;
+	e = open_step(&r);
 	ck_assert_int_eq(call(&r, e), -EBUSY);                       /* second step while one is open */
 	e = sqe(PKV_OP_ATTEND);
 	e.layer = T_LAYERS;
@@ -892,28 +897,12 @@ START_TEST(test_doorbell_spam_does_not_spin_the_worker)
 {
 	struct raw r;
 	struct pkv_sqe e;
-	struct pkv_cqe cqe;
-	int32_t toks[4] = { 1, 2, 3, 4 };
-	uint32_t seq;
 	long ms;
 	pid_t kid;
 	int st;
 
 	raw_ready(&r);
-	memcpy(r.arena, toks, sizeof(toks));
-	e = sqe(PKV_OP_SEQ_OPEN);
-	e.n = 4;
-	ck_assert_int_eq(raw_call(&r, &e, &cqe), 0);
-	ck_assert_int_eq(cqe.res, 0);
-	seq = (uint32_t)cqe.payload[0];
-	memcpy(r.arena + 64, &seq, 4);
-	memcpy(r.arena + 128, &(uint32_t){ 4 }, 4);
-	e = sqe(PKV_OP_STEP_BEGIN);
-	e.n = 1;
-	e.off[0] = 64;
-	e.off[1] = 128;
-	e.off[2] = 0;
-	ck_assert_int_eq(call(&r, e), 0);
+	(void)open_step(&r);
 	e = sqe(PKV_OP_ATTEND);
 	e.off[0] = e.off[1] = e.off[2] = 4096;
 	e.off[3] = 4096 + 8192;
