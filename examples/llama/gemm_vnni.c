@@ -133,9 +133,8 @@ float pkv_q8_dot_ref(uint32_t type, const void *row, const int8_t *qs, const int
 }
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-
 #include <cpuid.h>
+#include <immintrin.h>
 
 #define T_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 

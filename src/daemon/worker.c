@@ -1542,13 +1542,6 @@ static void drain_efd(struct worker *w)
 }
 
 /*
- * Sleeps until a job, a hang-up or a doorbell of an owned ring, or until the
- * first owned ring's keep time runs out (the next poll hands it back). The
- * flags announce the sleep to the clients, which then ring; the re-check of
- * each ring after its flag, and of the queue after `sleeping`, closes the
- * race with a submit or a push in between (full fences both sides).
- */
-/*
  * A doorbell that wakes us with no SQE behind it, again and again, is rung
  * for nothing: each write would cost us a wake-up and a sweep, more than it
  * costs the client. Past the loop's allowance (EMPTY_BELLS_PER_TICK a
@@ -1565,6 +1558,13 @@ static void count_empty_bell(struct job *o, uint64_t now)
 		o->give_back = 1;
 }
 
+/*
+ * Sleeps until a job, a hang-up or a doorbell of an owned ring, or until the
+ * first owned ring's keep time runs out (the next poll hands it back). The
+ * flags announce the sleep to the clients, which then ring; the re-check of
+ * each ring after its flag, and of the queue after `sleeping`, closes the
+ * race with a submit or a push in between (full fences both sides).
+ */
 static void sleep_on_rings(struct pkv_daemon *d)
 {
 	struct worker *w = &d->worker;
