@@ -86,6 +86,44 @@ static void layer_mats(struct llama_layer *L, struct wmat *ws[LAYER_MATS])
 	ws[6] = &L->down;
 }
 
+/*
+ * Rope scaling as llama.cpp reads it for this architecture: linear scaling
+ * (positions times 1/factor) and rope_freqs.weight (per rotated pair, the
+ * angle divided by its factor: Llama 3.1 and later). Other kinds (YaRN,
+ * LongRoPE) are refused rather than run unscaled: the logits would be wrong
+ * with no error anywhere.
+ */
+static int load_rope_scaling(struct llama *m, const char *path)
+{
+	const struct llama_hparams *hp = &m->hp;
+	struct gguf_str type;
+	float f = 1.f;
+	int r;
+
+	m->rope_pos_scale = 1.f;
+	if (!gguf_get_str(&m->g, "llama.rope.scaling.type", &type) && !gguf_str_eq(type, "none")) {
+		if (!gguf_str_eq(type, "linear"))
+			return lfail(m, "%s: rope scaling '%.*s' is not supported (linear, rope_freqs)", path,
+				     (int)(type.len > 32 ? 32 : type.len), type.s);
+		if (gguf_get_f32(&m->g, "llama.rope.scaling.factor", &f))
+			return lfail(m, "%s: linear rope scaling without llama.rope.scaling.factor", path);
+	} else if (gguf_get_f32(&m->g, "llama.rope.scale_linear", &f)) {
+		f = 1.f; /* the older key, absent: no scaling */
+	}
+	if (!(f >= 1.f && f <= 1024.f))
+		return lfail(m, "%s: rope scaling factor %g (1 to 1024)", path, (double)f);
+	m->rope_pos_scale = 1.f / f;
+	if (!gguf_tensor(&m->g, "rope_freqs.weight"))
+		return 0;
+	if ((r = get_vec(m, "rope_freqs.weight", hp->rope_dims / 2, &m->rope_freq_div)))
+		return r;
+	for (uint32_t p = 0; p < hp->rope_dims / 2; p++)
+		if (!(m->rope_freq_div[p] > 0.f && m->rope_freq_div[p] < 1e30f))
+			return lfail(m, "%s: rope_freqs.weight[%u] is %g (must be positive)", path, p,
+				     (double)m->rope_freq_div[p]);
+	return 0;
+}
+
 int llama_load(struct llama *m, const char *path)
 {
 	struct llama_hparams *hp = &m->hp;
@@ -128,6 +166,8 @@ int llama_load(struct llama *m, const char *path)
 		hp->rope_base = 10000.f;
 	if (gguf_get_f32(&m->g, "llama.attention.layer_norm_rms_epsilon", &hp->eps))
 		hp->eps = 1e-5f;
+	if ((r = load_rope_scaling(m, path)))
+		goto err;
 	{
 		const struct gguf_tensor *te = gguf_tensor(&m->g, "token_embd.weight");
 		if (!te || te->n_dims != 2 || te->ne[0] != hp->dim || te->ne[1] > (1u << 24)) {
@@ -177,6 +217,9 @@ int llama_load(struct llama *m, const char *path)
 		}
 		XXH3_64bits_reset(st);
 		XXH3_64bits_update(st, hp, sizeof *hp);
+		/* (rope_freqs.weight is a tensor, hashed below; files without scaling keep their old id) */
+		if (m->rope_pos_scale != 1.f)
+			XXH3_64bits_update(st, &m->rope_pos_scale, sizeof m->rope_pos_scale);
 		for (uint64_t i = 0; i < m->g.n_tensors; i++) {
 			const struct gguf_tensor *t = &m->g.tensors[i];
 			XXH3_64bits_update(st, t->name.s, t->name.len);
@@ -248,8 +291,10 @@ void llama_free(struct llama *m)
 		}
 	free(m->layers);
 	free(m->output_norm);
+	free(m->rope_freq_div);
 	m->layers = NULL;
 	m->output_norm = NULL;
+	m->rope_freq_div = NULL;
 	gguf_close(&m->g);
 }
 
@@ -355,7 +400,10 @@ int llama_forward(struct llama_ctx *c, const uint32_t *seqs, const uint32_t *n_n
 		for (uint32_t j = 0; j < n_new[i]; j++, t++) {
 			double pos = (double)pos0[i] + j;
 			for (uint32_t p = 0; p < hp->rope_dims / 2; p++) {
-				double th = pos * pow((double)hp->rope_base, -2.0 * p / hp->rope_dims);
+				double th = pos * m->rope_pos_scale * pow((double)hp->rope_base, -2.0 * p / hp->rope_dims);
+
+				if (m->rope_freq_div)
+					th /= m->rope_freq_div[p];
 				c->rope[(size_t)t * hp->rope_dims + 2 * p] = (float)cos(th);
 				c->rope[(size_t)t * hp->rope_dims + 2 * p + 1] = (float)sin(th);
 			}

@@ -26,7 +26,10 @@ struct llama {
 	struct llama_layer *layers;
 	struct wmat tok_embd, output;
 	float *output_norm;
-	uint64_t model_id; /* XXH3 of the hyper-parameters and every tensor's bytes */
+	/* Rope scaling: angle = pos * rope_pos_scale * base^(-2p/rope_dims) / rope_freq_div[p] */
+	float rope_pos_scale;  /* 1, or 1/factor of linear scaling (llama.rope.scaling.type "linear") */
+	float *rope_freq_div;  /* rope_freqs.weight (Llama 3.1's long-context factors), NULL: all 1 */
+	uint64_t model_id; /* XXH3 of the hyper-parameters, the rope scaling and every tensor's bytes */
 	char err[320];
 };
 

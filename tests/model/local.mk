@@ -53,6 +53,11 @@ tests_model_test_quant_k_LDADD = $(MODEL_TEST_LIBS) $(LIBM)
 noinst_HEADERS += tests/model/ref_quant_k.h
 
 # Random-weight models in those formats: converted at load, logits against the converted and f32 models.
+check_PROGRAMS += tests/model/test_rope_scaling
+TESTS += tests/model/test_rope_scaling
+tests_model_test_rope_scaling_SOURCES = tests/model/test_rope_scaling.c
+tests_model_test_rope_scaling_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_rope_scaling_LDADD = $(MODEL_TEST_LIBS) $(LIBM)
 check_PROGRAMS += tests/model/test_kquant_model
 TESTS += tests/model/test_kquant_model
 tests_model_test_kquant_model_SOURCES = tests/model/test_kquant_model.c

@@ -101,6 +101,10 @@ int randmodel_write(const char *path, const struct randmodel_params *p)
 	gb_kv_u32(&b, "llama.rope.dimension_count", hd);
 	gb_kv_f32(&b, "llama.rope.freq_base", p->rope_base > 0 ? p->rope_base : 10000.f);
 	gb_kv_f32(&b, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+	if (p->rope_scaling) {
+		gb_kv_str(&b, "llama.rope.scaling.type", p->rope_scaling);
+		gb_kv_f32(&b, "llama.rope.scaling.factor", p->rope_factor);
+	}
 	gb_kv_str(&b, "tokenizer.ggml.model", "llama");
 	gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks, p->n_vocab);
 	gb_kv_arr(&b, "tokenizer.ggml.token_type", GGUF_I32, types, p->n_vocab);
@@ -110,6 +114,11 @@ int randmodel_write(const char *path, const struct randmodel_params *p)
 	if ((r = add_mat(&b, "token_embd.weight", p, p->n_vocab, p->dim, 1.f, &s)))
 		goto out_b;
 	add_norm(&b, "output_norm.weight", p->dim, &s);
+	if (p->rope_freqs) {
+		uint64_t ne[1] = { hd / 2 };
+
+		gb_tensor(&b, "rope_freqs.weight", GGML_F32, ne, 1, p->rope_freqs, hd / 2 * sizeof(float));
+	}
 	if (!p->tied && (r = add_mat(&b, "output.weight", p, p->n_vocab, p->dim, 0.5f, &s)))
 		goto out_b;
 	for (uint32_t l = 0; l < p->n_layers; l++) {

@@ -11,6 +11,9 @@ struct randmodel_params {
 	uint32_t wtype;      /* GGML type of the matrices (norms stay F32) */
 	int tied;            /* no output.weight: logits use token_embd */
 	float rope_base;
+	const char *rope_scaling; /* llama.rope.scaling.type with rope_factor, or NULL */
+	float rope_factor;
+	const float *rope_freqs;  /* rope_freqs.weight, head_dim/2 values, or NULL */
 	uint64_t seed;
 	/* Optional: each matrix row, once quantized to wtype, is rewritten by restore into store_type
 	 * (n elements, 0 or -errno) and stored so: the same model in another representation. */
