@@ -259,10 +259,24 @@ int tok_load(struct tokenizer *t, const struct gguf *g, char *err, size_t errlen
 	for (uint32_t i = 0; i < t->n_vocab; i++)
 		if ((t->type[i] == 3 || t->type[i] == 4) && t->text[i].len > 0)
 			t->special[t->n_special++] = (int32_t)i;
-	r = sort_special(t);
-	if (r)
+	if (sort_special(t)) {
+		r = -ENOMEM;
 		goto err;
+	}
 	if (t->kind == TOK_BPE) {
+		struct gguf_str pre;
+
+		/*
+		 * The pre-tokenizer splits text before the merges, and each model family has its own
+		 * (digits, contractions, line breaks): another one's text would tokenize differently
+		 * with no error. Only SmolLM's is implemented; a file that names none gets it too.
+		 */
+		if (!gguf_get_str(g, "tokenizer.ggml.pre", &pre) && !gguf_str_eq(pre, "smollm")) {
+			snprintf(err, errlen, "gpt2 pre-tokenizer '%.*s' is not supported (smollm)",
+				 (int)(pre.len > 32 ? 32 : pre.len), pre.s);
+			r = -ENOTSUP;
+			goto err;
+		}
 		km = gguf_find(g, "tokenizer.ggml.merges");
 		if (!km || km->type != GGUF_ARRAY || km->arr_type != GGUF_STRING) {
 			snprintf(err, errlen, "gpt2 tokenizer without tokenizer.ggml.merges");

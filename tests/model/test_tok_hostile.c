@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Tokenizer metadata from a hostile file: byte tokens that are not "<0xXX>", very many special tokens. */
+/* Tokenizer metadata from a hostile file: byte tokens that are not "<0xXX>", very many special tokens,
+ * gpt2 vocabularies without merges or with another family's pre-tokenizer. */
 #include <check.h>
 #include <errno.h>
 #include <stdio.h>
@@ -107,6 +108,54 @@ START_TEST(many_special_tokens_load_and_match_longest_first)
 }
 END_TEST
 
+/* A gpt2 vocabulary of two tokens, with the given pre-tokenizer (or none) and merges or not. */
+static int load_gpt2(const char *pre, int merges, char *err, size_t errlen)
+{
+	static const char *const text[] = { "a", "b", "ab" };
+	static const int32_t type[] = { 1, 1, 1 };
+	static const char *const merge[] = { "a b" };
+	struct gguf_builder b;
+	struct gguf g;
+	struct tokenizer t;
+	uint8_t *img;
+	size_t len;
+	int r;
+
+	gb_init(&b, 32);
+	gb_kv_str(&b, "tokenizer.ggml.model", "gpt2");
+	if (pre)
+		gb_kv_str(&b, "tokenizer.ggml.pre", pre);
+	gb_kv_arr_str(&b, "tokenizer.ggml.tokens", text, 3);
+	gb_kv_arr(&b, "tokenizer.ggml.token_type", GGUF_I32, type, 3);
+	if (merges)
+		gb_kv_arr_str(&b, "tokenizer.ggml.merges", merge, 1);
+	ck_assert_int_eq(gb_finish(&b, &img, &len), 0);
+	ck_assert_int_eq(gguf_parse(&g, img, len), 0);
+	r = tok_load(&t, &g, err, errlen);
+	if (!r)
+		tok_free(&t);
+	free(img);
+	return r;
+}
+
+/*
+ * Another family's pre-tokenizer would split text differently with no error:
+ * refused by name. Every failure after the special tokens are sorted is a
+ * failure (a gpt2 vocabulary without merges once returned 0 from that point).
+ */
+START_TEST(gpt2_needs_merges_and_the_smollm_pre_tokenizer)
+{
+	char err[256] = "";
+
+	ck_assert_int_eq(load_gpt2("smollm", 1, err, sizeof(err)), 0);
+	ck_assert_int_eq(load_gpt2(NULL, 1, err, sizeof(err)), 0);
+	ck_assert_int_eq(load_gpt2("llama-bpe", 1, err, sizeof(err)), -ENOTSUP);
+	ck_assert_msg(strstr(err, "'llama-bpe' is not supported"), "%s", err);
+	ck_assert_int_eq(load_gpt2("smollm", 0, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "merges"), "%s", err);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("tok-hostile");
@@ -114,6 +163,7 @@ int main(void)
 	tcase_set_timeout(tc, 10); /* ~0.5 s here; the old sort took over 30 s */
 	tcase_add_test(tc, byte_tokens_decode_only_their_own_form);
 	tcase_add_test(tc, many_special_tokens_load_and_match_longest_first);
+	tcase_add_test(tc, gpt2_needs_merges_and_the_smollm_pre_tokenizer);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
