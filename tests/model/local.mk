@@ -4,8 +4,8 @@ noinst_HEADERS += tests/model/modeldir.h
 
 # Test fixtures: a GGUF writer and a random-weight model built with it.
 check_LTLIBRARIES += tests/model/libmodelfixtures.la
-tests_model_libmodelfixtures_la_SOURCES = tests/model/gguf_write.c tests/model/randmodel.c
-noinst_HEADERS += tests/model/gguf_write.h tests/model/randmodel.h
+tests_model_libmodelfixtures_la_SOURCES = tests/model/gguf_write.c tests/model/randmodel.c tests/model/model_logits.c
+noinst_HEADERS += tests/model/gguf_write.h tests/model/randmodel.h tests/model/model_logits.h
 
 MODEL_TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 MODEL_TEST_LIBS = tests/model/libmodelfixtures.la examples/llama/libpkvmodel.la tests/daemon/libpkvtestlaunch.la \

@@ -16,6 +16,7 @@
 
 #include "../../examples/llama/llama.h"
 #include "gguf_write.h"
+#include "model_logits.h"
 #include "randmodel.h"
 #include "ref_quant_k.h"
 
@@ -113,34 +114,11 @@ START_TEST(matrices_convert_to_the_reference_bytes)
 }
 END_TEST
 
-/* Logits of every position of n random tokens through a fresh in-process cache. */
 static float *run(const char *p, uint32_t n, unsigned seed, uint32_t *vocab)
 {
-	struct llama m;
-	struct tpool *tp;
-	struct pkv_geometry geo;
-	struct pkv_attn a;
-	struct llama_ctx c;
-	uint32_t seq, nc, pos = 0;
-	int32_t toks[64];
-	ck_assert_msg(llama_load(&m, p) == 0, "%s", m.err);
-	ck_assert_uint_le(n, 64);
-	for (uint32_t i = 0; i < n; i++) {
-		seed = seed * 1103515245u + 12345u;
-		toks[i] = 3 + (int32_t)((seed >> 8) % (m.hp.n_vocab - 3));
-	}
-	float *out = malloc((size_t)n * m.hp.n_vocab * sizeof *out);
-	*vocab = m.hp.n_vocab;
-	ck_assert_int_eq(tpool_create(2, &tp), 0);
-	llama_geometry(&m, 16, 64, &geo);
-	ck_assert_int_eq(pkv_attn_ref_create(&geo, 0, tp, &a), 0);
-	ck_assert_int_eq(llama_ctx_init(&c, &m, &a, tp, n), 0);
-	ck_assert_int_eq(a.ops->seq_open(a.ctx, toks, n, &seq, &nc), 0);
-	ck_assert_int_eq(llama_forward(&c, &seq, &n, &pos, toks, 1, out, 1), 0);
-	llama_ctx_free(&c);
-	pkv_attn_destroy(&a);
-	tpool_destroy(tp);
-	llama_free(&m);
+	float *out = model_logits(p, n, seed, vocab, NULL);
+
+	ck_assert_msg(out != NULL, "%s: no logits", p);
 	return out;
 }
 
