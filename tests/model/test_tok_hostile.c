@@ -36,6 +36,7 @@ static void load(struct vocab_file *f, const char *const *text, const int32_t *t
 static void unload(struct vocab_file *f)
 {
 	tok_free(&f->t);
+	gguf_close(&f->g);
 	free(f->img);
 }
 
@@ -134,6 +135,7 @@ static int load_gpt2(const char *pre, int merges, char *err, size_t errlen)
 	r = tok_load(&t, &g, err, errlen);
 	if (!r)
 		tok_free(&t);
+	gguf_close(&g);
 	free(img);
 	return r;
 }
