@@ -422,6 +422,8 @@ int session_exec(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *
 int session_step_on_worker(const struct session *s, const struct pkv_sqe *e);
 /* Bytes of shared regions the uid's connections have mapped (for per-uid quotas). */
 int session_post(struct session *s, uint64_t ud, int32_t res, uint64_t p0, uint64_t p1);
+/* Free CQ entries (< 0: corrupted indices), read under cq_lock: the worker may be posting. Any thread. */
+int64_t session_cq_space(struct session *s);
 void session_set_err(struct session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void session_release(struct pkv_daemon *d, struct session *s);
 

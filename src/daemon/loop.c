@@ -401,16 +401,6 @@ static int sweep(struct pkv_daemon *d)
 	return n;
 }
 
-static int cq_has_room(struct session *s)
-{
-	int64_t space;
-
-	pthread_spin_lock(&s->cq_lock); /* the worker may be posting */
-	space = pkv_ring_space(&s->cq);
-	pthread_spin_unlock(&s->cq_lock);
-	return space != 0; /* corrupted indices (< 0): the sweep hangs it up */
-}
-
 /* Tells every client we sleep; returns 1 when work arrived meanwhile. */
 static int prepare_sleep(struct pkv_daemon *d)
 {
@@ -433,7 +423,7 @@ static int prepare_sleep(struct pkv_daemon *d)
 		 * the loop from ever sleeping, a core spent for as long as that
 		 * client stayed connected.
 		 */
-		if (a != 0 && !s->inflight && !s->open_fetch && cq_has_room(s))
+		if (a != 0 && !s->inflight && !s->open_fetch && session_cq_space(s) != 0) /* < 0: the sweep hangs it up */
 			work = 1;
 	}
 	pkv_store_relaxed(&d->loop_sleeping, 1);

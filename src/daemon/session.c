@@ -100,6 +100,16 @@ static void wake_cq(struct session *s)
 	pkv_ring_wake(&s->cq);
 }
 
+int64_t session_cq_space(struct session *s)
+{
+	int64_t space;
+
+	pthread_spin_lock(&s->cq_lock);
+	space = pkv_ring_space(&s->cq);
+	pthread_spin_unlock(&s->cq_lock);
+	return space;
+}
+
 /*
  * Posts one completion. Called by the loop and by the worker (attends, so a
  * result reaches the client without another thread hop); the region stays
@@ -1206,9 +1216,7 @@ int session_process(struct pkv_daemon *d, struct session *s)
 
 		if (avail == 0)
 			break;
-		pthread_spin_lock(&s->cq_lock); /* the worker may be posting */
-		space = pkv_ring_space(&s->cq);
-		pthread_spin_unlock(&s->cq_lock);
+		space = session_cq_space(s);
 		if (avail < 0 || space < 0) {
 			pkv_warn("client %u (uid %u, pid %d): ring indices corrupted; disconnecting", s->id, (unsigned)s->uid, (int)s->pid);
 			session_hangup(d, s);

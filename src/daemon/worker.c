@@ -455,9 +455,7 @@ static enum head head_of(struct session *s, struct pkv_sqe *e)
 	avail = pkv_ring_avail(&s->sq);
 	if (avail == 0)
 		return HEAD_EMPTY;
-	pthread_spin_lock(&s->cq_lock);
-	space = pkv_ring_space(&s->cq);
-	pthread_spin_unlock(&s->cq_lock);
+	space = session_cq_space(s);
 	if (avail < 0 || space < 0)
 		return HEAD_BAD;
 	if (space == 0)
