@@ -5,7 +5,7 @@ examples_llama_libpkvmodel_la_SOURCES = \
 	examples/llama/gguf.c examples/llama/quant.c examples/llama/quant_k.c examples/llama/convert.c \
 	examples/llama/quant_x86.c examples/llama/matmul.c \
 	examples/llama/gemm_vnni.c \
-	examples/llama/threadpool.c examples/llama/attn_ref.c examples/llama/llama.c examples/llama/tokenizer.c \
+	examples/llama/threadpool.c examples/llama/attn_ref.c examples/llama/llama.c examples/llama/tokenizer.c examples/llama/pretok.c \
 	examples/llama/sampler.c examples/llama/attn_daemon.c examples/llama/engine.c examples/llama/session.c \
 	examples/llama/opts.c
 examples_llama_libpkvmodel_la_CPPFLAGS = $(AM_CPPFLAGS) -DPKV_HAVE_CLIENT
@@ -13,7 +13,8 @@ examples_llama_libpkvmodel_la_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS)
 examples_llama_libpkvmodel_la_LIBADD = src/client/libpagedkv.la $(XXHASH_LIBS) $(PTHREAD_LIBS) $(LIBM)
 noinst_HEADERS += examples/llama/gguf.h examples/llama/quant.h examples/llama/matmul.h examples/llama/gemm_vnni.h \
 	examples/llama/threadpool.h examples/llama/attn.h examples/llama/llama.h examples/llama/tokenizer.h \
-	examples/llama/sampler.h examples/llama/engine.h examples/llama/session.h examples/llama/unicode_cats.h examples/llama/opts.h
+	examples/llama/sampler.h examples/llama/engine.h examples/llama/session.h examples/llama/unicode_cats.h examples/llama/opts.h \
+	examples/llama/pretok.h examples/llama/utf8.h
 EXTRA_DIST += examples/llama/gen_unicode.py
 
 bin_PROGRAMS += examples/llama/pkv-generate

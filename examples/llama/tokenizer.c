@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* SentencePiece-style and byte-level BPE tokenizers, driven entirely by the GGUF vocabulary. */
 #include "tokenizer.h"
-#include "unicode_cats.h"
+#include "pretok.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -94,50 +95,6 @@ static int cp_to_byte(uint32_t cp)
 	if (cp < 256 + 67)
 		return (int)(cp - 256 - 33 + 127);
 	return cp == 256 + 67 ? 173 : -1;
-}
-
-static size_t utf8_put(uint32_t cp, char *o)
-{
-	if (cp < 0x80) {
-		o[0] = (char)cp;
-		return 1;
-	}
-	if (cp < 0x800) {
-		o[0] = (char)(0xc0 | cp >> 6);
-		o[1] = (char)(0x80 | (cp & 63));
-		return 2;
-	}
-	if (cp < 0x10000) {
-		o[0] = (char)(0xe0 | cp >> 12);
-		o[1] = (char)(0x80 | ((cp >> 6) & 63));
-		o[2] = (char)(0x80 | (cp & 63));
-		return 3;
-	}
-	o[0] = (char)(0xf0 | cp >> 18);
-	o[1] = (char)(0x80 | ((cp >> 12) & 63));
-	o[2] = (char)(0x80 | ((cp >> 6) & 63));
-	o[3] = (char)(0x80 | (cp & 63));
-	return 4;
-}
-
-/* Decodes one code point; invalid bytes decode as themselves (length 1) so nothing is dropped. */
-static size_t utf8_get(const char *s, size_t len, uint32_t *cp)
-{
-	const uint8_t *u = (const uint8_t *)s;
-	size_t n = u[0] < 0x80 ? 1 : (u[0] >> 5) == 6 ? 2 : (u[0] >> 4) == 14 ? 3 : (u[0] >> 3) == 30 ? 4 : 0;
-	if (n == 0 || n > len) {
-		*cp = u[0] | 0x80000000u; /* marks a raw byte */
-		return 1;
-	}
-	for (size_t i = 1; i < n; i++)
-		if ((u[i] & 0xc0) != 0x80) {
-			*cp = u[0] | 0x80000000u;
-			return 1;
-		}
-	*cp = n == 1 ? u[0] : n == 2 ? (u[0] & 31u) << 6 | (u[1] & 63u)
-		: n == 3 ? (u[0] & 15u) << 12 | (u[1] & 63u) << 6 | (u[2] & 63u)
-		: (u[0] & 7u) << 18 | (u[1] & 63u) << 12 | (u[2] & 63u) << 6 | (u[3] & 63u);
-	return n;
 }
 
 /* ---- loading ---- */
@@ -247,7 +204,9 @@ int tok_load(struct tokenizer *t, const struct gguf *g, char *err, size_t errlen
 			t->eot = t->eos;
 	}
 	/* llama.cpp's defaults: SentencePiece adds BOS and a space prefix, GPT-2 BPE neither. */
-	if (gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos))
+	int bos_unsaid = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
+
+	if (bos_unsaid)
 		t->add_bos = t->kind == TOK_SPM;
 	if (gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix))
 		t->add_space_prefix = t->kind == TOK_SPM;
@@ -266,17 +225,18 @@ int tok_load(struct tokenizer *t, const struct gguf *g, char *err, size_t errlen
 	if (t->kind == TOK_BPE) {
 		struct gguf_str pre;
 
-		/*
-		 * The pre-tokenizer splits text before the merges, and each model family has its own
-		 * (digits, contractions, line breaks): another one's text would tokenize differently
-		 * with no error. Only SmolLM's is implemented; a file that names none gets it too.
-		 */
-		if (!gguf_get_str(g, "tokenizer.ggml.pre", &pre) && !gguf_str_eq(pre, "smollm")) {
-			snprintf(err, errlen, "gpt2 pre-tokenizer '%.*s' is not supported (smollm)",
+		/* Another family's pre-tokenizer would tokenize differently with no error (pretok.h):
+		 * an unknown one is refused. A file that names none gets SmolLM's, as it always did. */
+		t->pre = PRETOK_SMOLLM;
+		if (!gguf_get_str(g, "tokenizer.ggml.pre", &pre) && (t->pre = pretok_by_name(pre.s, pre.len)) < 0) {
+			snprintf(err, errlen,
+				 "gpt2 pre-tokenizer '%.*s' is not supported (smollm, gpt-2, llama-bpe, qwen2)",
 				 (int)(pre.len > 32 ? 32 : pre.len), pre.s);
 			r = -ENOTSUP;
 			goto err;
 		}
+		if (bos_unsaid && t->pre == PRETOK_LLAMA3)
+			t->add_bos = 1; /* Llama 3 begins every text with <|begin_of_text|> */
 		km = gguf_find(g, "tokenizer.ggml.merges");
 		if (!km || km->type != GGUF_ARRAY || km->arr_type != GGUF_STRING) {
 			snprintf(err, errlen, "gpt2 tokenizer without tokenizer.ggml.merges");
@@ -441,58 +401,36 @@ static void spm_text(const struct tokenizer *t, const char *text, size_t len, in
 	free(b);
 }
 
-/* ---- byte-level BPE with the SmolLM pre-tokenizer ----
- * llama.cpp's "smollm" pre-tokenizer (and HF's Digits(individual_digits) + ByteLevel): first every
- * \p{N} code point becomes its own chunk, then each chunk is split by the GPT-2 pattern
- *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- * so no lookahead crosses a digit: "\n\n1" is "\n\n" + "1". \p{L} and \p{N} come from
- * unicode_cats.h (generated, Unicode version there); \s is the White_Space property. */
+/* ---- byte-level BPE: the pieces of pretok.c, each merged on its own ---- */
 
-static int is_space(uint32_t c)
+/* The piece as one token when the pre-tokenizer takes whole vocabulary words without merges
+ * (pretok_ignores_merges): merging can end elsewhere than at a word the vocabulary has. */
+static int32_t bpe_whole_word(const struct tokenizer *t, const char *w, size_t len)
 {
-	return c == ' ' || (c >= 9 && c <= 13) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
-	       (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f ||
-	       c == 0x3000;
-}
+	char *m = malloc(2 * len); /* a byte's GPT-2 code point is below 0x800: two UTF-8 bytes */
+	size_t n = 0;
+	int32_t id;
 
-static int in_ranges(const struct ucat_range *r, size_t n, uint32_t c)
-{
-	size_t lo = 0, hi = n;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (c < r[mid].lo)
-			hi = mid;
-		else if (c > r[mid].hi)
-			lo = mid + 1;
-		else
-			return 1;
-	}
-	return 0;
-}
-
-/* \p{N}; a raw (invalid UTF-8) byte carries bit 31 and is in no category */
-static int is_number(uint32_t c)
-{
-	if (c < 0x80)
-		return c >= '0' && c <= '9';
-	return in_ranges(ucat_number, sizeof(ucat_number) / sizeof(ucat_number[0]), c);
-}
-
-/* \p{L} */
-static int is_letter(uint32_t c)
-{
-	if (c < 0x80)
-		return (c | 32) >= 'a' && (c | 32) <= 'z';
-	return in_ranges(ucat_letter, sizeof(ucat_letter) / sizeof(ucat_letter[0]), c);
+	if (!m)
+		return -1; /* then merged, as without the rule */
+	for (size_t i = 0; i < len; i++)
+		n += utf8_put(byte_cp((uint8_t)w[i]), m + n);
+	id = vocab_get(t, m, n);
+	free(m);
+	return id;
 }
 
 static void bpe_word(const struct tokenizer *t, const char *w, size_t len, struct obuf *o)
 {
 	/* map bytes to their GPT-2 code points; each starts as one symbol (a single-char token) */
 	size_t n = 0;
-	int32_t *ids = malloc(len * sizeof *ids);
+	int32_t *ids, whole;
+
+	if (pretok_ignores_merges((enum pretok)t->pre) && (whole = bpe_whole_word(t, w, len)) >= 0) {
+		push(o, whole);
+		return;
+	}
+	ids = malloc(len * sizeof *ids);
 	if (!ids) {
 		o->oom = 1;
 		return;
@@ -526,93 +464,28 @@ static void bpe_word(const struct tokenizer *t, const char *w, size_t len, struc
 	free(ids);
 }
 
-/* One chunk without \p{N} in it (bpe_text splits those off): the GPT-2 pattern, chunk end = text end. */
-static void bpe_chunk(const struct tokenizer *t, const char *s, size_t len, struct obuf *o)
+struct bpe_out {
+	const struct tokenizer *t;
+	struct obuf *o;
+};
+
+static void bpe_piece(void *ctx, const char *piece, size_t len)
 {
-	size_t i = 0;
-	while (i < len) {
-		uint32_t c, c2 = 0;
-		size_t l = utf8_get(s + i, len - i, &c), l2 = 0, j;
-		if (i + l < len)
-			l2 = utf8_get(s + i + l, len - i - l, &c2);
-		if (c == '\'' && i + 1 < len) {
-			static const char *const sfx[] = { "re", "ve", "ll", "s", "t", "m", "d" };
-			size_t k;
-			for (k = 0; k < 7; k++) {
-				size_t sl = strlen(sfx[k]);
-				if (i + 1 + sl <= len && !memcmp(s + i + 1, sfx[k], sl))
-					break;
-			}
-			if (k < 7) {
-				bpe_word(t, s + i, 1 + strlen(sfx[k]), o);
-				i += 1 + strlen(sfx[k]);
-				continue;
-			}
-		}
-		/* " ?X+" for X = letters or other symbols */
-		j = i;
-		uint32_t head = c;
-		if (c == ' ' && l2 && !is_space(c2)) {
-			j += l;
-			head = c2;
-		}
-		if (!is_space(head)) {
-			int letters = is_letter(head);
-			while (j < len) {
-				uint32_t d;
-				size_t dl = utf8_get(s + j, len - j, &d);
-				if (letters ? !is_letter(d) : (is_letter(d) || is_space(d)))
-					break;
-				j += dl;
-			}
-			bpe_word(t, s + i, j - i, o);
-			i = j;
-			continue;
-		}
-		/* whitespace run: \s+(?!\S) leaves the last space to prefix the next word; else \s+ */
-		size_t last = i;
-		j = i;
-		while (j < len) {
-			uint32_t d;
-			size_t dl = utf8_get(s + j, len - j, &d);
-			if (!is_space(d))
-				break;
-			last = j;
-			j += dl;
-		}
-		if (j < len && last > i)
-			j = last;
-		bpe_word(t, s + i, j - i, o);
-		i = j;
-	}
-}
+	struct bpe_out *b = ctx;
 
-static void bpe_text(const struct tokenizer *t, const char *s, size_t len, struct obuf *o)
-{
-	size_t start = 0, i = 0;
-
-	while (i < len) {
-		uint32_t c;
-		size_t l = utf8_get(s + i, len - i, &c);
-
-		if (is_number(c)) {
-			bpe_chunk(t, s + start, i - start, o);
-			bpe_word(t, s + i, l, o);
-			start = i + l;
-		}
-		i += l;
-	}
-	bpe_chunk(t, s + start, len - start, o);
+	bpe_word(b->t, piece, len, b->o);
 }
 
 static void encode_plain(const struct tokenizer *t, const char *s, size_t len, int first, struct obuf *o)
 {
+	struct bpe_out b = { t, o };
+
 	if (!len)
 		return;
 	if (t->kind == TOK_SPM)
 		spm_text(t, s, len, first, o);
 	else
-		bpe_text(t, s, len, o);
+		pretok_split((enum pretok)t->pre, s, len, bpe_piece, &b);
 }
 
 int tok_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,

@@ -23,6 +23,7 @@ struct tokenizer {
 	int32_t byte_tok[256];   /* SPM byte fallback <0xXX>, -1 when absent */
 	int32_t bos, eos, unk, eot; /* eot: "<|im_end|>" when present, else eos */
 	int add_bos, add_space_prefix;
+	int pre;                 /* BPE: enum pretok, how text is split before the merges */
 	int32_t *special;        /* control / user-defined ids, longest text first */
 	uint32_t n_special;
 };

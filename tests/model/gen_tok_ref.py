@@ -10,9 +10,6 @@
 #   <text as UTF-8 hex> <id> <id> ...
 import sys
 
-import gguf
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-
 TEXTS = [
     # prose and punctuation
     "The quick brown fox jumps over the lazy dog.",
@@ -81,6 +78,10 @@ def field_ints(reader, name):
 
 
 def main():
+    import gguf
+    import tokenizers
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
     reader = gguf.GGUFReader(sys.argv[1])
     tokens = field_strs(reader, "tokenizer.ggml.tokens")
     merges = [tuple(m.split(" ", 1)) for m in field_strs(reader, "tokenizer.ggml.merges")]
@@ -94,7 +95,6 @@ def main():
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
                             for t, ty in zip(tokens, types) if ty in (3, 4)])
-    import tokenizers
     print("# SmolLM2-135M-Instruct tokenizer references: tests/model/gen_tok_ref.py, tokenizers "
           + tokenizers.__version__)
     for text in TEXTS:

@@ -127,3 +127,11 @@ tests_model_test_penalty_SOURCES = tests/model/test_penalty.c
 tests_model_test_penalty_CFLAGS = $(MODEL_TEST_CFLAGS)
 tests_model_test_penalty_LDADD = $(MODEL_TEST_LIBS)
 EXTRA_DIST += tests/data/stories260K.gguf tests/data/README.md
+
+# Byte-level BPE pre-tokenizers against an independent regex engine (tests/model/gen_pretok_ref.py).
+check_PROGRAMS += tests/model/test_pretok
+TESTS += tests/model/test_pretok
+tests_model_test_pretok_SOURCES = tests/model/test_pretok.c
+tests_model_test_pretok_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_pretok_LDADD = $(MODEL_TEST_LIBS)
+EXTRA_DIST += tests/model/gen_pretok_ref.py tests/data/pretok_ref.txt
