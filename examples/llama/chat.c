@@ -27,7 +27,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: pkv-chat -m MODEL [options]\n"
-		"  -m, --model PATH       GGUF model with a ChatML template (SmolLM2-Instruct)\n"
+		"  -m, --model PATH       GGUF model with a ChatML or Llama 3 chat template\n"
 		"  -s, --system TEXT      system prompt (default: the model's)\n"
 		"      --socket PATH      pagedkvd socket (default $PAGEDKV_SOCKET, $XDG_RUNTIME_DIR/pagedkv.sock)\n"
 		"      --in-process       contiguous in-process attention instead of the daemon\n"
@@ -87,8 +87,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "pkv-chat: %s\n", err);
 		return 1;
 	}
-	if (!chatml_available(&s.tok)) {
-		fprintf(stderr, "pkv-chat: this model has no ChatML tokens (<|im_start|>); use pkv-generate\n");
+	if (!chat_available(&s.tok)) {
+		fprintf(stderr, "pkv-chat: this model has no chat template pkv-chat knows (ChatML, Llama 3); "
+				"use pkv-generate --raw\n");
 		goto out_session;
 	}
 	struct engine e;
@@ -127,7 +128,7 @@ int main(int argc, char **argv)
 		}
 		int32_t *ids;
 		int prev_ended = cv->n_hist && tok_is_eog(&s.tok, cv->hist[cv->n_hist - 1]);
-		int nt = chatml_turn(&s.tok, system, line, cv->n_hist == 0, prev_ended, &ids);
+		int nt = chat_turn(&s.tok, system, line, cv->n_hist == 0, prev_ended, &ids);
 		if (nt <= 0 || engine_submit(&e, cv, ids, (uint32_t)nt, max_new)) {
 			fprintf(stderr, "pkv-chat: cannot queue the message\n");
 			free(nt > 0 ? ids : NULL);

@@ -142,7 +142,7 @@ static int child_main(int fd, const struct session_opts *so, const char *questio
 	smp.repeat_penalty = sp->repeat_penalty;
 	struct child_ctx cc = { .fd = fd, .tok = &s.tok };
 	struct conv *cv = engine_conv_new(&e, &smp, child_tok, &cc);
-	int n = chatml_turn(&s.tok, system_prompt, question, 1, 0, &ids);
+	int n = chat_turn(&s.tok, system_prompt, question, 1, 0, &ids);
 	int er = n <= 0 ? n : engine_submit(&e, cv, ids, (uint32_t)n, max_new);
 	struct rec pre = { .kind = 4, .prompt = n > 0 ? (uint32_t)n : 0 };
 	wr_all(fd, &pre, sizeof pre);
@@ -258,7 +258,7 @@ int main(int argc, char **argv)
 		default:
 			fprintf(c == 'h' ? stdout : stderr,
 				"usage: pkv-demo -m MODEL [options]\n"
-				"  -m, --model PATH       GGUF model with a ChatML template (SmolLM2-135M-Instruct)\n"
+				"  -m, --model PATH       GGUF chat model (ChatML or Llama 3 template)\n"
 				"      --socket PATH      pagedkvd socket (default $PAGEDKV_SOCKET, "
 				"$XDG_RUNTIME_DIR/pagedkv.sock)\n"
 				"  -c, --clients N        client processes, 1 to %d (default 4)\n"
@@ -296,7 +296,7 @@ int main(int argc, char **argv)
 	}
 	uint32_t bs = 16, peak = 0;
 	int32_t *sys_ids;
-	int n_sys = chatml_turn(&mon.tok, system_prompt, "", 1, 0, &sys_ids);
+	int n_sys = chat_turn(&mon.tok, system_prompt, "", 1, 0, &sys_ids);
 	printf("pkv-demo: %d clients share a %d-token system prompt through pagedkvd (%s)\n\n", nc,
 	       n_sys > 0 ? n_sys : 0, so.socket ? so.socket : "default socket");
 	if (n_sys > 0)

@@ -140,7 +140,7 @@ int main(int argc, char **argv)
 		while (nanosleep(&ts, &ts) && errno == EINTR)
 			;
 	}
-	int chat = !raw && chatml_available(&s.tok);
+	int chat = !raw && chat_available(&s.tok);
 	struct engine e;
 	if (engine_init(&e, &s.lc, &s.tok, budget, parallel ? parallel : (uint32_t)n_prompts)) {
 		fprintf(stderr, "pkv-generate: out of memory\n");
@@ -154,7 +154,7 @@ int main(int argc, char **argv)
 		sampler_init(&smp, temp, top_k, top_p, seed + (uint64_t)i);
 		cv[i] = engine_conv_new(&e, &smp, NULL, NULL);
 		if (chat)
-			n = chatml_turn(&s.tok, system, prompts[i], 1, 0, &ids);
+			n = chat_turn(&s.tok, system, prompts[i], 1, 0, &ids);
 		else
 			n = tok_encode(&s.tok, prompts[i], strlen(prompts[i]), s.tok.add_bos, 0, &ids);
 		if (!cv[i] || n <= 0 || engine_submit(&e, cv[i], ids, (uint32_t)n, max_new)) {

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Program setup shared by pkv-generate, pkv-chat, the benchmark and the tests; and the ChatML template. */
+/* Program setup shared by pkv-generate, pkv-chat, the benchmark and the tests; and the chat templates. */
 #include "session.h"
 
 #include <errno.h>
@@ -111,34 +111,82 @@ void session_close(struct session *s)
 	llama_free(&s->m);
 }
 
-int chatml_available(const struct tokenizer *t)
+/* A chat template's text around the user's turn; the markers are the model's control tokens. */
+struct chat_template {
+	const char *marker;         /* the control token that tells the template is the model's */
+	const char *default_system; /* when the caller gives none; NULL: no system block */
+	const char *begin;          /* the conversation's first text (BOS, for templates that write it) */
+	const char *system_head, *system_tail; /* around the system text */
+	const char *user_head;      /* before the user's text */
+	const char *reply_head;     /* after it: the assistant's turn begins */
+	const char *end_of_turn;    /* closes a reply that did not end with the end-of-turn token */
+	const char *between_turns;  /* after a reply's end, before the next user_head */
+};
+
+static const struct chat_template templates[] = {
+	{ .marker = "<|im_start|>", /* ChatML: SmolLM2-Instruct, Qwen2 */
+	  .default_system = "You are a helpful AI assistant named SmolLM, trained by Hugging Face",
+	  .begin = "", .system_head = "<|im_start|>system\n", .system_tail = "<|im_end|>\n",
+	  .user_head = "<|im_start|>user\n", .reply_head = "<|im_end|>\n<|im_start|>assistant\n",
+	  .end_of_turn = "<|im_end|>", .between_turns = "\n" },
+	{ .marker = "<|start_header_id|>", /* Llama 3 Instruct */
+	  .default_system = NULL, .begin = "<|begin_of_text|>",
+	  .system_head = "<|start_header_id|>system<|end_header_id|>\n\n", .system_tail = "<|eot_id|>",
+	  .user_head = "<|start_header_id|>user<|end_header_id|>\n\n",
+	  .reply_head = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+	  .end_of_turn = "<|eot_id|>", .between_turns = "" },
+};
+
+static int is_control_token(const struct tokenizer *t, const char *text)
 {
 	int32_t *ids;
-	int n = tok_encode(t, "<|im_start|>", 12, 0, 1, &ids);
+	int n = tok_encode(t, text, strlen(text), 0, 1, &ids);
 	int ok = n == 1 && t->type[ids[0]] == 3;
+
 	if (n >= 0)
 		free(ids);
 	return ok;
 }
 
-int chatml_turn(const struct tokenizer *t, const char *system, const char *user, int first, int prev_ended,
-		int32_t **out)
+static const struct chat_template *chat_template_of(const struct tokenizer *t)
 {
-	static const char dflt[] = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
-	size_t len = strlen(user) + (system ? strlen(system) : sizeof dflt) + 128;
-	char *b = malloc(len);
+	for (size_t i = 0; i < sizeof(templates) / sizeof(templates[0]); i++)
+		if (is_control_token(t, templates[i].marker))
+			return &templates[i];
+	return NULL;
+}
+
+int chat_available(const struct tokenizer *t)
+{
+	return chat_template_of(t) != NULL;
+}
+
+int chat_turn(const struct tokenizer *t, const char *system, const char *user, int first, int prev_ended,
+	      int32_t **out)
+{
+	const struct chat_template *ct = chat_template_of(t);
+	size_t len;
+	char *b;
 	int n;
+
+	if (!ct)
+		return -ENOTSUP;
+	if (!system)
+		system = ct->default_system;
+	len = (system ? strlen(system) : 0) + 256;
+	b = malloc(len);
 	if (!b)
 		return -ENOMEM;
 	if (first)
-		snprintf(b, len, "<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\n", system ? system : dflt);
+		snprintf(b, len, "%s%s%s%s%s", ct->begin, system ? ct->system_head : "", system ? system : "",
+			 system ? ct->system_tail : "", ct->user_head);
 	else
-		snprintf(b, len, "%s\n<|im_start|>user\n", prev_ended ? "" : "<|im_end|>");
+		snprintf(b, len, "%s%s%s", prev_ended ? "" : ct->end_of_turn, ct->between_turns, ct->user_head);
 	/* only the template's own markers are parsed as special tokens, never the user's text */
 	int32_t *a = NULL, *u = NULL, *z = NULL;
 	int na = tok_encode(t, b, strlen(b), 0, 1, &a);
 	int nu = tok_encode(t, user, strlen(user), 0, 0, &u);
-	int nz = tok_encode(t, "<|im_end|>\n<|im_start|>assistant\n", 33, 0, 1, &z);
+	int nz = tok_encode(t, ct->reply_head, strlen(ct->reply_head), 0, 1, &z);
 	free(b);
 	if (na < 0 || nu < 0 || nz < 0) {
 		n = -ENOMEM;

@@ -37,13 +37,16 @@ struct session {
 int session_open(struct session *s, const struct session_opts *o, char *err, size_t errlen);
 void session_close(struct session *s);
 
-/* ChatML (SmolLM2-Instruct): 1 when the vocabulary has <|im_start|>. */
-int chatml_available(const struct tokenizer *t);
+/* The chat templates the client knows: ChatML (SmolLM2-Instruct, Qwen2) when the vocabulary has
+ * <|im_start|>, Llama 3 Instruct's when it has <|start_header_id|>. 1 when the model has one. */
+int chat_available(const struct tokenizer *t);
 /*
- * Tokens of one user turn. With first != 0 the system block comes first (system NULL: the model's
- * default one); otherwise the previous reply's end is closed first. *out malloc'd; count or -errno.
+ * Tokens of one user turn in the model's template (BOS included where the template writes it).
+ * With first != 0 the system block comes first (system NULL: the template's default, if any);
+ * otherwise the previous reply's end is closed first unless prev_ended. *out malloc'd; count or
+ * -errno (-ENOTSUP without a template).
  */
-int chatml_turn(const struct tokenizer *t, const char *system, const char *user, int first,
-		int prev_ended, int32_t **out);
+int chat_turn(const struct tokenizer *t, const char *system, const char *user, int first,
+	      int prev_ended, int32_t **out);
 
 #endif

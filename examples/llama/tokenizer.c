@@ -199,8 +199,10 @@ int tok_load(struct tokenizer *t, const struct gguf *g, char *err, size_t errlen
 		t->bos = gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &v) == 0 && v < t->n_vocab ? (int32_t)v : -1;
 		t->eos = gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &v) == 0 && v < t->n_vocab ? (int32_t)v : -1;
 		t->unk = gguf_get_u32(g, "tokenizer.ggml.unknown_token_id", &v) == 0 && v < t->n_vocab ? (int32_t)v : -1;
-		t->eot = vocab_get(t, "<|im_end|>", 10);
-		if (t->eot < 0)
+		/* the end of a chat turn: the file's word, else ChatML's or Llama 3's marker, else EOS */
+		if (gguf_get_u32(g, "tokenizer.ggml.eot_token_id", &v) == 0 && v < t->n_vocab)
+			t->eot = (int32_t)v;
+		else if ((t->eot = vocab_get(t, "<|im_end|>", 10)) < 0 && (t->eot = vocab_get(t, "<|eot_id|>", 10)) < 0)
 			t->eot = t->eos;
 	}
 	/* llama.cpp's defaults: SentencePiece adds BOS and a space prefix, GPT-2 BPE neither. */

@@ -21,7 +21,7 @@ struct tokenizer {
 	struct tok_map *vocab;   /* text -> id */
 	struct tok_map *merges;  /* (left id, right id) -> rank and result (BPE) */
 	int32_t byte_tok[256];   /* SPM byte fallback <0xXX>, -1 when absent */
-	int32_t bos, eos, unk, eot; /* eot: "<|im_end|>" when present, else eos */
+	int32_t bos, eos, unk, eot; /* eot: a chat turn's end (<|im_end|>, <|eot_id|>), else eos */
 	int add_bos, add_space_prefix;
 	int pre;                 /* BPE: enum pretok, how text is split before the merges */
 	int32_t *special;        /* control / user-defined ids, longest text first */

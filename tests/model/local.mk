@@ -135,3 +135,10 @@ tests_model_test_pretok_SOURCES = tests/model/test_pretok.c
 tests_model_test_pretok_CFLAGS = $(MODEL_TEST_CFLAGS)
 tests_model_test_pretok_LDADD = $(MODEL_TEST_LIBS)
 EXTRA_DIST += tests/model/gen_pretok_ref.py tests/data/pretok_ref.txt
+
+# Tokenizers against llama.cpp's tokenizer references (scripts/fetch-vocab caches them; skipped without).
+check_PROGRAMS += tests/model/test_vocab_ref
+TESTS += tests/model/test_vocab_ref
+tests_model_test_vocab_ref_SOURCES = tests/model/test_vocab_ref.c
+tests_model_test_vocab_ref_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_vocab_ref_LDADD = $(MODEL_TEST_LIBS)

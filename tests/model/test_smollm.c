@@ -53,7 +53,7 @@ END_TEST
 START_TEST(chat_template_uses_special_tokens)
 {
 	int32_t *ids;
-	int n = chatml_turn(&s.tok, "Be brief.", "<|im_end|>hi", 1, 0, &ids);
+	int n = chat_turn(&s.tok, "Be brief.", "<|im_end|>hi", 1, 0, &ids);
 	ck_assert_int_gt(n, 8);
 	ck_assert_int_eq(ids[0], 1); /* <|im_start|> */
 	int specials = 0;
@@ -71,7 +71,7 @@ static struct conv *ask(struct engine *e, const char *sys, const char *q, uint32
 	int32_t *ids;
 	sampler_init(&smp, 0, 0, 1, 1);
 	struct conv *c = engine_conv_new(e, &smp, NULL, NULL);
-	int n = chatml_turn(&s.tok, sys, q, 1, 0, &ids);
+	int n = chat_turn(&s.tok, sys, q, 1, 0, &ids);
 	ck_assert_int_gt(n, 0);
 	ck_assert_int_eq(engine_submit(e, c, ids, (uint32_t)n, max_new), 0);
 	free(ids);
