@@ -114,7 +114,6 @@ void session_close(struct session *s)
 /* A chat template's text around the user's turn; the markers are the model's control tokens. */
 struct chat_template {
 	const char *marker;         /* the control token that tells the template is the model's */
-	const char *default_system; /* when the caller gives none; NULL: no system block */
 	const char *begin;          /* the conversation's first text (BOS, for templates that write it) */
 	const char *system_head, *system_tail; /* around the system text */
 	const char *user_head;      /* before the user's text */
@@ -125,17 +124,41 @@ struct chat_template {
 
 static const struct chat_template templates[] = {
 	{ .marker = "<|im_start|>", /* ChatML: SmolLM2-Instruct, Qwen2 */
-	  .default_system = "You are a helpful AI assistant named SmolLM, trained by Hugging Face",
 	  .begin = "", .system_head = "<|im_start|>system\n", .system_tail = "<|im_end|>\n",
 	  .user_head = "<|im_start|>user\n", .reply_head = "<|im_end|>\n<|im_start|>assistant\n",
 	  .end_of_turn = "<|im_end|>", .between_turns = "\n" },
 	{ .marker = "<|start_header_id|>", /* Llama 3 Instruct */
-	  .default_system = NULL, .begin = "<|begin_of_text|>",
+	  .begin = "<|begin_of_text|>",
 	  .system_head = "<|start_header_id|>system<|end_header_id|>\n\n", .system_tail = "<|eot_id|>",
 	  .user_head = "<|start_header_id|>user<|end_header_id|>\n\n",
 	  .reply_head = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
 	  .end_of_turn = "<|eot_id|>", .between_turns = "" },
 };
+
+/*
+ * The system text the model's own template writes when a conversation has none: the literal after
+ * the system head in tokenizer.chat_template, up to the end of the turn (SmolLM2's "You are a
+ * helpful AI assistant named SmolLM, ...", Qwen2.5's "You are Qwen, ..."). NULL when the template
+ * writes none out (no system block then).
+ */
+static char *default_system(const struct tokenizer *t, const struct chat_template *ct)
+{
+	const char *s = t->chat_template.s, *end = s + t->chat_template.len;
+	size_t hl = strlen(ct->system_head), tl = strlen(ct->end_of_turn);
+
+	for (; s && (size_t)(end - s) > hl + tl; s++) {
+		const char *p = s + hl, *q;
+
+		if (memcmp(s, ct->system_head, hl))
+			continue;
+		for (q = p; (size_t)(end - q) >= tl && memcmp(q, ct->end_of_turn, tl); q++)
+			if (!*q || strchr("{}'\"+\\", *q))
+				break; /* an expression or an escape: not a literal */
+		if (q > p && (size_t)(end - q) >= tl && !memcmp(q, ct->end_of_turn, tl))
+			return strndup(p, (size_t)(q - p));
+	}
+	return NULL;
+}
 
 static int is_control_token(const struct tokenizer *t, const char *text)
 {
@@ -165,18 +188,20 @@ int chat_turn(const struct tokenizer *t, const char *system, const char *user, i
 	      int32_t **out)
 {
 	const struct chat_template *ct = chat_template_of(t);
+	char *b, *dflt = NULL;
 	size_t len;
-	char *b;
 	int n;
 
 	if (!ct)
 		return -ENOTSUP;
-	if (!system)
-		system = ct->default_system;
+	if (!system && first)
+		system = dflt = default_system(t, ct);
 	len = (system ? strlen(system) : 0) + 256;
 	b = malloc(len);
-	if (!b)
+	if (!b) {
+		free(dflt);
 		return -ENOMEM;
+	}
 	if (first)
 		snprintf(b, len, "%s%s%s%s%s", ct->begin, system ? ct->system_head : "", system ? system : "",
 			 system ? ct->system_tail : "", ct->user_head);
@@ -188,6 +213,7 @@ int chat_turn(const struct tokenizer *t, const char *system, const char *user, i
 	int nu = tok_encode(t, user, strlen(user), 0, 0, &u);
 	int nz = tok_encode(t, ct->reply_head, strlen(ct->reply_head), 0, 1, &z);
 	free(b);
+	free(dflt);
 	if (na < 0 || nu < 0 || nz < 0) {
 		n = -ENOMEM;
 		goto out;

@@ -206,6 +206,8 @@ int tok_load(struct tokenizer *t, const struct gguf *g, char *err, size_t errlen
 			t->eot = t->eos;
 	}
 	/* llama.cpp's defaults: SentencePiece adds BOS and a space prefix, GPT-2 BPE neither. */
+	if (gguf_get_str(g, "tokenizer.chat_template", &t->chat_template))
+		t->chat_template = (struct gguf_str){ 0 };
 	int bos_unsaid = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
 
 	if (bos_unsaid)

@@ -24,6 +24,7 @@ struct tokenizer {
 	int32_t bos, eos, unk, eot; /* eot: a chat turn's end (<|im_end|>, <|eot_id|>), else eos */
 	int add_bos, add_space_prefix;
 	int pre;                 /* BPE: enum pretok, how text is split before the merges */
+	struct gguf_str chat_template; /* tokenizer.chat_template (Jinja source, into the mapping), or empty */
 	int32_t *special;        /* control / user-defined ids, longest text first */
 	uint32_t n_special;
 };

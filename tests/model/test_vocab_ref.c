@@ -167,6 +167,33 @@ START_TEST(llama3_chat_template)
 }
 END_TEST
 
+/* ChatML without a system text given: the one the model's own chat_template writes (Qwen2's file:
+ * "You are a helpful assistant"), not SmolLM2's. */
+START_TEST(chatml_default_system_from_the_file)
+{
+	char path[4200], err[256], text[256];
+	struct gguf g;
+	struct tokenizer t;
+	int32_t *ids;
+	size_t o = 0;
+	int n;
+
+	snprintf(path, sizeof path, "%s/ggml-vocab-qwen2.gguf", dir);
+	ck_assert_int_eq(gguf_open(&g, path), 0);
+	ck_assert_msg(tok_load(&t, &g, err, sizeof err) == 0, "%s", err);
+	n = chat_turn(&t, NULL, "hi", 1, 0, &ids);
+	ck_assert_int_gt(n, 3);
+	for (int i = 0; i < n; i++)
+		o += tok_piece(&t, ids[i], 1, text + o, sizeof text - 1 - o);
+	text[o] = 0;
+	ck_assert_str_eq(text, "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n<|im_start|>user\nhi"
+			       "<|im_end|>\n<|im_start|>assistant\n");
+	free(ids);
+	tok_free(&t);
+	gguf_close(&g);
+}
+END_TEST
+
 static int find_dir(void)
 {
 	const char *env = getenv("PKV_VOCAB_DIR"), *cache = getenv("PKV_MODEL_CACHE");
@@ -199,6 +226,7 @@ int main(void)
 	tcase_add_test(tc, llama_bpe);
 	tcase_add_test(tc, qwen2);
 	tcase_add_test(tc, llama3_chat_template);
+	tcase_add_test(tc, chatml_default_system_from_the_file);
 	suite_add_tcase(su, tc);
 	SRunner *sr = srunner_create(su);
 	srunner_run_all(sr, CK_NORMAL);
