@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Llama forward: RMSNorm, RoPE (normal pair layout), GQA attention through pkv_attn, SwiGLU. */
+/* Llama-family forward (llama, qwen2): RMSNorm, RoPE, GQA attention through pkv_attn, SwiGLU. */
 #include "llama.h"
 
 #include <errno.h>
@@ -60,9 +60,38 @@ static int get_vec(struct llama *m, const char *name, uint32_t n, float **out)
 	return 0;
 }
 
-static int hp_u32(struct llama *m, const char *key, uint32_t *v, uint32_t dflt)
+/* The model's metadata key "ARCH.suffix" (llama.embedding_length, qwen2.embedding_length...). */
+static const char *arch_key(const struct llama *m, const char *suffix, char *buf, size_t len)
 {
-	int r = gguf_get_u32(&m->g, key, v);
+	snprintf(buf, len, "%s.%s", m->arch->name, suffix);
+	return buf;
+}
+
+static int arch_u32(const struct llama *m, const char *suffix, uint32_t *v)
+{
+	char k[96];
+
+	return gguf_get_u32(&m->g, arch_key(m, suffix, k, sizeof k), v);
+}
+
+static int arch_f32(const struct llama *m, const char *suffix, float *v)
+{
+	char k[96];
+
+	return gguf_get_f32(&m->g, arch_key(m, suffix, k, sizeof k), v);
+}
+
+/* An optional bias vector: NULL when the file has none. */
+static int get_bias(struct llama *m, const char *name, uint32_t n, float **out)
+{
+	*out = NULL;
+	return gguf_tensor(&m->g, name) ? get_vec(m, name, n, out) : 0;
+}
+
+static int hp_u32(struct llama *m, const char *suffix, uint32_t *v, uint32_t dflt)
+{
+	char key[96];
+	int r = gguf_get_u32(&m->g, arch_key(m, suffix, key, sizeof key), v);
 	if (r == -ENOENT && dflt) {
 		*v = dflt;
 		return 0;
@@ -101,13 +130,15 @@ static int load_rope_scaling(struct llama *m, const char *path)
 	int r;
 
 	m->rope_pos_scale = 1.f;
-	if (!gguf_get_str(&m->g, "llama.rope.scaling.type", &type) && !gguf_str_eq(type, "none")) {
+	char k[96];
+
+	if (!gguf_get_str(&m->g, arch_key(m, "rope.scaling.type", k, sizeof k), &type) && !gguf_str_eq(type, "none")) {
 		if (!gguf_str_eq(type, "linear"))
 			return lfail(m, "%s: rope scaling '%.*s' is not supported (linear, rope_freqs)", path,
 				     (int)(type.len > 32 ? 32 : type.len), type.s);
-		if (gguf_get_f32(&m->g, "llama.rope.scaling.factor", &f))
-			return lfail(m, "%s: linear rope scaling without llama.rope.scaling.factor", path);
-	} else if (gguf_get_f32(&m->g, "llama.rope.scale_linear", &f)) {
+		if (arch_f32(m, "rope.scaling.factor", &f))
+			return lfail(m, "%s: linear rope scaling without %s.rope.scaling.factor", path, m->arch->name);
+	} else if (arch_f32(m, "rope.scale_linear", &f)) {
 		f = 1.f; /* the older key, absent: no scaling */
 	}
 	if (!(f >= 1.f && f <= 1024.f))
@@ -124,6 +155,16 @@ static int load_rope_scaling(struct llama *m, const char *path)
 	return 0;
 }
 
+/*
+ * The architectures: the same decoder, told apart by their metadata prefix, the rotary pair layout
+ * (llama: pairs (2i, 2i+1), as its converter permutes Q and K; qwen2: NeoX pairs (i, i + d/2)) and
+ * Qwen2's biases on Q, K and V.
+ */
+static const struct llama_arch archs[] = {
+	{ .name = "llama", .rope_neox = 0, .qkv_bias = 0 },
+	{ .name = "qwen2", .rope_neox = 1, .qkv_bias = 1 },
+};
+
 int llama_load(struct llama *m, const char *path)
 {
 	struct llama_hparams *hp = &m->hp;
@@ -136,17 +177,23 @@ int llama_load(struct llama *m, const char *path)
 		snprintf(m->err, sizeof m->err, "%s", m->g.err);
 		return r;
 	}
-	if (gguf_get_str(&m->g, "general.architecture", &arch) || !gguf_str_eq(arch, "llama")) {
-		r = lfail(m, "%s: only the llama architecture is supported", path);
+	if (gguf_get_str(&m->g, "general.architecture", &arch)) {
+		r = lfail(m, "%s: no general.architecture", path);
 		goto err;
 	}
-	if ((r = hp_u32(m, "llama.embedding_length", &hp->dim, 0)) ||
-	    (r = hp_u32(m, "llama.block_count", &hp->n_layers, 0)) ||
-	    (r = hp_u32(m, "llama.attention.head_count", &hp->n_heads, 0)) ||
-	    (r = hp_u32(m, "llama.feed_forward_length", &hp->ffn, 0)) ||
-	    (r = hp_u32(m, "llama.context_length", &hp->ctx, 2048)))
+	for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]) && !m->arch; i++)
+		if (gguf_str_eq(arch, archs[i].name))
+			m->arch = &archs[i];
+	if (!m->arch) {
+		r = lfail(m, "%s: architecture '%.*s' is not supported (llama, qwen2)", path,
+			  (int)(arch.len > 32 ? 32 : arch.len), arch.s);
 		goto err;
-	if (gguf_get_u32(&m->g, "llama.attention.head_count_kv", &hp->n_kv_heads))
+	}
+	if ((r = hp_u32(m, "embedding_length", &hp->dim, 0)) || (r = hp_u32(m, "block_count", &hp->n_layers, 0)) ||
+	    (r = hp_u32(m, "attention.head_count", &hp->n_heads, 0)) ||
+	    (r = hp_u32(m, "feed_forward_length", &hp->ffn, 0)) || (r = hp_u32(m, "context_length", &hp->ctx, 2048)))
+		goto err;
+	if (arch_u32(m, "attention.head_count_kv", &hp->n_kv_heads))
 		hp->n_kv_heads = hp->n_heads;
 	if (!hp->dim || !hp->n_layers || !hp->n_heads || !hp->n_kv_heads || hp->dim % hp->n_heads ||
 	    hp->n_heads % hp->n_kv_heads || hp->n_layers > 1024 || hp->dim > 65536 || hp->ffn > 1 << 20 ||
@@ -156,15 +203,15 @@ int llama_load(struct llama *m, const char *path)
 		goto err;
 	}
 	hp->head_dim = hp->dim / hp->n_heads;
-	if (gguf_get_u32(&m->g, "llama.rope.dimension_count", &hp->rope_dims))
+	if (arch_u32(m, "rope.dimension_count", &hp->rope_dims))
 		hp->rope_dims = hp->head_dim;
 	if (hp->rope_dims > hp->head_dim || hp->rope_dims % 2) {
 		r = lfail(m, "%s: rope dimension %u does not fit head dim %u", path, hp->rope_dims, hp->head_dim);
 		goto err;
 	}
-	if (gguf_get_f32(&m->g, "llama.rope.freq_base", &hp->rope_base))
+	if (arch_f32(m, "rope.freq_base", &hp->rope_base))
 		hp->rope_base = 10000.f;
-	if (gguf_get_f32(&m->g, "llama.attention.layer_norm_rms_epsilon", &hp->eps))
+	if (arch_f32(m, "attention.layer_norm_rms_epsilon", &hp->eps))
 		hp->eps = 1e-5f;
 	if ((r = load_rope_scaling(m, path)))
 		goto err;
@@ -206,6 +253,16 @@ int llama_load(struct llama *m, const char *path)
 		    (r = get_mat(m, T("ffn_down"), hp->dim, hp->ffn, &L->down, 0)))
 			goto err;
 #undef T
+#define B(s) (snprintf(name, sizeof name, "blk.%u." s ".bias", l), name)
+		if ((r = get_bias(m, B("attn_q"), qd, &L->bq)) || (r = get_bias(m, B("attn_k"), kd, &L->bk)) ||
+		    (r = get_bias(m, B("attn_v"), kd, &L->bv)))
+			goto err;
+		if (m->arch->qkv_bias && !(L->bq && L->bk && L->bv)) {
+			r = lfail(m, "%s: layer %u lacks the Q, K or V bias of the %s architecture", path, l,
+				  m->arch->name);
+			goto err;
+		}
+#undef B
 	}
 	{
 		/* The fingerprint covers the shapes and every weight byte: two files with the same
@@ -220,6 +277,8 @@ int llama_load(struct llama *m, const char *path)
 		/* (rope_freqs.weight is a tensor, hashed below; files without scaling keep their old id) */
 		if (m->rope_pos_scale != 1.f)
 			XXH3_64bits_update(st, &m->rope_pos_scale, sizeof m->rope_pos_scale);
+		if (m->arch->rope_neox) /* (llama files keep their old id) */
+			XXH3_64bits_update(st, m->arch->name, strlen(m->arch->name));
 		for (uint64_t i = 0; i < m->g.n_tensors; i++) {
 			const struct gguf_tensor *t = &m->g.tensors[i];
 			XXH3_64bits_update(st, t->name.s, t->name.len);
@@ -288,6 +347,9 @@ void llama_free(struct llama *m)
 				pkv_wmat_free_converted(ws[i]);
 			free(m->layers[l].attn_norm);
 			free(m->layers[l].ffn_norm);
+			free(m->layers[l].bq);
+			free(m->layers[l].bk);
+			free(m->layers[l].bv);
 		}
 	free(m->layers);
 	free(m->output_norm);
@@ -365,17 +427,30 @@ static void rmsnorm(float *out, const float *x, const float *w, uint32_t n, floa
 		out[i] = x[i] * ss * w[i];
 }
 
-/* Rotates pairs (2i, 2i+1) of every head by pos * base^(-2i/rope_dims). */
-static void rope_apply(float *v, uint32_t heads, uint32_t hd, uint32_t rd, const float *cs)
+/* Rotates pair i of every head by pos * base^(-2i/rope_dims): pairs (2i, 2i+1), or (i, i + rd/2) for
+ * NeoX. */
+static void rope_apply(float *v, uint32_t heads, uint32_t hd, uint32_t rd, const float *cs, int neox)
 {
+	uint32_t step = neox ? 1 : 2, other = neox ? rd / 2 : 1;
+
 	for (uint32_t h = 0; h < heads; h++) {
 		float *p = v + (size_t)h * hd;
 		for (uint32_t i = 0; i < rd / 2; i++) {
-			float c = cs[2 * i], s = cs[2 * i + 1], a = p[2 * i], b = p[2 * i + 1];
-			p[2 * i] = a * c - b * s;
-			p[2 * i + 1] = a * s + b * c;
+			float c = cs[2 * i], s = cs[2 * i + 1], *x = p + i * step, *y = x + other;
+			float a = *x, b = *y;
+
+			*x = a * c - b * s;
+			*y = a * s + b * c;
 		}
 	}
+}
+
+static void add_bias(float *v, const float *b, uint32_t n, uint32_t T)
+{
+	if (b)
+		for (uint32_t t = 0; t < T; t++)
+			for (uint32_t i = 0; i < n; i++)
+				v[(size_t)t * n + i] += b[i];
 }
 
 int llama_forward(struct llama_ctx *c, const uint32_t *seqs, const uint32_t *n_new, const uint32_t *pos0,
@@ -424,10 +499,15 @@ int llama_forward(struct llama_ctx *c, const uint32_t *seqs, const uint32_t *n_n
 			if ((r = pkv_matmul_n(c->tp, &c->mm, ws, ys, 3, c->xb, T, 0)))
 				goto err;
 		}
+		add_bias(c->q, L->bq, qd, T);
+		add_bias(c->k, L->bk, kd, T);
+		add_bias(c->v, L->bv, kd, T);
 		for (uint32_t t = 0; t < T; t++) {
 			const float *cs = c->rope + (size_t)t * hp->rope_dims;
-			rope_apply(c->q + (size_t)t * qd, hp->n_heads, hp->head_dim, hp->rope_dims, cs);
-			rope_apply(c->k + (size_t)t * kd, hp->n_kv_heads, hp->head_dim, hp->rope_dims, cs);
+			int neox = m->arch->rope_neox;
+
+			rope_apply(c->q + (size_t)t * qd, hp->n_heads, hp->head_dim, hp->rope_dims, cs, neox);
+			rope_apply(c->k + (size_t)t * kd, hp->n_kv_heads, hp->head_dim, hp->rope_dims, cs, neox);
 		}
 		if (c->attn->remote)
 			tpool_idle(c->tp);

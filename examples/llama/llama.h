@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* A llama-architecture model loaded from GGUF, and its batched forward pass over a pkv_attn. */
+/* A llama-family model (llama, qwen2) loaded from GGUF, and its batched forward pass over a pkv_attn. */
 #ifndef PKV_EX_LLAMA_H
 #define PKV_EX_LLAMA_H
 
@@ -15,13 +15,22 @@ struct llama_hparams {
 	float eps, rope_base;
 };
 
+/* What tells the supported architectures apart (llama.c). */
+struct llama_arch {
+	const char *name; /* general.architecture, and the prefix of its metadata keys */
+	int rope_neox;    /* rotary pairs (i, i + d/2) rather than (2i, 2i+1) */
+	int qkv_bias;     /* Q, K and V have biases (required) */
+};
+
 struct llama_layer {
 	float *attn_norm, *ffn_norm;
+	float *bq, *bk, *bv; /* Q/K/V biases (qwen2), NULL when the file has none */
 	struct wmat wq, wk, wv, wo, gate, up, down;
 };
 
 struct llama {
 	struct gguf g;
+	const struct llama_arch *arch;
 	struct llama_hparams hp;
 	struct llama_layer *layers;
 	struct wmat tok_embd, output;

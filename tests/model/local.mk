@@ -142,3 +142,11 @@ TESTS += tests/model/test_vocab_ref
 tests_model_test_vocab_ref_SOURCES = tests/model/test_vocab_ref.c
 tests_model_test_vocab_ref_CFLAGS = $(MODEL_TEST_CFLAGS)
 tests_model_test_vocab_ref_LDADD = $(MODEL_TEST_LIBS)
+
+# Each architecture's forward against llama.cpp's logits on random-weight models (gen_arch_ref.cpp).
+check_PROGRAMS += tests/model/test_arch_ref
+TESTS += tests/model/test_arch_ref
+tests_model_test_arch_ref_SOURCES = tests/model/test_arch_ref.c
+tests_model_test_arch_ref_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_arch_ref_LDADD = $(MODEL_TEST_LIBS)
+EXTRA_DIST += tests/model/gen_arch_ref.cpp tests/data/arch_logits_ref.txt

@@ -51,14 +51,15 @@ out:
 	return r;
 }
 
-static void add_norm(struct gguf_builder *b, const char *name, uint32_t n, uint64_t *s)
+/* An F32 vector of offset + spread * U(-1, 1): norms (1, 0.2) and biases (0, 0.5). */
+static void add_vec(struct gguf_builder *b, const char *name, uint32_t n, float offset, float spread, uint64_t *s)
 {
 	float *v = malloc(n * sizeof *v);
 	uint64_t ne[1] = { n };
 	if (!v)
 		return; /* the builder's size check will fail the load; the test reports it */
 	for (uint32_t i = 0; i < n; i++)
-		v[i] = 1.f + 0.2f * frand(s);
+		v[i] = offset + spread * frand(s);
 	gb_tensor(b, name, GGML_F32, ne, 1, v, n * sizeof *v);
 	free(v);
 }
@@ -68,7 +69,8 @@ int randmodel_write(const char *path, const struct randmodel_params *p)
 	struct gguf_builder b;
 	uint64_t s = p->seed | 1;
 	uint32_t hd = p->dim / p->n_heads, qd = p->dim, kd = p->n_kv_heads * hd;
-	char name[64];
+	const char *arch = p->arch ? p->arch : "llama";
+	char name[64], key[96];
 	int r = 0;
 	uint8_t *img;
 	size_t len;
@@ -91,19 +93,20 @@ int randmodel_write(const char *path, const struct randmodel_params *p)
 		types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 3 + 256 ? 6 : 1;
 	}
 	gb_init(&b, 32);
-	gb_kv_str(&b, "general.architecture", "llama");
-	gb_kv_u32(&b, "llama.embedding_length", p->dim);
-	gb_kv_u32(&b, "llama.block_count", p->n_layers);
-	gb_kv_u32(&b, "llama.attention.head_count", p->n_heads);
-	gb_kv_u32(&b, "llama.attention.head_count_kv", p->n_kv_heads);
-	gb_kv_u32(&b, "llama.feed_forward_length", p->ffn);
-	gb_kv_u32(&b, "llama.context_length", 4096);
-	gb_kv_u32(&b, "llama.rope.dimension_count", hd);
-	gb_kv_f32(&b, "llama.rope.freq_base", p->rope_base > 0 ? p->rope_base : 10000.f);
-	gb_kv_f32(&b, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+#define K(x) (snprintf(key, sizeof key, "%s." x, arch), key)
+	gb_kv_str(&b, "general.architecture", arch);
+	gb_kv_u32(&b, K("embedding_length"), p->dim);
+	gb_kv_u32(&b, K("block_count"), p->n_layers);
+	gb_kv_u32(&b, K("attention.head_count"), p->n_heads);
+	gb_kv_u32(&b, K("attention.head_count_kv"), p->n_kv_heads);
+	gb_kv_u32(&b, K("feed_forward_length"), p->ffn);
+	gb_kv_u32(&b, K("context_length"), 4096);
+	gb_kv_u32(&b, K("rope.dimension_count"), hd);
+	gb_kv_f32(&b, K("rope.freq_base"), p->rope_base > 0 ? p->rope_base : 10000.f);
+	gb_kv_f32(&b, K("attention.layer_norm_rms_epsilon"), 1e-5f);
 	if (p->rope_scaling) {
-		gb_kv_str(&b, "llama.rope.scaling.type", p->rope_scaling);
-		gb_kv_f32(&b, "llama.rope.scaling.factor", p->rope_factor);
+		gb_kv_str(&b, K("rope.scaling.type"), p->rope_scaling);
+		gb_kv_f32(&b, K("rope.scaling.factor"), p->rope_factor);
 	}
 	gb_kv_str(&b, "tokenizer.ggml.model", "llama");
 	gb_kv_arr_str(&b, "tokenizer.ggml.tokens", toks, p->n_vocab);
@@ -113,7 +116,7 @@ int randmodel_write(const char *path, const struct randmodel_params *p)
 	/* scales keep activations O(1) through the layers so logits are well conditioned */
 	if ((r = add_mat(&b, "token_embd.weight", p, p->n_vocab, p->dim, 1.f, &s)))
 		goto out_b;
-	add_norm(&b, "output_norm.weight", p->dim, &s);
+	add_vec(&b, "output_norm.weight", p->dim, 1.f, 0.2f, &s);
 	if (p->rope_freqs) {
 		uint64_t ne[1] = { hd / 2 };
 
@@ -124,8 +127,8 @@ int randmodel_write(const char *path, const struct randmodel_params *p)
 	for (uint32_t l = 0; l < p->n_layers; l++) {
 		float sa = 1.f / (float)p->dim, sf = 1.f / (float)p->ffn;
 #define N(x) (snprintf(name, sizeof name, "blk.%u." x ".weight", l), name)
-		add_norm(&b, N("attn_norm"), p->dim, &s);
-		add_norm(&b, N("ffn_norm"), p->dim, &s);
+		add_vec(&b, N("attn_norm"), p->dim, 1.f, 0.2f, &s);
+		add_vec(&b, N("ffn_norm"), p->dim, 1.f, 0.2f, &s);
 		if ((r = add_mat(&b, N("attn_q"), p, qd, p->dim, 3.f * sqrtf(sa), &s)) ||
 		    (r = add_mat(&b, N("attn_k"), p, kd, p->dim, 3.f * sqrtf(sa), &s)) ||
 		    (r = add_mat(&b, N("attn_v"), p, kd, p->dim, 1.7f * sqrtf(sa), &s)) ||
@@ -135,7 +138,15 @@ int randmodel_write(const char *path, const struct randmodel_params *p)
 		    (r = add_mat(&b, N("ffn_down"), p, p->dim, p->ffn, 1.7f * sqrtf(sf), &s)))
 			goto out_b;
 #undef N
+#define N(x) (snprintf(name, sizeof name, "blk.%u." x ".bias", l), name)
+		if (p->qkv_bias) {
+			add_vec(&b, N("attn_q"), qd, 0.f, 0.5f, &s);
+			add_vec(&b, N("attn_k"), kd, 0.f, 0.5f, &s);
+			add_vec(&b, N("attn_v"), kd, 0.f, 0.5f, &s);
+		}
+#undef N
 	}
+#undef K
 	if ((r = gb_finish(&b, &img, &len)))
 		goto out;
 	{

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Writes a small llama GGUF with random weights (and a byte-level SentencePiece vocabulary). */
+/* Writes a small llama-family GGUF with random weights (and a byte-level SentencePiece vocabulary). */
 #ifndef PKV_EX_RANDMODEL_H
 #define PKV_EX_RANDMODEL_H
 
@@ -7,6 +7,8 @@
 #include <stdint.h>
 
 struct randmodel_params {
+	const char *arch;    /* general.architecture and the key prefix; NULL: "llama" */
+	int qkv_bias;        /* write Q, K and V biases (qwen2) */
 	uint32_t dim, n_layers, n_heads, n_kv_heads, ffn, n_vocab;
 	uint32_t wtype;      /* GGML type of the matrices (norms stay F32) */
 	int tied;            /* no output.weight: logits use token_embd */
