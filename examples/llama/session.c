@@ -143,10 +143,12 @@ static const struct chat_template templates[] = {
  */
 static char *default_system(const struct tokenizer *t, const struct chat_template *ct)
 {
-	const char *s = t->chat_template.s, *end = s + t->chat_template.len;
+	const char *s = t->chat_template.s, *end;
 	size_t hl = strlen(ct->system_head), tl = strlen(ct->end_of_turn);
 
-	for (; s && (size_t)(end - s) > hl + tl; s++) {
+	if (!t->chat_template.len)
+		return NULL;
+	for (end = s + t->chat_template.len; (size_t)(end - s) > hl + tl; s++) {
 		const char *p = s + hl, *q;
 
 		if (memcmp(s, ct->system_head, hl))

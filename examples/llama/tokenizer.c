@@ -202,12 +202,13 @@ int tok_load(struct tokenizer *t, const struct gguf *g, char *err, size_t errlen
 		/* the end of a chat turn: the file's word, else ChatML's or Llama 3's marker, else EOS */
 		if (gguf_get_u32(g, "tokenizer.ggml.eot_token_id", &v) == 0 && v < t->n_vocab)
 			t->eot = (int32_t)v;
-		else if ((t->eot = vocab_get(t, "<|im_end|>", 10)) < 0 && (t->eot = vocab_get(t, "<|eot_id|>", 10)) < 0)
+		else if ((t->eot = vocab_get(t, "<|im_end|>", 10)) < 0 &&
+			 (t->eot = vocab_get(t, "<|eot_id|>", 10)) < 0)
 			t->eot = t->eos;
 	}
-	/* llama.cpp's defaults: SentencePiece adds BOS and a space prefix, GPT-2 BPE neither. */
 	if (gguf_get_str(g, "tokenizer.chat_template", &t->chat_template))
 		t->chat_template = (struct gguf_str){ 0 };
+	/* llama.cpp's defaults: SentencePiece adds BOS and a space prefix, GPT-2 BPE neither. */
 	int bos_unsaid = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
 
 	if (bos_unsaid)
