@@ -16,7 +16,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: pkv-generate -m MODEL [options] [PROMPT...]\n"
-		"  -m, --model PATH       GGUF model (llama architecture)\n"
+		"  -m, --model PATH       GGUF model (llama or qwen2 architecture)\n"
 		"  -n, --max-new N        tokens to generate per prompt, 1 to 1048576 (default 64)\n"
 		"  -f, --file PATH        read prompts from PATH, one per line\n"
 		"      --socket PATH      pagedkvd socket (default $PAGEDKV_SOCKET, $XDG_RUNTIME_DIR/pagedkv.sock)\n"
