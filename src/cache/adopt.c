@@ -39,7 +39,8 @@ int pkv_cache_adopt(struct pkv_cache *c, struct pkv_key ns, struct pkv_key paren
 
 	if (!key_eq(parent, ns)) {
 		p = pkv_prefix_find(c, parent);
-		if (p < 0 || !c->blk[p].published)
+		/* A pending parent may be withdrawn: nothing is published under it (as in publish_new). */
+		if (p < 0 || !c->blk[p].published || c->blk[p].pending)
 			return -ENOENT;
 	}
 	if (pkv_prefix_find(c, key) >= 0)

@@ -117,10 +117,12 @@ int pkv_cache_seq_open_more(struct pkv_cache *c, uint32_t owner, uint32_t seq, c
  * sequence it waits for (a caller must not wait for its own producer).
  * A claim also lapses, and is withdrawn the same way, when the next
  * step_begin of a sequence waiting on it finds that the producer has made no
- * progress (claimed, begun a step, committed one) for inflight_lapse_ms, or
- * for 10 x that while the producer holds a step open: a producer that never
- * computes (a hostile client in a shared pool) cannot keep every later
- * client of the prefix waiting, nor keep its keys from being published. A
+ * progress (a claim, or a commit that settled a claimed block) for
+ * inflight_lapse_ms, or for 10 x that while the producer holds a step open,
+ * or that the waiting sequence itself has waited 10 x that since its open: a
+ * producer that never computes, or computes a token at a time (a hostile
+ * client in a shared pool), cannot keep every later client of the prefix
+ * waiting, nor keep its keys from being published. A
  * producer whose claims lapsed inside an open step still writes and commits
  * those blocks, as its own unshared ones.
  * Claims never outlive their producer, never hold unwritten KV readable by

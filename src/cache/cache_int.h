@@ -61,7 +61,8 @@ struct seq {
 	uint32_t wait_lo, wait_hi;
 	uint8_t cut;         /* cut back by a withdrawn claim: the next step_begin says -ESTALE once */
 	uint8_t settled;     /* opened with PKV_OPEN_SETTLED: its walk ignores pending blocks */
-	uint64_t progress_ns; /* last claim, step begin or commit: when its claims lapse (inflight.c) */
+	uint64_t progress_ns; /* its last claim, or commit that settled a claim: when its claims lapse */
+	uint64_t wait_since_ns; /* when it began to wait on another's claim: it waits 10 lapses at most */
 };
 
 struct owner {
@@ -228,7 +229,6 @@ uint32_t pkv_inflight_claim(struct pkv_cache *c, struct seq *s, const int32_t *t
 void pkv_inflight_withdraw(struct pkv_cache *c, struct seq *s, uint32_t from);
 int pkv_inflight_check(struct pkv_cache *c, struct seq *s, const struct pkv_step_req *r);
 void pkv_inflight_settle(struct pkv_cache *c, struct seq *s, uint32_t from, uint32_t to);
-void pkv_inflight_progress(const struct pkv_cache *c, struct seq *s);
 void pkv_inflight_abort(struct pkv_cache *c, struct seq *s);
 uint32_t pkv_inflight_trim(const struct pkv_cache *c, const int32_t *blk, uint32_t n);
 

@@ -22,8 +22,10 @@ void pkv_inflight_note_hits(struct pkv_cache *c, struct seq *s, uint32_t from, u
 {
 	for (uint32_t i = from; i < to; i++)
 		if (c->blk[s->tab[i]].pending) {
-			if (s->wait_lo == s->wait_hi)
+			if (s->wait_lo == s->wait_hi) {
 				s->wait_lo = i;
+				s->wait_since_ns = pkv_now_ns();
+			}
 			s->wait_hi = i + 1;
 			c->inflight_hit_tokens += c->bs;
 		}
@@ -78,13 +80,6 @@ uint32_t pkv_inflight_claim(struct pkv_cache *c, struct seq *s, const int32_t *t
 	if (got)
 		s->progress_ns = pkv_now_ns();
 	return got;
-}
-
-/* A step begun or committed: the sequence is computing, so its claims do not lapse yet. */
-void pkv_inflight_progress(const struct pkv_cache *c, struct seq *s)
-{
-	if (c->lim.inflight_claims)
-		s->progress_ns = pkv_now_ns();
 }
 
 /* Table entries the sequence's tokens fill, counting those its open step writes. */
@@ -167,15 +162,19 @@ void pkv_inflight_withdraw(struct pkv_cache *c, struct seq *s, uint32_t from)
 
 /*
  * Withdraws the claims of pending block b's producer from b on when the
- * producer has stalled (cache.h: inflight_lapse_ms). Returns whether it did.
+ * producer has stalled, or when the consumer s has waited on claims for 10
+ * lapses (cache.h: inflight_lapse_ms). Returns whether it did. Only a commit
+ * that settles a claimed block is progress: a producer stepping a token at a
+ * time keeps no one waiting for long, nor does one that settles a block now
+ * and then.
  */
-static bool lapse(struct pkv_cache *c, int32_t b)
+static bool lapse(struct pkv_cache *c, const struct seq *s, int32_t b)
 {
 	struct seq *p = &c->seqs[c->blk[b].producer];
-	uint64_t limit = (uint64_t)c->lim.inflight_lapse_ms * 1000000ull * (p->step ? 10 : 1);
+	uint64_t now = pkv_now_ns(), lapse_ns = (uint64_t)c->lim.inflight_lapse_ms * 1000000ull;
 	uint32_t i;
 
-	if (pkv_now_ns() - p->progress_ns <= limit)
+	if (now - p->progress_ns <= lapse_ns * (p->step ? 10 : 1) && now - s->wait_since_ns <= 10 * lapse_ns)
 		return false;
 	for (i = 0; i < p->nblk && p->tab[i] != b; i++)
 		;
@@ -205,7 +204,7 @@ int pkv_inflight_check(struct pkv_cache *c, struct seq *s, const struct pkv_step
 	for (int tries = 0; tries < 2; tries++) {
 		while (s->wait_lo < s->wait_hi && !c->blk[s->tab[s->wait_lo]].pending)
 			s->wait_lo++;
-		if (s->wait_lo == s->wait_hi || !lapse(c, s->tab[s->wait_lo]))
+		if (s->wait_lo == s->wait_hi || !lapse(c, s, s->tab[s->wait_lo]))
 			break;
 		/* The lapse cut s back (it held the withdrawn blocks): say so now, as for any withdrawal. */
 		if (s->cut) {
@@ -235,14 +234,19 @@ int pkv_inflight_check(struct pkv_cache *c, struct seq *s, const struct pkv_step
 /* At commit: the producer's pending blocks among table entries [from, to) are now whole. */
 void pkv_inflight_settle(struct pkv_cache *c, struct seq *s, uint32_t from, uint32_t to)
 {
+	bool settled = false;
+
 	for (uint32_t i = from; i < to && i < s->nblk; i++) {
 		struct blk *k = &c->blk[s->tab[i]];
 
 		if (own_claim(c, s, s->tab[i])) {
 			k->pending = 0;
 			k->producer = -1;
+			settled = true;
 		}
 	}
+	if (settled)
+		s->progress_ns = pkv_now_ns();
 }
 
 /*

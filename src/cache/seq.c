@@ -412,6 +412,7 @@ int pkv_cache_seq_fork(struct pkv_cache *c, uint32_t owner, uint32_t seq, uint32
 	s->len = p->len;
 	s->wait_lo = p->wait_lo < n ? p->wait_lo : n;
 	s->wait_hi = p->wait_hi < n ? p->wait_hi : n;
+	s->wait_since_ns = p->wait_since_ns;
 	o->nblocks += s->nblk;
 	*child = pkv_seq_handle(c, s);
 	return 0;

@@ -259,7 +259,6 @@ static void step_fill(struct pkv_cache *c, struct pkv_step *st, uint32_t i, stru
 	for (uint32_t j = nb; j < max_b; j++)
 		row[j] = -1;
 	s->step = st;
-	pkv_inflight_progress(c, s);
 }
 
 static void step_link(struct pkv_cache *c, struct pkv_step *st)
@@ -416,7 +415,6 @@ int pkv_cache_step_commit(struct pkv_cache *c, struct pkv_step *st)
 		s->len = r->old_len + r->n_new;
 		s->step = NULL;
 		pkv_inflight_settle(c, s, r->old_len / c->bs, s->len / c->bs);
-		pkv_inflight_progress(c, s);
 		pkv_prefix_publish_new(c, s, r->old_len / c->bs, s->len / c->bs);
 	}
 	step_unlink(c, st);

@@ -372,7 +372,6 @@ static void handle_attach(struct pkv_daemon *d, struct session *s, const struct 
 	s->ns = pkv_namespace(m->model_id, &m->geo,
 			      (p->flags & PKV_WIRE_POOL_SHARED) ? PKV_NS_SHARED : (uint32_t)s->uid,
 			      m->salt, m->salt_len);
-	tier_glue_attach(d, s);
 	reply(d, s, 0, 0, NULL);
 }
 

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "common/keyed_hash.h"
 #include "common/log.h"
 #include "daemon/daemon.h"
 #include "daemon/tier_glue.h"
@@ -14,24 +13,14 @@
 
 #define DEFAULT_BUDGET (10ull << 30)
 #define DEFAULT_WAIT_MS 200u
-#define NS_SLOTS 4096u            /* namespaces remembered per pool (power of two) */
-#define UID_UNKNOWN (PKV_NS_SHARED - 1)
 #define MAX_FETCH_BLOCKS 4096u
 #define BEHIND 64u                /* oldest LRU blocks kept queued for write-behind */
-
-/* Which uid a namespace belongs to: blocks carry only their namespace. */
-struct ns_uid {
-	struct pkv_key ns;
-	uint32_t uid, used;
-};
 
 struct tier_pool {
 	struct pkv_daemon *d;
 	struct pool *p;
 	int cls;                      /* the tier's class for this pool, < 0: not spilled */
 	int may_wait;                 /* flush or pool teardown: a full staging area is waited out */
-	struct ns_uid *ns;
-	uint32_t n_ns;
 	uint8_t *behind;              /* per block: a write-behind spill was queued (or the tier had it) */
 	int32_t blks[BEHIND];
 	struct pkv_evict_info info[BEHIND];
@@ -39,46 +28,15 @@ struct tier_pool {
 
 /* The daemon holds one tier; pools reach it through their glue. */
 static struct pkv_tier *g_tier;
-static struct pkv_hash_secret g_ns_secret;
 
-/* Namespaces carry client-chosen salts: a keyed slot, so no client can crowd one probe run. */
-static uint32_t ns_slot(struct pkv_key ns)
+/*
+ * The budget owner of a pool's blocks. Every namespace of a private pool is its owner's (only the
+ * owner can attach it) and every namespace of a shared pool is the shared scope, so the owner follows
+ * from the pool alone, never from a bounded table a client can flush with salts.
+ */
+static uint32_t pool_uid(const struct tier_pool *tp)
 {
-	return (uint32_t)pkv_keyed_hash128(&g_ns_secret, ns.lo, ns.hi) & (NS_SLOTS - 1);
-}
-
-static void ns_remember(struct tier_pool *tp, struct pkv_key ns, uint32_t uid)
-{
-	uint32_t i = ns_slot(ns);
-
-	/* Bounded: salts are client-chosen. Full, it starts over; forgotten ones count as unknown. */
-	if (tp->n_ns >= NS_SLOTS * 3 / 4) {
-		memset(tp->ns, 0, NS_SLOTS * sizeof(*tp->ns));
-		tp->n_ns = 0;
-	}
-	for (;; i = (i + 1) & (NS_SLOTS - 1)) {
-		struct ns_uid *e = &tp->ns[i];
-
-		if (e->used && e->ns.lo == ns.lo && e->ns.hi == ns.hi)
-			return;
-		if (!e->used) {
-			*e = (struct ns_uid){ ns, uid, 1 };
-			tp->n_ns++;
-			return;
-		}
-	}
-}
-
-static uint32_t ns_uid(const struct tier_pool *tp, struct pkv_key ns)
-{
-	for (uint32_t i = ns_slot(ns);; i = (i + 1) & (NS_SLOTS - 1)) {
-		const struct ns_uid *e = &tp->ns[i];
-
-		if (!e->used)
-			return UID_UNKNOWN;
-		if (e->ns.lo == ns.lo && e->ns.hi == ns.hi)
-			return e->uid;
-	}
+	return (tp->p->flags & PKV_WIRE_POOL_SHARED) ? PKV_NS_SHARED : (uint32_t)tp->p->owner_uid;
 }
 
 /* Record layout of KV: layer 0 K, layer 0 V, layer 1 K, ... one block's rows each. */
@@ -122,7 +80,7 @@ static void behind(struct tier_pool *tp, int32_t evicting)
 	for (uint32_t i = 0; i < n; i++) {
 		const struct pkv_evict_info *e = &tp->info[i];
 		int32_t b = tp->blks[i];
-		struct pkv_tier_block tb = { e->key, e->parent, e->ns, ns_uid(tp, e->ns), e->tokens };
+		struct pkv_tier_block tb = { e->key, e->parent, e->ns, pool_uid(tp), e->tokens };
 		int r;
 
 		if (b == evicting || tp->behind[b])
@@ -138,7 +96,7 @@ static void behind(struct tier_pool *tp, int32_t evicting)
 static void on_evict(void *ud, int32_t blk, const struct pkv_evict_info *e)
 {
 	struct tier_pool *tp = ud;
-	struct pkv_tier_block b = { e->key, e->parent, e->ns, ns_uid(tp, e->ns), e->tokens };
+	struct pkv_tier_block b = { e->key, e->parent, e->ns, pool_uid(tp), e->tokens };
 	void *kv;
 	int r;
 
@@ -186,7 +144,6 @@ int tier_glue_start(struct pkv_daemon *d)
 
 	if (!d->cfg.disk_cache[0])
 		return 0;
-	pkv_hash_secret_init(&g_ns_secret);
 	/* A file-size limit must fail a write (EFBIG, the tier stops spilling), not kill the daemon. */
 	signal(SIGXFSZ, SIG_IGN);
 	r = pkv_tier_open(&tc, &g_tier, why, sizeof(why));
@@ -221,15 +178,9 @@ void tier_glue_pool_created(struct pkv_daemon *d, struct pool *p)
 		return;
 	}
 	tp = calloc(1, sizeof(*tp));
-	if (tp) {
-		tp->ns = calloc(NS_SLOTS, sizeof(*tp->ns));
+	if (tp)
 		tp->behind = calloc(p->geo.num_blocks, 1);
-	}
-	if (!tp || !tp->ns || !tp->behind) {
-		if (tp) {
-			free(tp->ns);
-			free(tp->behind);
-		}
+	if (!tp || !tp->behind) {
 		free(tp);
 		pkv_warn("pool '%s': no memory for its disk tier glue", p->name);
 		return;
@@ -240,7 +191,6 @@ void tier_glue_pool_created(struct pkv_daemon *d, struct pool *p)
 	tp->cls = pkv_tier_class(g_tier, &fp);
 	if (tp->cls < 0) {
 		pkv_warn("pool '%s': disk tier refuses its blocks: %s", p->name, strerror(-tp->cls));
-		free(tp->ns);
 		free(tp->behind);
 		free(tp);
 		return;
@@ -264,7 +214,6 @@ void tier_glue_pool_destroy(struct pkv_daemon *d, struct pool *p)
 	static const struct pkv_key e_none;
 
 	pkv_tier_spill_forget(g_tier, tp, -1, e_none);
-	free(tp->ns);
 	free(tp->behind);
 	free(tp);
 	p->tier = NULL;
@@ -284,14 +233,6 @@ int tier_glue_cache_flush(struct pkv_daemon *d, struct pool *p)
 		pkv_tier_drain(g_tier);   /* the flush returns once its blocks are findable on disk */
 	}
 	return n;
-}
-
-void tier_glue_attach(struct pkv_daemon *d, struct session *s)
-{
-	(void)d;
-	if (s->pool && s->pool->tier)
-		ns_remember(s->pool->tier, s->ns,
-			    (s->pool->flags & PKV_WIRE_POOL_SHARED) ? PKV_NS_SHARED : (uint32_t)s->uid);
 }
 
 /* An open parked while the tier reads the part of its prefix that left RAM. */

@@ -19,8 +19,6 @@ void tier_glue_pool_created(struct pkv_daemon *d, struct pool *p);
 void tier_glue_pool_destroy(struct pkv_daemon *d, struct pool *p);
 /* pkv_cache_flush, spilling every block it drops (pagedkvctl flush); returns blocks dropped. */
 int tier_glue_cache_flush(struct pkv_daemon *d, struct pool *p);
-/* A client attached: remembers whose namespace s->ns is, for the per-uid budget. */
-void tier_glue_attach(struct pkv_daemon *d, struct session *s);
 /*
  * Before seq_open: when part of tokens' chain is on disk but not in RAM,
  * starts reading it and parks the open (s->open_fetch, returns 1); 0 when

@@ -40,6 +40,7 @@ struct tuid {
 	uint32_t uid;
 	int32_t head, tail;           /* oldest, newest */
 	uint64_t bytes, blocks;
+	uint64_t pending;             /* bytes of its spills taken off the queue and not yet indexed */
 };
 
 struct tcls {
@@ -241,7 +242,7 @@ static int uid_index(struct pkv_tier *t, uint32_t uid)
 		if (!t->uids)
 			return -ENOMEM;
 	}
-	t->uids[i] = (struct tuid){ uid, -1, -1, 0, 0 };
+	t->uids[i] = (struct tuid){ uid, -1, -1, 0, 0, 0 };
 	return (int)t->n_uids++;
 }
 
@@ -619,15 +620,17 @@ static int make_room(struct pkv_tier *t, struct spill *s)
 		return u;
 	if (rs > share)
 		return -EFBIG;
-	while (t->uids[u].bytes + rs > share)
+	/* In-flight spills count: a burst (write-behind, a pool's teardown) must not pass the share. */
+	while (t->uids[u].bytes + t->uids[u].pending + rs > share)
 		if (evict_one(t, u))
 			break;
 	while (t->bytes + t->pending_bytes + rs > t->cfg.budget)
 		if (evict_one(t, -1))
 			return -ENOSPC;
-	if (t->uids[u].bytes + rs > share)
+	if (t->uids[u].bytes + t->uids[u].pending + rs > share)
 		return -ENOSPC;
 	t->pending_bytes += rs;
+	t->uids[u].pending += rs;
 	return 0;
 }
 
@@ -644,8 +647,11 @@ static void put_done(struct pkv_tier *t, struct spill *s)
 {
 	struct tier_io *io = &s->io;
 	uint32_t rs = t->cls[s->cls].l.rec_size;
+	int u = uid_index(t, s->b.uid);   /* found: make_room added it */
 
 	t->pending_bytes -= rs;
+	if (u >= 0)
+		t->uids[u].pending -= rs;
 	if (io->res) {
 		t->skipped++;
 		if (io->res == -ENOSPC || io->res == -EFBIG || io->res == -EDQUOT || io->res == -EIO)

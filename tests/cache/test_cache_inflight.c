@@ -347,6 +347,95 @@ START_TEST(claim_lapses_inside_a_stalled_step)
 }
 END_TEST
 
+static void sleep_ms(long ms)
+{
+	nanosleep(&(struct timespec){ ms / 1000, (ms % 1000) * 1000000 }, NULL);
+}
+
+/*
+ * Steps that settle no claimed block are not progress: a producer that steps its claimed prompt a
+ * token at a time (a hostile client once held another uid 47 s this way, every one-token step
+ * counting) lapses as one that does nothing, however recent its last step.
+ */
+START_TEST(dripping_producer_lapses)
+{
+	struct pkv_cache *c = lapsing_cache(64, 20);
+	struct pkv_cache_stats st;
+	struct pkv_step *s;
+	int32_t t[N];
+	uint32_t a, b, nb;
+
+	test_prompt(t, N, 14);
+	burst(c, t, &a, &b, &nb);
+	ck_assert_int_eq(begin(c, PRODUCER, a, t, 1, &s), 0);
+	ck_assert_int_eq(test_commit(c, s), 0);
+	sleep_ms(25);
+	ck_assert_int_eq(begin(c, PRODUCER, a, t + 1, 1, &s), 0);   /* 0 ms ago, but nothing settled */
+	ck_assert_int_eq(test_commit(c, s), 0);
+	ck_assert_int_eq(begin(c, CONSUMER, b, t + 32, 8, &s), -ESTALE);
+	pkv_cache_stats(c, &st);
+	ck_assert_uint_eq(st.lapsed_claims, 1);
+	test_audit_clean(c);
+	produce(c, a, t, 2, N);
+	ck_assert_int_eq(begin(c, CONSUMER, b, t, N, &s), 0);
+	ck_assert_int_eq(test_commit(c, s), 0);
+	test_audit_clean(c);
+	pkv_cache_destroy(c);
+}
+END_TEST
+
+/*
+ * A producer that does settle its claims, a block now and then, holds a consumer ten lapses at most
+ * from when it began to wait: then the consumer computes the rest itself, though the producer's
+ * last settle is fresh.
+ */
+START_TEST(consumer_waits_ten_lapses_at_most)
+{
+	struct pkv_cache *c = lapsing_cache(64, 20);
+	struct pkv_step *s;
+	int32_t t[N];
+	uint32_t a, b, nb;
+
+	test_prompt(t, N, 15);
+	burst(c, t, &a, &b, &nb);
+	sleep_ms(210);
+	produce(c, a, t, 0, 16);   /* settles the first claim: progress, 0 ms ago */
+	ck_assert_int_eq(begin(c, CONSUMER, b, t + 32, 8, &s), -ESTALE);
+	ck_assert_int_eq(pkv_cache_seq_len(c, CONSUMER, b), 16);
+	test_audit_clean(c);
+	ck_assert_int_eq(begin(c, CONSUMER, b, t + 16, N - 16, &s), 0);
+	ck_assert_int_eq(test_commit(c, s), 0);
+	produce(c, a, t, 16, N);
+	test_audit_clean(c);
+	pkv_cache_destroy(c);
+}
+END_TEST
+
+/*
+ * Blocks read back from the disk tier are never adopted under a claimed, still pending parent: a
+ * withdrawal would leave them published under a freed block (pagedkvctl audit once found one).
+ */
+START_TEST(adopt_refuses_a_pending_parent)
+{
+	struct pkv_cache *c = claims_cache(64);
+	struct pkv_key last;
+	int32_t t[N], more[16];
+	int32_t blk;
+	uint32_t a, b, nb;
+
+	test_prompt(t, N, 16);
+	test_prompt(more, 16, 17);
+	burst(c, t, &a, &b, &nb);
+	ck_assert_uint_eq(pkv_cache_lookup(c, test_ns(1), t, N, &last), 2);   /* both claims, pending */
+	ck_assert_int_eq(pkv_cache_adopt(c, test_ns(1), last, more, &blk), -ENOENT);
+	produce(c, a, t, 0, N);
+	ck_assert_int_eq(pkv_cache_adopt(c, test_ns(1), last, more, &blk), 0);
+	pkv_cache_adopt_end(c, blk);
+	test_audit_clean(c);
+	pkv_cache_destroy(c);
+}
+END_TEST
+
 START_TEST(claims_off_by_default)
 {
 	struct pkv_cache *c = test_cache(64);
@@ -379,6 +468,9 @@ int main(void)
 	tcase_add_test(tc, claims_off_by_default);
 	tcase_add_test(tc, stalled_claim_lapses);
 	tcase_add_loop_test(tc, claim_lapses_inside_a_stalled_step, 0, 2);
+	tcase_add_test(tc, dripping_producer_lapses);
+	tcase_add_test(tc, consumer_waits_ten_lapses_at_most);
+	tcase_add_test(tc, adopt_refuses_a_pending_parent);
 	suite_add_tcase(s, tc);
 	return test_run(s);
 }
