@@ -235,12 +235,20 @@ static int take_lock(struct pkv_daemon *d)
 
 		d->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (d->lock_fd < 0) {
-			pkv_err("cannot open lock file %s: %s", path, strerror(errno));
-			return -errno;
+			int e = errno;
+
+			if (e == ENOENT)
+				pkv_err("the directory of socket %s does not exist", d->cfg.socket_path);
+			else
+				pkv_err("cannot open lock file %s: %s", path, strerror(e));
+			return -e;
 		}
 		if (flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
 			int e = errno;
 
+			/* Not ours: drop_lock must not unlink the running daemon's lock on our way out. */
+			close(d->lock_fd);
+			d->lock_fd = -1;
 			pkv_err("another pagedkvd is running on %s (lock %s held)", d->cfg.socket_path, path);
 			return e == EWOULDBLOCK ? -EADDRINUSE : -e;
 		}

@@ -204,7 +204,15 @@ START_TEST(test_second_daemon_on_same_socket_refused)
 	struct dmn second = D;
 	int st = dmn_run_to_exit(&second, NULL);
 
+	char lock[sizeof(D.sock) + 8];
+
 	/* It ran (not 127: exec failed) and refused (not 0) to take the socket. */
+	ck_assert_int_gt(st, 0);
+	ck_assert_int_ne(st, 127);
+	/* It left the first one's lock alone, so a third is refused too (one once took the socket). */
+	snprintf(lock, sizeof(lock), "%s.lock", D.sock);
+	ck_assert_int_eq(access(lock, F_OK), 0);
+	st = dmn_run_to_exit(&second, NULL);
 	ck_assert_int_gt(st, 0);
 	ck_assert_int_ne(st, 127);
 	/* The first one still serves. */
