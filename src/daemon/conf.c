@@ -58,7 +58,8 @@ const struct pkv_conf_key pkv_conf_keys[] = {
 	  .arg = "P", .flags = PKV_CONF_RELOAD,
 	  .help = "percent of a shared pool's blocks one uid may hold (when others are attached)" },
 	{ .key = "client_block_share", .type = PKV_CONF_UINT, F(uid_block_share), .lo = 1, .hi = 100,
-	  .arg = "P", .flags = PKV_CONF_RELOAD, .help = "old name of uid_block_share, now counted per uid" },
+	  .arg = "P", .flags = PKV_CONF_RELOAD | PKV_CONF_OLD_NAME,
+	  .help = "old name of uid_block_share, now counted per uid" },
 	{ .key = "uid_max_pins", .type = PKV_CONF_UINT, F(uid_max_pins), .lo = 0, .hi = 1u << 20, .def = "256",
 	  .arg = "N", .flags = PKV_CONF_RELOAD, .help = "prefix pins one uid may hold" },
 	{ .key = "uid_max_region", .type = PKV_CONF_SIZE, F(uid_max_region), .lo = 4096, .hi = 1ull << 50,
@@ -80,7 +81,7 @@ const struct pkv_conf_key pkv_conf_keys[] = {
 	  .def = "16", .arg = "N", .flags = PKV_CONF_RELOAD,
 	  .help = "connections one user may hold before their hello" },
 	{ .key = "max_arena_per_uid", .type = PKV_CONF_SIZE, F(uid_max_region), .lo = 4096, .hi = 1ull << 50,
-	  .arg = "SIZE", .flags = PKV_CONF_RELOAD, .help = "old name of uid_max_region" },
+	  .arg = "SIZE", .flags = PKV_CONF_RELOAD | PKV_CONF_OLD_NAME, .help = "old name of uid_max_region" },
 	/* disk tier (tier_glue.c, src/tier) */
 	{ .key = "disk_cache", .type = PKV_CONF_STRING, F(disk_cache), .arg = "DIR", .flags = PKV_CONF_ABSPATH,
 	  .help = "keep prefix blocks that leave RAM in DIR (an absolute path; none: no disk tier)" },
@@ -337,6 +338,13 @@ int pkv_config_set_key(struct pkv_config *cfg, const struct pkv_conf_key *k, con
 {
 	int r;
 
+	if (k->flags & PKV_CONF_OLD_NAME)
+		for (const struct pkv_conf_key *n = pkv_conf_keys; n < k; n++)
+			if (n->off == k->off && !(n->flags & PKV_CONF_OLD_NAME)) {
+				/* the meaning may have moved with the name (client_block_share: per uid now) */
+				pkv_warn("%s is an old name: use %s (%s)", name, n->key, n->help);
+				break;
+			}
 	r = set_one(cfg, k, k->off, name, value, why, why_len);
 	if (!r && k->also_off)
 		r = set_one(cfg, k, k->also_off, name, value, why, why_len);
@@ -386,6 +394,8 @@ void pkv_config_print(const struct pkv_config *cfg, FILE *f)
 	for (size_t i = 0; i < pkv_conf_nkeys; i++) {
 		const struct pkv_conf_key *k = &pkv_conf_keys[i];
 
+		if (k->flags & PKV_CONF_OLD_NAME)
+			continue; /* its value is the new name's, printed there */
 		pkv_config_format(cfg, k, v, sizeof(v));
 		fprintf(f, "\n# %s%s\n%s%s = %s\n", k->help, k->flags & PKV_CONF_RELOAD ? " (SIGHUP reloads it)" : "",
 			*v ? "" : "# ", k->key, v);

@@ -64,6 +64,7 @@ enum pkv_conf_type {
 enum {
 	PKV_CONF_RELOAD = 1 << 0,  /* SIGHUP applies a new value; others need a restart */
 	PKV_CONF_ABSPATH = 1 << 1, /* a string that must be an absolute path */
+	PKV_CONF_OLD_NAME = 1 << 2, /* an old name of the key before it with the same field: warns when used */
 };
 
 struct pkv_conf_key {

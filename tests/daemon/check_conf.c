@@ -140,6 +140,42 @@ START_TEST(test_per_uid_keys)
 }
 END_TEST
 
+/*
+ * The config file the service installs (systemd/pagedkvd.conf) loads, uses no old key name, and
+ * weakens no per-user limit below the built-in default: it once set client_block_share = 100, which
+ * became uid_block_share and let one user take every block of a shared pool on every service install.
+ */
+START_TEST(test_shipped_file_keeps_the_safe_defaults)
+{
+	struct pkv_config dflt, c;
+	char file[4200], why[256], line[512];
+	FILE *f;
+
+	snprintf(file, sizeof(file), "%s/systemd/pagedkvd.conf",
+		 getenv("PKV_TOP_SRCDIR") ? getenv("PKV_TOP_SRCDIR") : "..");
+	pkv_config_defaults(&dflt);
+	pkv_config_defaults(&c);
+	ck_assert_msg(pkv_config_load(&c, file, why, sizeof(why)) == 0, "%s", why);
+	ck_assert_uint_le(c.uid_block_share, dflt.uid_block_share);
+	ck_assert_uint_le(c.uid_budget_share, dflt.uid_budget_share);
+	ck_assert_uint_le(c.max_clients_per_uid, dflt.max_clients_per_uid);
+	ck_assert_uint_le(c.uid_max_seqs, dflt.uid_max_seqs);
+	ck_assert_uint_le(c.uid_max_region, dflt.uid_max_region);
+	f = fopen(file, "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f)) {
+		char key[128];
+		const struct pkv_conf_key *k;
+
+		if (sscanf(line, " %127[a-z_0-9] =", key) != 1)
+			continue;
+		k = pkv_config_find(key);
+		ck_assert_msg(k && !(k->flags & PKV_CONF_OLD_NAME), "%s: key %s is unknown or an old name", file, key);
+	}
+	fclose(f);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("daemon-conf");
@@ -152,6 +188,7 @@ int main(void)
 	tcase_add_test(t, test_isolation_keys);
 	tcase_add_test(t, test_values_are_range_checked);
 	tcase_add_test(t, test_per_uid_keys);
+	tcase_add_test(t, test_shipped_file_keeps_the_safe_defaults);
 	suite_add_tcase(s, t);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
