@@ -27,7 +27,7 @@ const struct pkv_conf_key pkv_conf_keys[] = {
 	{ .key = "pid_file", .type = PKV_CONF_STRING, F(pid_file), .arg = "PATH",
 	  .help = "write the daemon's pid here once it listens; removed at a clean stop" },
 	{ .key = "plugin_dir", .type = PKV_CONF_STRING, F(plugin_dir), .def = PKV_PLUGIN_DIR, .arg = "DIR",
-	  .help = "where backend plugins pkv_NAME.so live" },
+	  .help = "where backend plugins pkv_NAME.so live (default: $PAGEDKV_PLUGIN_DIR, else the installed one)" },
 	{ .key = "backend", .type = PKV_CONF_STRING, F(backend_varlen), .also_off = offsetof(struct pkv_config, backend_decode),
 	  .def = "cpu", .arg = "SPEC", .help = "plugin for both paths (a name in the plugin dir, or a path)" },
 	{ .key = "backend_varlen", .type = PKV_CONF_STRING, F(backend_varlen), .arg = "SPEC",
@@ -362,6 +362,10 @@ void pkv_config_defaults(struct pkv_config *cfg)
 	for (i = 0; i < pkv_conf_nkeys; i++)
 		if (pkv_conf_keys[i].def && pkv_config_set(cfg, pkv_conf_keys[i].key, pkv_conf_keys[i].def, why, sizeof(why)))
 			pkv_err("built-in default: %s", why); /* a bug in the table; check_conf catches it */
+	/* The environment is a default too: a config file or a flag still decides. */
+	if (getenv("PAGEDKV_PLUGIN_DIR") && *getenv("PAGEDKV_PLUGIN_DIR") &&
+	    pkv_config_set(cfg, "plugin_dir", getenv("PAGEDKV_PLUGIN_DIR"), why, sizeof(why)))
+		pkv_warn("$PAGEDKV_PLUGIN_DIR ignored: %s", why);
 }
 
 void pkv_config_format(const struct pkv_config *cfg, const struct pkv_conf_key *k, char *buf, size_t len)
