@@ -82,12 +82,18 @@ static const struct pkv_attn_ops daemon_ops = {
 int pkv_attn_daemon_create(const struct pkv_connect_opts *co, const struct pkv_pool_params *p,
 			   struct pkv_attn *out, char *err, size_t errlen)
 {
+	struct pkv_connect_opts o = PKV_CONNECT_OPTS_INIT;
 	struct pkv_client *c;
-	int r = pkv_connect(co, &c);
+	char why[320] = "";
+	int r;
+
+	if (co)
+		o = *co;
+	o.error_buf = why; /* the library names the socket it tried and what to do */
+	o.error_buf_len = sizeof(why);
+	r = pkv_connect(&o, &c);
 	if (r) {
-		snprintf(err, errlen, "cannot connect to pagedkvd%s%s: %s (start pagedkvd, or give its socket with --socket)",
-			 co && co->socket_path ? " at " : "", co && co->socket_path ? co->socket_path : "",
-			 strerror(-r)); /* a socket errno here, not a daemon status */
+		snprintf(err, errlen, "cannot connect to pagedkvd: %s", why[0] ? why : strerror(-r));
 		return r;
 	}
 	r = pkv_pool_attach(c, p);

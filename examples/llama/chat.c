@@ -72,15 +72,13 @@ int main(int argc, char **argv)
 		case 20: bad |= opt_kv_dtype(prog, "--kv-dtype", optarg, &so.kv_dtype); break;
 		case 't': bad |= opt_int(prog, "-t/--threads", optarg, 0, 1024, &so.threads); break;
 		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		default: return opt_refused(prog);
 		}
 	}
 	if (bad)
 		return 2;
-	if (!so.model) {
-		usage(stderr);
-		return 2;
-	}
+	if (!so.model)
+		return opt_need_model(prog);
 	so.offer_in_process = 1;
 	struct session s;
 	if (session_open(&s, &so, err, sizeof err)) {

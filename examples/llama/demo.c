@@ -254,10 +254,10 @@ int main(int argc, char **argv)
 		case 13: sp.temp = 0; sp.repeat_penalty = 1; break;
 		case 14: bad |= opt_float(prog, "--repeat-penalty", optarg, 1, 10, &sp.repeat_penalty); break;
 		case 15: staggered = 1; break;
-		case 'h':
 		default:
-			fprintf(c == 'h' ? stdout : stderr,
-				"usage: pkv-demo -m MODEL [options]\n"
+			return opt_refused(prog);
+		case 'h':
+			printf("usage: pkv-demo -m MODEL [options]\n"
 				"  -m, --model PATH       GGUF chat model (ChatML or Llama 3 template)\n"
 				"      --socket PATH      pagedkvd socket (default $PAGEDKV_SOCKET, "
 				"$XDG_RUNTIME_DIR/pagedkv.sock)\n"
@@ -275,16 +275,14 @@ int main(int argc, char **argv)
 				OPT_POOL_HELP
 				"  -h, --help             this text\n"
 				"Needs a running pagedkvd (scripts/demo starts one).\n", MAX_CLIENTS, REPEAT_PENALTY);
-			return c == 'h' ? 0 : 2;
+			return 0;
 		}
 	}
 	if (bad)
 		return 2;
 	nc = (int)nc32;
-	if (!so.model) {
-		fprintf(stderr, "pkv-demo: -m MODEL is required (scripts/fetch-model prints its path)\n");
-		return 2;
-	}
+	if (!so.model)
+		return opt_need_model(prog);
 	/* The parent attaches to the same pool to watch the blocks in use. */
 	struct session mon;
 	char err[512];

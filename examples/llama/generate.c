@@ -101,15 +101,13 @@ int main(int argc, char **argv)
 		case 'q': quiet = 1; break;
 		case 'S': stream = 1; break;
 		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		default: return opt_refused(prog);
 		}
 	}
 	if (bad)
 		return 2;
-	if (!so.model) {
-		usage(stderr);
-		return 2;
-	}
+	if (!so.model)
+		return opt_need_model(prog);
 	so.offer_in_process = 1;
 	if (file) {
 		char *e = read_line_list(file, &prompts, &n_prompts);

@@ -84,3 +84,16 @@ int opt_float(const char *prog, const char *flag, const char *arg, float lo, flo
 	*out = v;
 	return 0;
 }
+
+int opt_refused(const char *prog)
+{
+	fprintf(stderr, "%s: '%s --help' lists the options\n", prog, prog);
+	return 2;
+}
+
+int opt_need_model(const char *prog)
+{
+	fprintf(stderr, "%s: -m MODEL.gguf is required (scripts/fetch-model prints the path of SmolLM2-135M-Instruct)\n",
+		prog);
+	return 2;
+}

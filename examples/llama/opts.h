@@ -14,6 +14,11 @@ int opt_float(const char *prog, const char *flag, const char *arg, float lo, flo
 /* "f32", "f16" or "bf16" to its PKV_DTYPE_*, else a message naming the three and -1. */
 int opt_kv_dtype(const char *prog, const char *flag, const char *arg, uint32_t *out);
 
+/* After getopt refused a flag (it said which): where the list is. Returns the exit status, 2. */
+int opt_refused(const char *prog);
+/* No -m: what to pass. Returns the exit status, 2. */
+int opt_need_model(const char *prog);
+
 /* The sampling flags every program shares, for --help. */
 #define OPT_SAMPLING_HELP \
 	"      --temp T           sampling temperature, 0 to 10 (0: greedy)\n" \

@@ -25,6 +25,7 @@
 #include "daemon/sigbus.h"
 #include "daemon/tenant.h"
 #include "daemon/tier_glue.h"
+#include "pkv_paths.h"
 
 static void usage(FILE *f)
 {
@@ -156,7 +157,9 @@ static int parse_args(int argc, char **argv, struct pkv_config *cfg, int quiet)
 			case OPT_LIST_BACKENDS: list = 1; continue;
 			case 'h': usage(stdout); return 1;
 			case 'V': printf("pagedkvd %s (protocol %u)\n", PACKAGE_VERSION, PKV_PROTO_VERSION); return 1;
-			default: usage(stderr); return -1;
+			default: /* getopt said which flag */
+				fprintf(stderr, "pagedkvd: 'pagedkvd --help' lists the flags\n");
+				return -1;
 			}
 		}
 		k = &pkv_conf_keys[ki];

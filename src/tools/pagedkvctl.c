@@ -63,7 +63,9 @@ int main(int argc, char **argv)
 		}
 		case 'h': usage(stdout); return 0;
 		case 'd': disk = 1; break;
-		default: usage(stderr); return 2;
+		default: /* getopt said which flag */
+			fprintf(stderr, "pagedkvctl: 'pagedkvctl --help' lists the commands and flags\n");
+			return 2;
 		}
 	}
 	if (optind != argc - 1) {
@@ -89,7 +91,11 @@ int main(int argc, char **argv)
 
 		if (!sock)
 			pkv_default_socket_path(def, sizeof(def));
-		fprintf(stderr, "pagedkvctl: cannot connect to %s: %s\n", sock ? sock : def, strerror(-s));
+		fprintf(stderr, "pagedkvctl: cannot connect to %s: %s%s\n", sock ? sock : def, strerror(-s),
+			s == -ENOENT ? " (no pagedkvd runs there: start one, or name its socket with --socket or "
+				       "$PAGEDKV_SOCKET)"
+			: s == -ECONNREFUSED ? " (a stale socket: no pagedkvd listens there)"
+			: s == -EACCES ? " (the socket's group may connect: ask to be added to it)" : "");
 		return 2;
 	}
 	if (pkv_msg_send(s, &hello, sizeof(hello), NULL, 0) ||
