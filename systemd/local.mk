@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
-# systemd/: units, sysusers.d and tmpfiles.d snippets (installed where `pkg-config systemd` says, or
-# where --with-systemdsystemunitdir= puts them; nowhere with =no), and the service's config file.
+# systemd/: units, sysusers.d and tmpfiles.d snippets (where configure.ac decides: under the prefix,
+# or pkg-config systemd's places for --prefix=/usr; --with-*dir= choose, =no skips), and the config file.
 pagedkvconfdir = $(sysconfdir)/pagedkv
 dist_pagedkvconf_DATA = systemd/pagedkvd.conf
 EXTRA_DIST += systemd/pagedkvd.service.in systemd/pagedkvd.socket systemd/pagedkv.sysusers \
@@ -14,14 +14,24 @@ CLEANFILES += systemd/pagedkvd.service
 
 if HAVE_SYSTEMD
 systemdsystemunit_DATA = systemd/pagedkvd.service systemd/pagedkvd.socket
-sysusers_DATA = systemd/pagedkv.sysusers
-tmpfiles_DATA = systemd/pagedkv.tmpfiles
+endif
 # sysusers.d and tmpfiles.d want NAME.conf
-install-data-hook: install-systemd-snippets
-install-systemd-snippets:
+if HAVE_SYSUSERS
+sysusers_DATA = systemd/pagedkv.sysusers
+install-data-hook: install-sysusers
+install-sysusers:
 	cd $(DESTDIR)$(sysusersdir) && mv -f pagedkv.sysusers pagedkv.conf
+uninstall-hook: uninstall-sysusers
+uninstall-sysusers:
+	rm -f $(DESTDIR)$(sysusersdir)/pagedkv.conf
+endif
+if HAVE_TMPFILES
+tmpfiles_DATA = systemd/pagedkv.tmpfiles
+install-data-hook: install-tmpfiles
+install-tmpfiles:
 	cd $(DESTDIR)$(tmpfilesdir) && mv -f pagedkv.tmpfiles pagedkv.conf
-uninstall-hook:
-	rm -f $(DESTDIR)$(sysusersdir)/pagedkv.conf $(DESTDIR)$(tmpfilesdir)/pagedkv.conf
+uninstall-hook: uninstall-tmpfiles
+uninstall-tmpfiles:
+	rm -f $(DESTDIR)$(tmpfilesdir)/pagedkv.conf
 endif
 all-local: systemd/pagedkvd.service

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/msg.h"
 #include "daemon/conf.h"
+#include "pkv_paths.h"
 
 #define F(field) offsetof(struct pkv_config, field), sizeof(((struct pkv_config *)0)->field)
 

@@ -10,10 +10,7 @@
 #include <sys/stat.h>
 
 #include "loader/loader.h"
-
-#ifndef PKV_PLUGIN_DIR
-#define PKV_PLUGIN_DIR "/usr/local/lib/pagedkv"
-#endif
+#include "pkv_paths.h"
 
 /* Enumerating past this many backends means the plugin never says -ENOENT. */
 #define MAX_BACKENDS 64u

@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "loader/loader.h"
 #include "bench_stats.h"
+#include "pkv_paths.h"
 
 /* SmolLM2-135M attention shape. */
 #define L 30u

@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
 #include "common/clock.h"
+#include "pkv_paths.h"
 
 /* The victim: SmolLM2-135M's attention shape, decoding at a 512-token context. */
 #define L 30u

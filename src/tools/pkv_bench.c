@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include "pkv_paths.h"
 
 static const char *const subcommands[] = { "cache", "attn", "ipc", "e2e", "isolation", "tier" };
 
