@@ -435,16 +435,28 @@ static void bpe_word(const struct tokenizer *t, const char *w, size_t len, struc
 		push(o, whole);
 		return;
 	}
-	ids = malloc(len * sizeof *ids);
+	ids = malloc(3 * len * sizeof *ids);
 	if (!ids) {
 		o->oom = 1;
 		return;
 	}
 	for (size_t i = 0; i < len; i++) {
 		char u[4];
-		size_t l = utf8_put(byte_cp((uint8_t)w[i]), u);
-		int32_t id = vocab_get(t, u, l);
-		ids[n++] = id >= 0 ? id : (t->unk >= 0 ? t->unk : 0);
+		int32_t id = vocab_get(t, u, utf8_put(byte_cp((uint8_t)w[i]), u));
+
+		if (id >= 0) {
+			ids[n++] = id;
+			continue;
+		}
+		/*
+		 * A byte the vocabulary lacks (0xC0, 0xF5..0xFF: never in valid UTF-8) becomes U+FFFD's
+		 * three bytes, as llama.cpp reads invalid text; never the unknown id, which in GPT-2
+		 * vocabularies is a control token (SmolLM2's 0 is <|endoftext|>): user text cannot end a
+		 * document. Without those bytes either, the byte is dropped.
+		 */
+		for (const char *r = "\xef\xbf\xbd"; *r; r++)
+			if ((id = vocab_get(t, u, utf8_put(byte_cp((uint8_t)*r), u))) >= 0)
+				ids[n++] = id;
 	}
 	for (;;) {
 		int32_t best_rank = INT32_MAX, res = -1;

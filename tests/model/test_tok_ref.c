@@ -90,6 +90,36 @@ START_TEST(matches_reference_ids)
 }
 END_TEST
 
+/*
+ * Bytes that never occur in valid UTF-8 (SmolLM2's vocabulary has no symbol for 0xC0, 0xC1,
+ * 0xF5..0xFF) read as U+FFFD, as llama.cpp reads them (its ids below), and never as the unknown id:
+ * that is 0, <|endoftext|>, so user text could end the document.
+ */
+START_TEST(invalid_utf8_is_never_a_control_token)
+{
+	static const int32_t want[] = { 23633, 216, 24211, 24211, 15590 };
+	static const char bad[] = "invalid \xff\xfe bytes";
+	char text[4];
+	int32_t *ids;
+	int n;
+
+	n = tok_encode(&tok, bad, sizeof bad - 1, 0, 0, &ids);
+	ck_assert_int_eq(n, 5);
+	ck_assert_mem_eq(ids, want, sizeof want);
+	free(ids);
+	for (int b = 0x80; b < 0x100; b++) {
+		text[0] = 'a';
+		text[1] = (char)b;
+		text[2] = 'b';
+		n = tok_encode(&tok, text, 3, 0, 0, &ids);
+		ck_assert_int_gt(n, 0);
+		for (int i = 0; i < n; i++)
+			ck_assert_msg(tok.type[ids[i]] != 3, "byte 0x%02x became control token %d", b, ids[i]);
+		free(ids);
+	}
+}
+END_TEST
+
 /* Two loads at once share no mutable state (run under TSan to see a race; here: both work). */
 static void *load_one(void *arg)
 {
@@ -132,6 +162,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, matches_reference_ids);
 	tcase_add_test(tc, concurrent_loads);
+	tcase_add_test(tc, invalid_utf8_is_never_a_control_token);
 	suite_add_tcase(su, tc);
 	SRunner *sr = srunner_create(su);
 	srunner_run_all(sr, CK_NORMAL);
