@@ -92,6 +92,7 @@ const char *pkv_strerror(int err)
 	case -ENOENT: return "no such sequence (for this client), or from pkv_connect: no socket at the path";
 	case -ECONNREFUSED: return "no daemon listens on the socket (a stale socket?)";
 	case -ENOMEM: return "out of memory (arena or daemon budget)";
+	case -EDQUOT: return "over this user's share of the daemon's memory budget";
 	case -EINVAL: return "invalid argument";
 	case -ENOTCONN: return "not attached to a pool";
 	}

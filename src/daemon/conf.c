@@ -57,7 +57,7 @@ const struct pkv_conf_key pkv_conf_keys[] = {
 	  .arg = "N", .flags = PKV_CONF_RELOAD, .help = "sequences one uid may hold over all its connections" },
 	{ .key = "uid_block_share", .type = PKV_CONF_UINT, F(uid_block_share), .lo = 1, .hi = 100, .def = "50",
 	  .arg = "P", .flags = PKV_CONF_RELOAD,
-	  .help = "percent of a shared pool's blocks one uid may hold (when others are attached)" },
+	  .help = "percent of a shared pool's blocks one uid may hold" },
 	{ .key = "client_block_share", .type = PKV_CONF_UINT, F(uid_block_share), .lo = 1, .hi = 100,
 	  .arg = "P", .flags = PKV_CONF_RELOAD | PKV_CONF_OLD_NAME,
 	  .help = "old name of uid_block_share, now counted per uid" },
@@ -85,7 +85,7 @@ const struct pkv_conf_key pkv_conf_keys[] = {
 	  .arg = "SIZE", .flags = PKV_CONF_RELOAD | PKV_CONF_OLD_NAME, .help = "old name of uid_max_region" },
 	/* disk tier (tier_glue.c, src/tier) */
 	{ .key = "disk_cache", .type = PKV_CONF_STRING, F(disk_cache), .arg = "DIR", .flags = PKV_CONF_ABSPATH,
-	  .help = "keep prefix blocks that leave RAM in DIR (an absolute path; none: no disk tier)" },
+	  .help = "keep prefix blocks that leave RAM in DIR (an absolute path; default: none, no disk tier)" },
 	{ .key = "disk_budget", .type = PKV_CONF_SIZE, F(disk_budget), .lo = 1 << 20, .hi = 1ull << 50, .def = "10G",
 	  .arg = "SIZE", .help = "disk bytes for them" },
 	{ .key = "disk_uid_share", .type = PKV_CONF_UINT, F(disk_uid_share), .lo = 1, .hi = 100, .def = "100",
