@@ -155,8 +155,13 @@ int main(int argc, char **argv)
 			n = chat_turn(&s.tok, system, prompts[i], 1, 0, &ids);
 		else
 			n = tok_encode(&s.tok, prompts[i], strlen(prompts[i]), s.tok.add_bos, 0, &ids);
+		if (n == 0)
+			fprintf(stderr, "pkv-generate: prompt %d is empty (no tokens, and --raw adds no BOS here)\n", i);
 		if (!cv[i] || n <= 0 || engine_submit(&e, cv[i], ids, (uint32_t)n, max_new)) {
-			fprintf(stderr, "pkv-generate: cannot queue prompt %d\n", i);
+			if (n > 0)
+				fprintf(stderr, "pkv-generate: cannot queue prompt %d\n", i);
+			if (n >= 0)
+				free(ids);
 			goto out_engine;
 		}
 		free(ids);
@@ -183,14 +188,17 @@ int main(int argc, char **argv)
 		goto out_engine;
 	}
 	uint64_t gen_total = 0;
+	int failed = 0;
 	for (int i = 0; i < n_prompts; i++) {
+		failed += cv[i]->state == CONV_FAILED;
 		struct conv *k = cv[i];
 		gen_total += k->n_gen;
 		if (quiet)
 			continue;
 		printf("--- [%d] %s\n", i, prompts[i]);
 		if (k->state == CONV_FAILED)
-			printf("(failed: %s)\n", strerror(-k->err));
+			printf("(failed: %s)\n", k->err == -ENOSPC ? "the pool is full (a longer --ctx or fewer conversations)"
+							      : strerror(-k->err));
 		char piece[256];
 		for (uint32_t j = k->turn_start; j < k->n_hist; j++) {
 			size_t l = tok_piece(&s.tok, k->hist[j], 0, piece, sizeof piece);
@@ -217,7 +225,10 @@ int main(int argc, char **argv)
 		printf("cache: %u blocks, %u in use, %u cached, %u free; prefix hits %llu of %llu looked-up tokens\n",
 		       st.num_blocks, st.in_use_blocks, st.cached_blocks, st.free_blocks,
 		       (unsigned long long)st.prefix_hit_tokens, (unsigned long long)st.prefix_lookup_tokens);
-	rc = 0;
+	/* a conversation that failed is a failed run, whatever the others did */
+	rc = failed ? 1 : 0;
+	if (failed)
+		fprintf(stderr, "pkv-generate: %d of %d conversations failed\n", failed, n_prompts);
 out_engine:
 	free(cv);
 	engine_free(&e);
