@@ -65,8 +65,8 @@ struct pkv_plugin {
 };
 
 /*
- * Loads `spec` (a path containing '/', or a name looked up as
- * <plugin_dir>/pkv_<name>.so; plugin_dir NULL = $PAGEDKV_PLUGIN_DIR, else the
+ * Loads `spec` (a path containing '/' or ending in ".so", or a name looked up
+ * as <plugin_dir>/pkv_<name>.so; plugin_dir NULL = $PAGEDKV_PLUGIN_DIR, else the
  * install's plugin directory), picks the backend called `backend_name`
  * within it (NULL = index 0), checks its ABI and options and calls init
  * with options (NULL = none). On failure returns -errno and writes

@@ -47,8 +47,12 @@ static int resolve_path(const char *spec, const char *plugin_dir, char *path, si
 {
 	int n;
 
+	size_t sl = strlen(spec);
+
 	if (strchr(spec, '/')) {
 		n = snprintf(path, len, "%s", spec);
+	} else if (sl > 3 && !strcmp(spec + sl - 3, ".so")) {
+		n = snprintf(path, len, "./%s", spec); /* a file here; dlopen would search the library path */
 	} else {
 		if (!plugin_dir)
 			plugin_dir = getenv("PAGEDKV_PLUGIN_DIR");

@@ -79,6 +79,17 @@ START_TEST(name_resolves_in_plugin_dir)
 }
 END_TEST
 
+/* A file name ending in .so is a file in the current directory, not a name to wrap in pkv_*.so. */
+START_TEST(file_name_is_a_file_here)
+{
+	struct pkv_plugin p;
+	int ret = pkv_plugin_load("pkv_nosuch.so", NULL, "/opt/somewhere", NULL, host, &p, err, sizeof(err));
+
+	ck_assert_int_lt(ret, 0);
+	ck_assert_msg(strstr(err, "./pkv_nosuch.so: cannot open plugin"), "%s", err);
+}
+END_TEST
+
 START_TEST(not_a_shared_object)
 {
 	struct pkv_plugin p;
@@ -558,6 +569,7 @@ static Suite *loader_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, missing_file);
 	tcase_add_test(tc, name_resolves_in_plugin_dir);
+	tcase_add_test(tc, file_name_is_a_file_here);
 	tcase_add_test(tc, not_a_shared_object);
 	tcase_add_test(tc, no_symbol);
 	tcase_add_test(tc, bad_abi_version);
