@@ -44,6 +44,7 @@ struct opts {
 	int counts[8];
 	int profile;        /* print CPU time and context switches per thread to stderr */
 	int shared_only;    /* only the shared-prompt coalescing comparison */
+	int step_only;      /* only the 30-layer steps */
 };
 
 static int cmp_u64(const void *a, const void *b)
@@ -736,9 +737,11 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: pkv-bench ipc [--json] [--socket PATH] [--plugin-dir DIR] [--workers N]\n"
 		   "                     [--daemon-arg ARG]... [--quick] [--clients N,N...] [--profile] [--shared-only]\n"
+		   "                     [--step-only]\n"
 		   "  --clients: decoding client counts for the coalescing comparison (default 8).\n"
 		   "  --profile: CPU time and context switches of every daemon thread and client, to stderr.\n"
 		   "  --shared-only: only the coalescing comparison of clients sharing a system prompt.\n"
+		   "  --step-only: only the 30-layer step figure (step30_*; for profiling the daemon).\n"
 		   "  step30_*: 30-layer decode steps through the daemon and the same calls in-process,\n"
 		   "    10 alternating rounds; the overhead is the median of the rounds' ratios.\n"
 		   "  Without --socket (or $PAGEDKV_SOCKET) a private pagedkvd is started.\n"
@@ -754,7 +757,7 @@ int main(int argc, char **argv)
 		{ "workers", required_argument, NULL, 'w' },
 		{ "daemon-arg", required_argument, NULL, 'a' },
 		{ "clients", required_argument, NULL, 'c' }, { "profile", no_argument, NULL, 'P' },
-		{ "shared-only", no_argument, NULL, 'S' },
+		{ "shared-only", no_argument, NULL, 'S' }, { "step-only", no_argument, NULL, 'O' },
 		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
 	};
 	struct opts o = { 0 };
@@ -778,7 +781,7 @@ int main(int argc, char **argv)
 		snprintf(o.plugin_dir, sizeof(o.plugin_dir), "%s", PKV_PLUGIN_DIR);
 	o.socket = getenv("PAGEDKV_SOCKET");
 	snprintf(o.workers, sizeof(o.workers), "0");
-	while ((c = getopt_long(argc, argv, "js:p:qw:a:c:PSh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "js:p:qw:a:c:PSOh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'j': o.json = 1; break;
 		case 's': o.socket = optarg; break;
@@ -786,8 +789,11 @@ int main(int argc, char **argv)
 		case 'q': o.quick = 1; break;
 		case 'w': snprintf(o.workers, sizeof(o.workers), "%u", (unsigned)atoi(optarg)); break;
 		case 'a':
-			if (o.n_daemon_args < 8)
-				o.daemon_args[o.n_daemon_args++] = optarg;
+			if (o.n_daemon_args == 8) {
+				fprintf(stderr, "pkv-bench ipc: at most 8 --daemon-arg\n");
+				return 2;
+			}
+			o.daemon_args[o.n_daemon_args++] = optarg;
 			break;
 		case 'c':
 			o.n_counts = 0;
@@ -803,6 +809,7 @@ int main(int argc, char **argv)
 			break;
 		case 'P': o.profile = 1; break;
 		case 'S': o.shared_only = 1; break;
+		case 'O': o.step_only = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -821,21 +828,23 @@ int main(int argc, char **argv)
 		}
 		sock = priv.sock;
 	}
-	if (bench_noop(sock, &o, &res) || bench_attend(sock, &o, &res)) {
+	if (!o.step_only && (bench_noop(sock, &o, &res) || bench_attend(sock, &o, &res))) {
 		stop_daemon(&priv);
 		return 1;
 	}
 	res.have_step = !bench_step30(sock, &o, &res);
 	if (priv.pid)
 		stop_daemon(&priv);
-	res.have_coal = !bench_coalesce(&o, &res, 0);
-	res.have_coal_sh = !bench_coalesce(&o, &res, 1);
+	if (!o.step_only) {
+		res.have_coal = !bench_coalesce(&o, &res, 0);
+		res.have_coal_sh = !bench_coalesce(&o, &res, 1);
+	}
 report:
 	if (getloadavg(load, 1) != 1)
 		load[0] = -1;
 	if (o.json) {
 		printf("{\"loadavg_1m\":%.2f,", load[0]);
-		if (!o.shared_only)
+		if (!o.shared_only && !o.step_only)
 			printf("\"noop_rtt_hot_ns_p50\":%llu,\"noop_rtt_hot_ns_p99\":%llu,\"noop_rtt_cold_ns_p50\":%llu,"
 			       "\"attend_rtt_hot_ns_p50\":%llu,\"noop_ops_per_s\":%.0f,",
 			       (unsigned long long)res.noop_hot_p50, (unsigned long long)res.noop_hot_p99,
@@ -851,7 +860,7 @@ report:
 			print_coal_json("coalesce", &res.coal[res.coal_head], o.counts[res.coal_head]);
 			print_coal_by_clients("coalesce", res.coal, &o);
 			printf(",");
-		} else if (!o.shared_only)
+		} else if (!o.shared_only && !o.step_only)
 			printf("\"coalesce_speedup\":null,");
 		if (res.have_coal_sh) {
 			print_coal_json("coalesce_shared", &res.coal_sh[res.coal_sh_head], o.counts[res.coal_sh_head]);
@@ -860,14 +869,18 @@ report:
 			       SYS, SOWN, res.coal_sh_unshared);
 			print_coal_by_clients("coalesce_shared", res.coal_sh, &o);
 			printf("}\n");
-		} else
+		} else if (!o.step_only)
 			printf("\"coalesce_shared_speedup\":null}\n");
+		else
+			printf("\"step_only\":true}\n");
 		return 0;
 	}
 	printf("pkv-bench ipc (%s daemon; SmolLM2-135M attention shape, ctx %u; load average %.1f)\n",
 	       o.socket ? "given" : "private", CTX, load[0]);
 	if (o.shared_only)
 		goto shared;
+	if (o.step_only)
+		goto step;
 	printf("  no-op round trip, hot:   p50 %llu ns, p99 %llu ns   (target p50 <= 1000 ns)\n",
 	       (unsigned long long)res.noop_hot_p50, (unsigned long long)res.noop_hot_p99);
 	printf("  no-op round trip, cold:  p50 %llu ns               (target <= 30000 ns)\n",
@@ -875,6 +888,7 @@ report:
 	printf("  attend round trip, hot:  p50 %llu ns (decode, 1 seq, ctx %u)\n",
 	       (unsigned long long)res.attend_hot_p50, CTX);
 	printf("  no-op ops/s, batches of 64: %.0f          (target >= 1000000)\n", res.noop_ops);
+step:
 	if (res.have_step)
 		printf("  30-layer decode step: %.1f us via daemon, %.1f us in-process: overhead %.1f%% (target <= 5%%)\n",
 		       res.step_daemon_us, res.step_inproc_us, res.step_overhead_pct);
