@@ -41,6 +41,7 @@ struct tuid {
 	int32_t head, tail;           /* oldest, newest */
 	uint64_t bytes, blocks;
 	uint64_t pending;             /* bytes of its spills taken off the queue and not yet indexed */
+	uint32_t fetch_pages;         /* staging its fetches hold (until given back, or read if abandoned) */
 };
 
 struct tcls {
@@ -69,6 +70,7 @@ struct pkv_tier_fetch {
 	uint32_t n, pages, next_io, done_ios, ok;
 	uint32_t rec_size, kv_off;
 	int complete, abandoned, self;
+	int uidx;                     /* whose staging share it uses; -1: none (a check) */
 	int expired;                  /* its deadline passed before it completed (the caller was told) */
 	uint32_t lead;                /* leading records read and verified so far (a prefix of ok's) */
 	uint32_t told;                /* lead when the caller was last notified */
@@ -242,7 +244,7 @@ static int uid_index(struct pkv_tier *t, uint32_t uid)
 		if (!t->uids)
 			return -ENOMEM;
 	}
-	t->uids[i] = (struct tuid){ uid, -1, -1, 0, 0, 0 };
+	t->uids[i] = (struct tuid){ uid, -1, -1, 0, 0, 0, 0 };
 	return (int)t->n_uids++;
 }
 
@@ -672,10 +674,14 @@ static void put_done(struct pkv_tier *t, struct spill *s)
 	free(s);
 }
 
+/* Under mu. */
 static void fetch_free(struct pkv_tier *t, struct pkv_tier_fetch *f)
 {
-	if (f->buf)
+	if (f->buf) {
 		stage_free(t, f->buf, f->pages);
+		if (f->uidx >= 0)
+			t->uids[f->uidx].fetch_pages -= f->pages;
+	}
 	free(f->keys);
 	free(f->tokens);
 	free(f->res);
@@ -1222,6 +1228,7 @@ static int fetch_alloc(struct pkv_tier *t, const struct tcls *c, uint32_t n, str
 	*out = f;
 	if (!f)
 		return -ENOMEM;
+	f->uidx = -1;
 	f->n = n;
 	f->keys = malloc(n * sizeof(*f->keys));
 	f->tokens = malloc((size_t)n * c->fp.block_size * sizeof(*f->tokens));
@@ -1234,14 +1241,14 @@ static int fetch_alloc(struct pkv_tier *t, const struct tcls *c, uint32_t n, str
 }
 
 /* Queues the reads of the chain; returns how many blocks are being read (0: none, f is complete) or -errno. */
-static int fetch_queue(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_key parent,
+static int fetch_queue(struct pkv_tier *t, int cls, uint32_t uid, struct pkv_key ns, struct pkv_key parent,
 		       const struct pkv_key *keys, const int32_t *tokens, uint32_t n, unsigned timeout_ms,
 		       int wait, struct pkv_tier_fetch **out)
 {
 	struct pkv_tier_fetch *f;
 	const struct tcls *c;
-	uint32_t i, bs;
-	int r, p;
+	uint32_t i, bs, rec_pages, room;
+	int r, p, u;
 
 	*out = NULL;
 	if (cls < 0 || (uint32_t)cls >= t->n_cls || !n)
@@ -1278,13 +1285,26 @@ static int fetch_queue(struct pkv_tier *t, int cls, struct pkv_key ns, struct pk
 		f->complete = 1;
 		return 0;
 	}
-	f->pages = n * (c->l.rec_size / TIER_ALIGN);
-	p = stage_alloc(t, f->pages);
+	/*
+	 * One uid's fetches together hold at most half the staging, as one
+	 * fetch may: a uid opening many prompts whose prefixes are on disk
+	 * cannot take every staging page and leave the others' opens to
+	 * recompute theirs (a class's record is at most a quarter of it).
+	 */
+	u = uid_index(t, uid);
+	rec_pages = c->l.rec_size / TIER_ALIGN;
+	room = u < 0 ? 0 : t->n_pages / 2 - t->uids[u].fetch_pages;
+	if (n > room / rec_pages)
+		f->n = n = room / rec_pages;
+	f->pages = n * rec_pages;
+	p = n ? stage_alloc(t, f->pages) : -1;
 	if (p < 0) {
 		pthread_mutex_unlock(&t->mu);
 		f->complete = 1;
 		return -EAGAIN;
 	}
+	f->uidx = u;
+	t->uids[u].fetch_pages += f->pages;
 	f->buf = t->arena + (size_t)p * TIER_ALIGN;
 	for (i = 0; i < n; i++)
 		f->ios[i].buf = f->buf + (size_t)i * c->l.rec_size;
@@ -1308,11 +1328,11 @@ static int fetch_queue(struct pkv_tier *t, int cls, struct pkv_key ns, struct pk
 	return (int)n;
 }
 
-int pkv_tier_fetch_start(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_key parent,
+int pkv_tier_fetch_start(struct pkv_tier *t, int cls, uint32_t uid, struct pkv_key ns, struct pkv_key parent,
 			 const struct pkv_key *keys, const int32_t *tokens, uint32_t n, unsigned timeout_ms,
 			 struct pkv_tier_fetch **f)
 {
-	return fetch_queue(t, cls, ns, parent, keys, tokens, n, timeout_ms, 0, f);
+	return fetch_queue(t, cls, uid, ns, parent, keys, tokens, n, timeout_ms, 0, f);
 }
 
 int pkv_tier_fetch_poll(struct pkv_tier *t, struct pkv_tier_fetch *f)
@@ -1328,11 +1348,11 @@ int pkv_tier_fetch_poll(struct pkv_tier *t, struct pkv_tier_fetch *f)
 	return r;
 }
 
-int pkv_tier_fetch(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_key parent,
+int pkv_tier_fetch(struct pkv_tier *t, int cls, uint32_t uid, struct pkv_key ns, struct pkv_key parent,
 		   const struct pkv_key *keys, const int32_t *tokens, uint32_t n, unsigned timeout_ms,
 		   struct pkv_tier_fetch **out)
 {
-	int r = fetch_queue(t, cls, ns, parent, keys, tokens, n, timeout_ms, 1, out);
+	int r = fetch_queue(t, cls, uid, ns, parent, keys, tokens, n, timeout_ms, 1, out);
 
 	return r <= 0 ? r : pkv_tier_fetch_poll(t, *out);
 }

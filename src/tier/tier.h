@@ -123,8 +123,11 @@ uint32_t pkv_tier_probe(struct pkv_tier *t, int cls, const struct pkv_key *keys,
  * and ready (their bytes via pkv_tier_fetch_kv) or -errno; *f must be
  * given back with pkv_tier_fetch_done whatever the result (a fetch still in
  * flight after the timeout is finished and freed by the tier thread).
+ * uid is the requester: one uid's fetches not yet given back hold at most
+ * half the staging together, so n is cut to what is left of its half
+ * (-EAGAIN when not one record fits).
  */
-int pkv_tier_fetch(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_key parent,
+int pkv_tier_fetch(struct pkv_tier *t, int cls, uint32_t uid, struct pkv_key ns, struct pkv_key parent,
 		   const struct pkv_key *keys, const int32_t *tokens, uint32_t n, unsigned timeout_ms,
 		   struct pkv_tier_fetch **f);
 /*
@@ -142,7 +145,7 @@ int pkv_tier_fetch(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_ke
  * records already read and verified (NULL for the others). So a caller
  * may copy a prefix's head into its pool while the tail is being read.
  */
-int pkv_tier_fetch_start(struct pkv_tier *t, int cls, struct pkv_key ns, struct pkv_key parent,
+int pkv_tier_fetch_start(struct pkv_tier *t, int cls, uint32_t uid, struct pkv_key ns, struct pkv_key parent,
 			 const struct pkv_key *keys, const int32_t *tokens, uint32_t n, unsigned timeout_ms,
 			 struct pkv_tier_fetch **f);
 int pkv_tier_fetch_poll(struct pkv_tier *t, struct pkv_tier_fetch *f);

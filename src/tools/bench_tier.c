@@ -157,7 +157,7 @@ static double fetch_n(struct pkv_tier *t, int cls, const struct pkv_tier_fp *fp,
 			for (uint32_t k = 0; k < fp->block_size; k++)
 				tok[j * fp->block_size + k] = (int32_t)((base + c) * 131 + j * fp->block_size + k);
 		}
-		r = pkv_tier_fetch(t, cls, NS, NS, keys, tok, batch, 60000, &f);
+		r = pkv_tier_fetch(t, cls, 0, NS, NS, keys, tok, batch, 60000, &f);
 		if (r > 0)
 			*got += (uint64_t)r;
 		pkv_tier_fetch_done(t, f);
