@@ -247,7 +247,7 @@ static int bench_bandwidth(const struct opts *o, struct bw *res)
 {
 	double sp[16], fe[16], rw[16], rr[16], dw[16], dr[16], sb[16], qs[16], qb[16];
 	char dir[4200], why[256];
-	uint32_t runs = o->runs > 16 ? 16 : o->runs;
+	uint32_t runs = o->runs;   /* 1..16: main refuses more */
 	size_t rec;
 
 	for (uint32_t r = 0; r < runs; r++) {
@@ -604,7 +604,7 @@ static int bench_opens(const struct opts *o, struct opens *res)
 {
 	enum { F = 10 };
 	double v[F][16];
-	uint32_t runs = o->runs > 16 ? 16 : o->runs;
+	uint32_t runs = o->runs;   /* 1..16: main refuses more */
 
 	for (uint32_t i = 0; i < runs; i++) {
 		double *f[F] = { &res->cold_ms, &res->ram_ms, &res->disk_ms, &res->flush_ms, &res->attach_ms,
@@ -632,6 +632,7 @@ static void usage(FILE *f)
 		   "  --blocks N           SmolLM2-135M blocks (360 KiB) spilled and fetched per run (default 1024)\n"
 		   "  --batch N            blocks per fetch submission (default 64)\n"
 		   "  --qd N               I/O queue depth of the tier and of the reference loop (default 64)\n"
+		   "  --runs N             rounds, each figure their median (1..16, default 3)\n"
 		   "  --startup-blocks N   blocks on disk for the start-up figure (default 1000000; 0 = skip)\n"
 		   "  --startup-dir DIR    keep (and reuse) the start-up tier there instead of refilling it\n"
 		   "  --daemon PATH        pagedkvd for the 546-token open figure (with --plugin-dir: the cpu backend)\n");
@@ -673,6 +674,10 @@ int main(int argc, char **argv)
 	}
 	if (!o.batch || !o.qd || !o.runs || o.blocks < o.batch || o.batch > 4096) {
 		usage(stderr);
+		return 2;
+	}
+	if (o.runs > 16) {
+		fprintf(stderr, "pkv-bench tier: --runs takes 1..16\n");
 		return 2;
 	}
 	snprintf(base, sizeof(base), "%s/pkv-bench-tier.XXXXXX",
