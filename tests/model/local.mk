@@ -17,7 +17,7 @@ tests_model_test_stories_SOURCES = tests/model/test_stories.c
 tests_model_test_stories_CFLAGS = $(MODEL_TEST_CFLAGS)
 tests_model_test_stories_LDADD = $(MODEL_TEST_LIBS)
 
-noinst_HEADERS += tests/model/fixtures.h tests/model/daemon.h
+noinst_HEADERS += tests/model/fixtures.h tests/model/daemon.h tests/model/refdata.h
 
 check_PROGRAMS += tests/model/test_gguf
 TESTS += tests/model/test_gguf

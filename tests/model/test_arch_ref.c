@@ -15,6 +15,7 @@
 #include "../../examples/llama/gguf.h"
 #include "model_logits.h"
 #include "randmodel.h"
+#include "refdata.h"
 
 #define N_TOK 16
 #define SEED 7
@@ -60,10 +61,7 @@ static void check_model(const struct randmodel_params *p)
 		unlink(path);
 		rmdir(dir);
 	}
-	snprintf(path, sizeof path, "%s/tests/data/arch_logits_ref.txt",
-		 getenv("PKV_TOP_SRCDIR") ? getenv("PKV_TOP_SRCDIR") : "..");
-	f = fopen(path, "r");
-	ck_assert_msg(f != NULL, "cannot open %s", path);
+	f = refdata_open("arch_logits_ref.txt");
 	while (getline(&line, &cap, f) > 0) {
 		char *save, *arch = strtok_r(line, " \n", &save), *t;
 		const float *l;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../../examples/llama/pretok.h"
+#include "refdata.h"
 
 struct pieces {
 	size_t n, len[512];
@@ -42,15 +43,12 @@ static int unhex(const char *h, char *out, size_t cap)
 
 START_TEST(matches_reference_splits)
 {
-	char path[4096], *line = NULL, text[4096];
+	char *line = NULL, text[4096];
 	size_t cap = 0;
 	unsigned cases = 0, bad = 0, kinds_seen = 0;
 	FILE *f;
 
-	snprintf(path, sizeof path, "%s/tests/data/pretok_ref.txt",
-		 getenv("PKV_TOP_SRCDIR") ? getenv("PKV_TOP_SRCDIR") : "..");
-	f = fopen(path, "r");
-	ck_assert_msg(f != NULL, "cannot open %s", path);
+	f = refdata_open("pretok_ref.txt");
 	while (getline(&line, &cap, f) > 0) {
 		char *save, *name, *hex, *lens, *t;
 		struct pieces want = { 0 }, got = { 0 };

@@ -11,6 +11,7 @@
 #include "../../examples/llama/gguf.h"
 #include "../../examples/llama/tokenizer.h"
 #include "modeldir.h"
+#include "refdata.h"
 
 #define SMOL SMOLLM2_FILE
 
@@ -46,15 +47,12 @@ static int unhex(const char *h, size_t n, char *out)
 
 START_TEST(matches_reference_ids)
 {
-	char path[4096], *line = NULL;
+	char *line = NULL;
 	size_t cap = 0;
 	unsigned cases = 0, bad = 0;
 	FILE *f;
 
-	snprintf(path, sizeof path, "%s/tests/data/smollm2_tok_ref.txt",
-		 getenv("PKV_TOP_SRCDIR") ? getenv("PKV_TOP_SRCDIR") : "..");
-	f = fopen(path, "r");
-	ck_assert_msg(f != NULL, "cannot open %s", path);
+	f = refdata_open("smollm2_tok_ref.txt");
 	while (getline(&line, &cap, f) > 0) {
 		char *save, *hex, *t, text[4096];
 		int32_t want[2048], *ids = NULL;
@@ -72,14 +70,11 @@ START_TEST(matches_reference_ids)
 		ck_assert_int_ge(n, 0);
 		cases++;
 		if (n != nw || memcmp(ids, want, (size_t)n * sizeof(*ids))) {
+			char what[4200];
+
 			bad++;
-			fprintf(stderr, "# mismatch for \"%.*s\": got", len, text);
-			for (int i = 0; i < n; i++)
-				fprintf(stderr, " %d", ids[i]);
-			fprintf(stderr, "\n#   want");
-			for (int i = 0; i < nw; i++)
-				fprintf(stderr, " %d", want[i]);
-			fprintf(stderr, "\n");
+			snprintf(what, sizeof what, "\"%.*s\"", len, text);
+			refdata_ids_differ(what, ids, n, want, nw);
 		}
 		free(ids);
 	}

@@ -15,6 +15,7 @@
 #include "../../examples/llama/pretok.h"
 #include "../../examples/llama/session.h"
 #include "../../examples/llama/tokenizer.h"
+#include "refdata.h"
 
 static char dir[4096];
 
@@ -81,14 +82,11 @@ static unsigned check_vocab(const char *name, int want_pre, int want_bos)
 		n = tok_encode(&t, ip, len, 0, 0, &ids);
 		ck_assert_int_ge(n, 0);
 		if (n != nw || memcmp(ids, want, (size_t)n * sizeof(*ids))) {
+			char what[128];
+
 			bad++;
-			fprintf(stderr, "# %s: \"%.*s\" gives", name, (int)(len > 60 ? 60 : len), ip);
-			for (int i = 0; i < n; i++)
-				fprintf(stderr, " %d", ids[i]);
-			fprintf(stderr, ", the reference");
-			for (int i = 0; i < nw; i++)
-				fprintf(stderr, " %d", want[i]);
-			fprintf(stderr, "\n");
+			snprintf(what, sizeof what, "%s: \"%.*s\"", name, (int)(len > 60 ? 60 : len), ip);
+			refdata_ids_differ(what, ids, n, want, nw);
 		}
 		free(ids);
 		op = nl + 1;
