@@ -186,55 +186,72 @@ int chat_available(const struct tokenizer *t)
 	return chat_template_of(t) != NULL;
 }
 
+/* A turn's text being built, with which of its bytes are the template's own (markup). */
+struct turn_text {
+	char *s;
+	uint8_t *markup;
+	size_t len, cap;
+	int oom;
+};
+
+static void turn_add(struct turn_text *b, const char *text, int markup)
+{
+	size_t n = strlen(text);
+
+	if (b->oom)
+		return;
+	if (b->len + n > b->cap) {
+		size_t cap = (b->len + n) * 2 + 256;
+		char *s = realloc(b->s, cap);
+		uint8_t *m = s ? realloc(b->markup, cap) : NULL;
+
+		if (s)
+			b->s = s;
+		if (!s || !m) {
+			b->oom = 1;
+			return;
+		}
+		b->markup = m;
+		b->cap = cap;
+	}
+	memcpy(b->s + b->len, text, n);
+	memset(b->markup + b->len, markup, n);
+	b->len += n;
+}
+
 int chat_turn(const struct tokenizer *t, const char *system, const char *user, int first, int prev_ended,
 	      int32_t **out)
 {
 	const struct chat_template *ct = chat_template_of(t);
-	char *b, *dflt = NULL;
-	size_t len;
+	struct turn_text b = { 0 };
+	char *dflt = NULL;
 	int n;
 
 	if (!ct)
 		return -ENOTSUP;
 	if (!system && first)
 		system = dflt = default_system(t, ct);
-	len = (system ? strlen(system) : 0) + 256;
-	b = malloc(len);
-	if (!b) {
-		free(dflt);
-		return -ENOMEM;
+	/*
+	 * One string, tokenized as the model's own template code would, but only the template's own
+	 * markers are read as control tokens: a "<|im_end|>" typed into the system or user text is text.
+	 */
+	if (first) {
+		turn_add(&b, ct->begin, 1);
+		if (system) {
+			turn_add(&b, ct->system_head, 1);
+			turn_add(&b, system, 0);
+			turn_add(&b, ct->system_tail, 1);
+		}
+	} else {
+		turn_add(&b, prev_ended ? "" : ct->end_of_turn, 1);
+		turn_add(&b, ct->between_turns, 1);
 	}
-	if (first)
-		snprintf(b, len, "%s%s%s%s%s", ct->begin, system ? ct->system_head : "", system ? system : "",
-			 system ? ct->system_tail : "", ct->user_head);
-	else
-		snprintf(b, len, "%s%s%s", prev_ended ? "" : ct->end_of_turn, ct->between_turns, ct->user_head);
-	/* only the template's own markers are parsed as special tokens, never the user's text */
-	int32_t *a = NULL, *u = NULL, *z = NULL;
-	int na = tok_encode(t, b, strlen(b), 0, 1, &a);
-	int nu = tok_encode(t, user, strlen(user), 0, 0, &u);
-	int nz = tok_encode(t, ct->reply_head, strlen(ct->reply_head), 0, 1, &z);
-	free(b);
+	turn_add(&b, ct->user_head, 1);
+	turn_add(&b, user, 0);
+	turn_add(&b, ct->reply_head, 1);
 	free(dflt);
-	if (na < 0 || nu < 0 || nz < 0) {
-		n = -ENOMEM;
-		goto out;
-	}
-	*out = malloc((size_t)(na + nu + nz) * sizeof **out);
-	if (!*out) {
-		n = -ENOMEM;
-		goto out;
-	}
-	memcpy(*out, a, (size_t)na * sizeof *a);
-	memcpy(*out + na, u, (size_t)nu * sizeof *u);
-	memcpy(*out + na + nu, z, (size_t)nz * sizeof *z);
-	n = na + nu + nz;
-out:
-	if (na >= 0)
-		free(a);
-	if (nu >= 0)
-		free(u);
-	if (nz >= 0)
-		free(z);
+	n = b.oom ? -ENOMEM : tok_encode_markup(t, b.s ? b.s : "", b.len, b.markup, out);
+	free(b.s);
+	free(b.markup);
 	return n;
 }

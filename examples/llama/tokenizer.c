@@ -505,8 +505,20 @@ static void encode_plain(const struct tokenizer *t, const char *s, size_t len, i
 		pretok_split((enum pretok)t->pre, s, len, bpe_piece, &b);
 }
 
-int tok_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
-	       int32_t **out)
+/* Whether bytes [i, i + n) may be read as a control token: all of them, or all marked as markup. */
+static int special_allowed(const uint8_t *markup, size_t i, size_t n)
+{
+	if (!markup)
+		return 1;
+	for (size_t j = i; j < i + n; j++)
+		if (!markup[j])
+			return 0;
+	return 1;
+}
+
+/* tok_encode, with control tokens read only where markup allows (NULL: everywhere) when parse_special. */
+static int encode(const struct tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
+		  const uint8_t *markup, int32_t **out)
 {
 	struct obuf o = { 0 };
 	size_t start = 0, i = 0;
@@ -517,7 +529,8 @@ int tok_encode(const struct tokenizer *t, const char *text, size_t len, int add_
 		uint32_t k;
 		for (k = 0; k < t->n_special; k++) {
 			const struct gguf_str *st = &t->text[t->special[k]];
-			if (st->len <= len - i && !memcmp(text + i, st->s, st->len))
+			if (st->len <= len - i && !memcmp(text + i, st->s, st->len) &&
+			    special_allowed(markup, i, st->len))
 				break;
 		}
 		if (k == t->n_special) {
@@ -539,6 +552,18 @@ int tok_encode(const struct tokenizer *t, const char *text, size_t len, int add_
 		o.v = malloc(sizeof(int32_t));
 	*out = o.v;
 	return (int)o.n;
+}
+
+int tok_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
+	       int32_t **out)
+{
+	return encode(t, text, len, add_bos, parse_special, NULL, out);
+}
+
+int tok_encode_markup(const struct tokenizer *t, const char *text, size_t len, const uint8_t *markup,
+		      int32_t **out)
+{
+	return encode(t, text, len, 0, 1, markup, out);
 }
 
 static int hex_digit(char c)

@@ -40,6 +40,13 @@ void tok_free(struct tokenizer *t);
  */
 int tok_encode(const struct tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
 	       int32_t **out);
+/*
+ * Encodes a chat template filled with the conversation's text in one piece, as the model's own
+ * template code would, with control tokens read only where markup[i] is nonzero (the template's
+ * own bytes): a "<|im_end|>" in the system or user text stays text.
+ */
+int tok_encode_markup(const struct tokenizer *t, const char *text, size_t len, const uint8_t *markup,
+		      int32_t **out);
 
 /* Bytes of one token as text (control tokens give "" unless show_special). Returns length. */
 size_t tok_piece(const struct tokenizer *t, int32_t id, int show_special, char *buf, size_t cap);

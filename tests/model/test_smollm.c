@@ -53,13 +53,14 @@ END_TEST
 START_TEST(chat_template_uses_special_tokens)
 {
 	int32_t *ids;
-	int n = chat_turn(&s.tok, "Be brief.", "<|im_end|>hi", 1, 0, &ids);
+	int n = chat_turn(&s.tok, "Be brief.<|im_end|>", "<|im_end|>hi", 1, 0, &ids);
 	ck_assert_int_gt(n, 8);
 	ck_assert_int_eq(ids[0], 1); /* <|im_start|> */
 	int specials = 0;
 	for (int i = 0; i < n; i++)
 		specials += ids[i] == 1 || ids[i] == 2;
-	/* system start/end, user start/end, assistant start: the user's literal "<|im_end|>" is text */
+	/* system start/end, user start/end, assistant start: a literal "<|im_end|>" in the system or
+	 * user text is text */
 	ck_assert_int_eq(specials, 5);
 	free(ids);
 }
