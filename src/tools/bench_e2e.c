@@ -334,6 +334,17 @@ static int ttft(struct session *s, const struct opts *o, unsigned salt, double *
 	return r;
 }
 
+/* The 8-process figure with in-process attention (o: in_process set), as the reference of the same run. */
+static int agg_procs_inproc_attn(const struct opts *o, unsigned salt, double *tok_s)
+{
+	struct agg_cpu cpu = { 0 };
+	int r = agg_procs(o, salt, tok_s, &cpu);
+
+	if (r)
+		fprintf(stderr, "pkv-bench e2e: 8 processes with in-process attention failed: %s\n", strerror(-r));
+	return r;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -371,7 +382,8 @@ int main(int argc, char **argv)
 				"single-stream figures. --peer-llama-bench: also run llama.cpp's llama-bench on the\n"
 				"same model and threads (prefill; decode after the prompt), alternating with ours.\n"
 				"--no-burst: skip the bursts of 8 conversations behind one prompt (with and without\n"
-				"in-flight prefix sharing). Run it under\n"
+				"in-flight prefix sharing). Through pagedkvd the 8-process figure is also\n"
+				"measured with in-process attention in every run (agg8_procs_vs_inproc_attn). Run it under\n"
 				"flock /tmp/pkv-bench.lock so benchmarks never overlap.\n");
 			return c == 'h' ? 0 : 2;
 		}
@@ -396,13 +408,24 @@ int main(int argc, char **argv)
 	}
 	double at[99] = { 0 }, ad[99] = { 0 }, ab[99] = { 0 }, as[99] = { 0 };
 	double pf[99], dc[99], ai[99] = { 0 }, ap[99] = { 0 }, tc[99] = { 0 }, tw[99] = { 0 }, ppf[99], pdc[99];
-	double acl[99] = { 0 }, adm[99] = { 0 }, aid[99] = { 0 };
+	double acl[99] = { 0 }, adm[99] = { 0 }, aid[99] = { 0 }, api[99] = { 0 }, apr[99] = { 0 };
+	/* Through pagedkvd, the 8 processes also run with in-process attention, alternated: the ratio is same-run. */
+	struct opts oi = o;
+	int pair8 = !o.so.in_process && !o.single_only;
+
+	oi.so.in_process = 1;
+	oi.so.socket = NULL;
 	for (int i = 0; i < o.reps; i++) {
 		unsigned salt = (unsigned)getpid() * 131u + (unsigned)i * 17u;
 		struct peer_result pr;
 		struct agg_cpu ac = { 0 };
 		int r;
 		pf[i] = dc[i] = ai[i] = ap[i] = tc[i] = tw[i] = 0;
+		/* odd runs take the in-process arm first, even ones after */
+		if (pair8 && (i & 1) && (r = agg_procs_inproc_attn(&oi, salt, &api[i]))) {
+			session_close(&s);
+			return 1;
+		}
 		if ((!o.agg8_only && (r = single_stream(&s, &o, salt, &pf[i], &dc[i], &at[i], &ad[i], &ab[i], &as[i]))) ||
 		    (!o.single_only && ((!o.agg8_only && (r = agg_inproc(&s, &o, salt, &ai[i]))) ||
 					(r = agg_procs(&o, salt, &ap[i], &ac)) ||
@@ -414,6 +437,11 @@ int main(int argc, char **argv)
 		acl[i] = ac.clients_us_per_tok;
 		adm[i] = ac.daemon_us_per_tok;
 		aid[i] = ac.idle_pct;
+		if (pair8 && !(i & 1) && (r = agg_procs_inproc_attn(&oi, salt, &api[i]))) {
+			session_close(&s);
+			return 1;
+		}
+		apr[i] = api[i] > 0 ? ap[i] / api[i] : 0;
 		if (o.peer) {
 			/* our pool's threads would take the peer's CPUs while they spin */
 			tpool_idle(s.tp);
@@ -459,6 +487,7 @@ int main(int argc, char **argv)
 	       m_ap = bench_median(ap, o.reps), m_tc = bench_median(tc, o.reps), m_tw = bench_median(tw, o.reps);
 	double m_ppf = o.peer ? bench_median(ppf, o.reps) : 0, m_pdc = o.peer ? bench_median(pdc, o.reps) : 0;
 	double m_acl = bench_median(acl, o.reps), m_adm = bench_median(adm, o.reps), m_aid = bench_median(aid, o.reps);
+	double m_api = bench_median(api, o.reps), m_apr = bench_median(apr, o.reps);
 	if (o.json) {
 		printf("{\"model\": \"%s\", \"attention\": \"%s\", \"kv_dtype\": \"%s\", \"isa\": \"%s\", \"threads\": %d, "
 		       "\"reps\": %d, \"prompt_tokens\": %u, \"decode_tokens\": %u, "
@@ -476,6 +505,9 @@ int main(int argc, char **argv)
 			       "\"ttft_warm_ms\": %.1f, \"ttft_warm_over_cold\": %.4f, \"agg8_clients_cpu_us_per_tok\": %.1f, "
 			       "\"agg8_daemon_cpu_us_per_tok\": %.1f, \"agg8_idle_pct\": %.1f", m_ai, m_ap, m_tc, m_tw,
 			       m_tc > 0 ? m_tw / m_tc : 0, m_acl, m_adm, m_aid);
+		if (pair8)
+			printf(", \"agg8_procs_inproc_attn_tok_s\": %.1f, \"agg8_procs_vs_inproc_attn\": %.3f", m_api,
+			       m_apr);
 		if (o.peer)
 			printf(", \"peer_prefill_tok_s\": %.1f, \"peer_decode_tok_s\": %.1f, "
 			       "\"prefill_vs_peer\": %.3f, \"decode_vs_peer\": %.3f",
@@ -502,6 +534,9 @@ int main(int argc, char **argv)
 			printf("  decode, 8 convs in 1 process   %8.1f tok/s aggregate\n", m_ai);
 			printf("  decode, 8 processes            %8.1f tok/s aggregate; CPU per token %.0f us "
 			       "(clients) + %.0f us (pagedkvd), %.1f %% idle\n", m_ap, m_acl, m_adm, m_aid);
+			if (pair8)
+				printf("  same, attention in-process     %8.1f tok/s aggregate (through pagedkvd %.3fx, "
+				       "median of the runs' ratios)\n", m_api, m_apr);
 			printf("  TTFT behind 1000-token prompt  %8.1f ms cold, %.1f ms warm (%.3f of cold)\n", m_tc,
 			       m_tw, m_tc > 0 ? m_tw / m_tc : 0);
 		}
