@@ -198,7 +198,7 @@ static void turn_add(struct turn_text *b, const char *text, int markup)
 {
 	size_t n = strlen(text);
 
-	if (b->oom)
+	if (b->oom || !n)
 		return;
 	if (b->len + n > b->cap) {
 		size_t cap = (b->len + n) * 2 + 256;
