@@ -295,7 +295,8 @@ int tier_glue_fetch_start(struct pkv_daemon *d, struct session *s, const int32_t
 	 * cannot be used. The open is parked, not the loop: the tier thread
 	 * wakes the loop when the reads are verified or disk_wait_ms passed.
 	 */
-	r = pkv_tier_fetch_start(g_tier, tp->cls, (uint32_t)s->uid, s->ns, o->parent, o->keys, tokens + (size_t)ram * bs, hits,
+	r = pkv_tier_fetch_start(g_tier, tp->cls, (uint32_t)s->uid, s->ns, o->parent, o->keys,
+				 tokens + (size_t)ram * bs, hits,
 				 d->cfg.disk_wait_ms ? d->cfg.disk_wait_ms : DEFAULT_WAIT_MS, &o->f);
 	if (r <= 0)
 		goto err_free;

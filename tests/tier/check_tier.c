@@ -97,6 +97,15 @@ static uint32_t spill_chain(struct pkv_tier *t, int cls, uint32_t chain, uint32_
 	return spill_range(t, cls, chain, 0, n, uid);
 }
 
+/* The keys and tokens of blocks [0, n) of a chain. */
+static void chain_of(uint32_t chain, uint32_t n, struct pkv_key *keys, int32_t *tok)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		keys[i] = key_of(chain, i);
+		tokens_of(chain, i, tok + i * BS);
+	}
+}
+
 /* Fetches blocks [0, n) of a chain; returns how many came back and checks their bytes. */
 static int fetch_chain(struct pkv_tier *t, int cls, uint32_t chain, uint32_t n)
 {
@@ -106,10 +115,7 @@ static int fetch_chain(struct pkv_tier *t, int cls, uint32_t chain, uint32_t n)
 	struct pkv_tier_fetch *f;
 	int r;
 
-	for (uint32_t i = 0; i < n; i++) {
-		keys[i] = key_of(chain, i);
-		tokens_of(chain, i, tok + i * BS);
-	}
+	chain_of(chain, n, keys, tok);
 	r = pkv_tier_fetch(t, cls, UID, NS, NS, keys, tok, n, 10000, &f);
 	for (int i = 0; i < r; i++) {
 		const uint8_t *kv = pkv_tier_fetch_kv(f, (uint32_t)i);
@@ -380,10 +386,7 @@ START_TEST(test_fetch_head_before_tail)
 	cfg.read_gate = gate;
 	ck_assert_int_eq(pkv_tier_open(&cfg, &t, why, sizeof(why)), 0);
 	cls = pkv_tier_class(t, &FP);
-	for (uint32_t i = 0; i < NCHAIN; i++) {
-		keys[i] = key_of(5, i);
-		tokens_of(5, i, tok + i * BS);
-	}
+	chain_of(5, NCHAIN, keys, tok);
 	ck_assert_int_eq(pkv_tier_fetch_start(t, cls, UID, NS, NS, keys, tok, NCHAIN, 10000, &f), NCHAIN);
 	/* Reads held back: nothing is readable, and nothing unread is handed out. */
 	ck_assert_int_eq(pkv_tier_fetch_poll(t, f), -EINPROGRESS);
@@ -443,10 +446,7 @@ START_TEST(test_fetch_staging_share_per_uid)
 	cfg.read_gate = gate;
 	ck_assert_int_eq(pkv_tier_open(&cfg, &t, why, sizeof(why)), 0);
 	cls = pkv_tier_class(t, &FP);
-	for (uint32_t i = 0; i < NCHAIN; i++) {
-		keys[i] = key_of(6, i);
-		tokens_of(6, i, tok + i * BS);
-	}
+	chain_of(6, NCHAIN, keys, tok);
 	ck_assert_int_eq(pkv_tier_fetch_start(t, cls, UID, NS, NS, keys, tok, NCHAIN, 10000, &a), NCHAIN / 2);
 	ck_assert_int_eq(pkv_tier_fetch_start(t, cls, UID, NS, NS, keys, tok, NCHAIN, 10000, &b), -EAGAIN);
 	ck_assert_int_eq(pkv_tier_fetch_start(t, cls, 2000, NS, NS, keys, tok, NCHAIN, 10000, &c), NCHAIN / 2);
