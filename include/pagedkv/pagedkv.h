@@ -73,6 +73,18 @@ const char *pkv_strerror(int err);
 const char *pkv_last_error(const struct pkv_client *c);
 
 #define PKV_POOL_SHARE_ACROSS_USERS (1u << 0) /* creator's choice; prefix sharing ignores uid */
+/*
+ * The creator's choice for a private pool (not with SHARE_ACROSS_USERS): the
+ * daemon keeps the cache (blocks, prefix sharing among the uid's processes,
+ * quotas, the disk tier) and maps the pool's KV memory into its clients,
+ * which run each attend in their own process with the daemon's backend
+ * (loaded from $PAGEDKV_PLUGIN_DIR, else the installed plugin directory):
+ * a decode step then costs two round trips to the daemon, not one per
+ * layer. Every process of the uid can read and write the whole pool. When
+ * the backend cannot be loaded here the daemon attends as usual and
+ * pkv_last_error() says why; pkv_stats' attention_in_client tells which.
+ */
+#define PKV_POOL_CLIENT_ATTENTION (1u << 1)
 
 struct pkv_pool_params {
 	uint32_t struct_size;        /* sizeof(struct pkv_pool_params): use PKV_POOL_PARAMS_INIT */
@@ -163,6 +175,8 @@ struct pkv_stats {
 	 * ways, wake-ups included.
 	 */
 	uint64_t attends, attend_wait_ns, attend_backend_ns, attend_daemon_ns;
+	/* Appended after version 3: 1 when this connection runs its attends itself (PKV_POOL_CLIENT_ATTENTION). */
+	uint32_t attention_in_client;
 };
 
 #define PKV_STATS_INIT { .struct_size = sizeof(struct pkv_stats) }

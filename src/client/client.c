@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
 #include "client/arena.h"
+#include "client/local_attn.h"
 #include "common/clock.h"
 #include "common/msg.h"
 #include "common/region.h"
@@ -34,6 +35,9 @@
 #define INFLIGHT_WAIT_NS (30ull * 1000000000ull)
 
 static_assert(PKV_POOL_SHARE_ACROSS_USERS == PKV_WIRE_POOL_SHARED, "pool flags are wire format");
+static_assert(PKV_POOL_CLIENT_ATTENTION == PKV_WIRE_POOL_CLIENT_ATTN, "pool flags are wire format");
+/* The first buffer for a step's tables when this process attends itself (grown to what steps need). */
+#define TABLES_FIRST (16u << 10)
 
 /* A completion that arrived while waiting for another one (async attends). */
 struct done {
@@ -74,6 +78,11 @@ struct pkv_client {
 	int open_settled;         /* opens find only committed prefixes ($PAGEDKV_INFLIGHT_SHARING=0) */
 	uint32_t sleeps, lost_wakeups;  /* pkv_stats' client_* counters */
 	uint64_t attends, attend_wait_ns, attend_backend_ns, attend_daemon_ns; /* pkv_stats' (pkv_attend only) */
+	uint32_t compute_threads;
+	/* Attention in this process (PKV_POOL_CLIENT_ATTENTION), else NULL: the daemon attends. */
+	struct local_attn *local;
+	int64_t tables_off;       /* arena buffer the daemon writes a step's tables into (-1: none) */
+	uint64_t tables_len;
 };
 
 
@@ -210,19 +219,37 @@ static int make_region(struct pkv_client *c, uint64_t arena_bytes)
 	return pkv_arena_init(&c->alloc, h->arena_size);
 }
 
-/* Waits for the reply to a control message; copies its text into last_err on failure. */
-static int recv_reply(struct pkv_client *c, uint64_t *value)
+/*
+ * Waits for the reply to a control message; copies its text into last_err on
+ * failure. With fd non-NULL a reply may pass one descriptor (else -1 there),
+ * and *rep_out receives the whole reply.
+ */
+static int recv_reply_fd(struct pkv_client *c, uint64_t *value, int *fd, struct pkv_msg_reply *rep_out)
 {
 	struct pkv_msg_reply rep;
+	int nfds = 0;
 	ssize_t n;
 
-	n = pkv_msg_recv(c->sock, &rep, sizeof(rep), NULL, 0, NULL, (int)c->timeout_ms);
+	if (fd)
+		*fd = -1;
+	n = pkv_msg_recv(c->sock, &rep, sizeof(rep), fd, fd ? 1 : 0, &nfds, (int)c->timeout_ms);
+	if (fd && nfds != 1)
+		*fd = -1;
 	if (n == 0 || n == -ECONNRESET || n == -EPIPE)
 		return -ECONNRESET;
 	if (n < 0)
 		return (int)n;
-	if ((size_t)n < PKV_REPLY_HDR_SIZE || rep.hdr.type != PKV_MSG_REPLY)
+	if ((size_t)n < PKV_REPLY_HDR_SIZE || rep.hdr.type != PKV_MSG_REPLY) {
+		if (fd && *fd >= 0) {
+			close(*fd);
+			*fd = -1;
+		}
 		return -EPROTO;
+	}
+	if (rep_out) {
+		memset(rep_out, 0, sizeof(*rep_out));
+		memcpy(rep_out, &rep, (size_t)n);
+	}
 	if (rep.status < 0) {
 		size_t tl = (size_t)n - PKV_REPLY_HDR_SIZE;
 
@@ -234,6 +261,11 @@ static int recv_reply(struct pkv_client *c, uint64_t *value)
 	if (value)
 		*value = rep.value;
 	return rep.status;
+}
+
+static int recv_reply(struct pkv_client *c, uint64_t *value)
+{
+	return recv_reply_fd(c, value, NULL, NULL);
 }
 
 int pkv_connect(const struct pkv_connect_opts *caller_opts, struct pkv_client **out)
@@ -256,7 +288,8 @@ int pkv_connect(const struct pkv_connect_opts *caller_opts, struct pkv_client **
 		return -ENOMEM;
 	}
 	c->sock = c->memfd = c->sq_bell = -1;
-	c->stage_off = -1;
+	c->stage_off = c->tables_off = -1;
+	c->compute_threads = o.compute_threads;
 	c->timeout_ms = opts->timeout_ms ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
 	c->spin_us = opts->spin_us ? opts->spin_us : DEFAULT_SPIN_US;
 	if ((env = getenv("PAGEDKV_SPIN_US")) && *env)
@@ -318,8 +351,34 @@ void pkv_disconnect(struct pkv_client *c)
 		close(c->memfd);
 	if (c->sq_bell >= 0)
 		close(c->sq_bell);
+	local_attn_close(c->local);
 	pkv_arena_fini(&c->alloc);
 	free(c);
+}
+
+/*
+ * A pool whose clients attend themselves passed its memory with the attach
+ * reply: map it and load its backends. When that fails here (no such plugin
+ * in our plugin directory), the daemon attends for us as in any pool, and
+ * last_err says why (pkv_stats' attention_in_client tells which).
+ */
+static void attend_here(struct pkv_client *c, const struct pkv_pool_params *p, uint64_t bytes, int fd,
+			const struct pkv_msg_reply *rep)
+{
+	struct local_attn_params lp = { p->geo, p->act_dtype, p->scale, p->softcap, p->window_left,
+					c->compute_threads };
+	struct pkv_wire_pool_mem w;
+	char why[PKV_ERR_LEN - 48];
+	int r;
+
+	if (!(rep->flags & PKV_REPLY_POOL_MEM) || !(p->flags & PKV_POOL_CLIENT_ATTENTION)) {
+		close(fd);
+		return;
+	}
+	memcpy(&w, rep->text, sizeof(w));
+	r = local_attn_open(fd, bytes, &w, &lp, &c->local, why, sizeof(why));
+	if (r)
+		snprintf(c->last_err, sizeof(c->last_err), "client attention off, the daemon attends: %s", why);
 }
 
 int pkv_pool_attach(struct pkv_client *c, const struct pkv_pool_params *caller_p)
@@ -327,7 +386,9 @@ int pkv_pool_attach(struct pkv_client *c, const struct pkv_pool_params *caller_p
 	struct pkv_pool_params pp;
 	const struct pkv_pool_params *p = &pp;
 	struct pkv_msg_attach m;
-	int r;
+	struct pkv_msg_reply rep;
+	uint64_t value = 0;
+	int r, fd = -1;
 
 	if (!c || !caller_p || known_part(&pp, sizeof(pp), caller_p, PKV_POOL_PARAMS_SIZE_V1) || !p->name)
 		return -EINVAL;
@@ -357,14 +418,19 @@ int pkv_pool_attach(struct pkv_client *c, const struct pkv_pool_params *caller_p
 		r = c->dead = -ECONNRESET;
 	if (r)
 		return r;
-	r = recv_reply(c, NULL);
+	r = recv_reply_fd(c, &value, &fd, &rep);
 	if (r == -ECONNRESET)
 		c->dead = r;
-	if (r)
+	if (r) {
+		if (fd >= 0)
+			close(fd);
 		return r;
+	}
 	c->attached = 1;
 	c->geo = p->geo;
 	c->act_dtype = p->act_dtype;
+	if (fd >= 0)
+		attend_here(c, p, value, fd, &rep);
 	return 0;
 }
 
@@ -413,6 +479,24 @@ static int stage(struct pkv_client *c, uint64_t len)
 		return (int)off;
 	c->stage_off = off;
 	c->stage_len = len;
+	return 0;
+}
+
+/* Makes the buffer for a step's tables (client attention) at least len bytes. */
+static int tables_buffer(struct pkv_client *c, uint64_t len)
+{
+	int64_t off;
+
+	if (c->tables_off >= 0 && c->tables_len >= len)
+		return 0;
+	if (c->tables_off >= 0)
+		pkv_arena_free(&c->alloc, (uint64_t)c->tables_off);
+	c->tables_off = -1;
+	off = pkv_arena_alloc(&c->alloc, len);
+	if (off < 0)
+		return (int)off;
+	c->tables_off = off;
+	c->tables_len = len;
 	return 0;
 }
 
@@ -763,6 +847,13 @@ int pkv_step_begin(struct pkv_client *c, const uint32_t *seqs, const uint32_t *n
 	sqe.off[0] = (uint64_t)c->stage_off;
 	sqe.off[1] = (uint64_t)c->stage_off + a;
 	sqe.off[2] = (uint64_t)c->stage_off + b;
+	if (c->local) {
+		/* We attend this step ourselves: the daemon writes its tables for us. */
+		r = tables_buffer(c, c->tables_off >= 0 ? c->tables_len : TABLES_FIRST);
+		if (r)
+			return r;
+		sqe.flags = PKV_SQE_STEP_TABLES;
+	}
 	/*
 	 * A step of one sequence that waits for another connection's prefill
 	 * is retried here, so a simple client never sees in-flight sharing: the
@@ -771,7 +862,28 @@ int pkv_step_begin(struct pkv_client *c, const uint32_t *seqs, const uint32_t *n
 	 * help when this connection computes the prefix itself.
 	 */
 	for (uint64_t nap = 200000, waited = 0;; waited += nap, nap = nap < 5000000 ? nap * 2 : nap) {
+		if (c->local) {
+			sqe.off[3] = (uint64_t)c->tables_off;
+			sqe.aux = c->tables_len;
+		}
 		r = call(c, &sqe, &cqe);
+		if (r == -ENOBUFS && c->local && cqe.payload[0] > c->tables_len) {
+			/* Nothing was reserved: again, with the room the daemon asked for. */
+			r = tables_buffer(c, cqe.payload[0]);
+			if (r)
+				return r;
+			sqe.off[3] = (uint64_t)c->tables_off;
+			sqe.aux = c->tables_len;
+			r = call(c, &sqe, &cqe);
+		}
+		if (r >= 0 && c->local) {
+			r = local_attn_step(c->local, c->arena + c->tables_off, c->tables_len, c->last_err,
+					    sizeof(c->last_err));
+			if (r) {
+				pkv_step_abort(c);
+				return r;
+			}
+		}
 		if (r != -EAGAIN && r != -ESTALE)
 			return r;
 		c->blocked_seq = (uint32_t)cqe.payload[0];
@@ -786,6 +898,31 @@ uint32_t pkv_blocked_seq(const struct pkv_client *c)
 	return c ? c->blocked_seq : 0;
 }
 
+/*
+ * An attend in this process (client attention): runs now; its result waits
+ * under a ticket like a completion, for pkv_wait. Q/K/V/O need not be arena
+ * memory here, but callers that may fall back to the daemon keep them there.
+ */
+static int attend_local(struct pkv_client *c, uint32_t layer, const void *q, const void *k, const void *v,
+			void *o, uint64_t *ticket)
+{
+	struct pkv_cqe cqe = { 0 };
+	uint64_t t0 = pkv_now_ns();
+
+	if (c->n_done >= MAX_DONE)
+		return -EBUSY;
+	if (layer >= c->geo.num_layers) {
+		set_err(c, "%s", "layer out of range");
+		return -EINVAL;
+	}
+	cqe.user_data = c->next_ud++;
+	cqe.res = local_attn_run(c->local, layer, q, k, v, o, c->last_err, sizeof(c->last_err));
+	cqe.payload[0] = pkv_now_ns() - t0; /* all of it is backend time; none is the daemon's */
+	c->done[c->n_done++] = (struct done){ cqe.user_data, cqe };
+	*ticket = cqe.user_data;
+	return 0;
+}
+
 int pkv_attend_async(struct pkv_client *c, uint32_t layer, const void *q, const void *k,
 		     const void *v, void *o, uint64_t *ticket)
 {
@@ -797,6 +934,8 @@ int pkv_attend_async(struct pkv_client *c, uint32_t layer, const void *q, const 
 		return r;
 	if (!ticket)
 		return -EINVAL;
+	if (c->local)
+		return attend_local(c, layer, q, k, v, o, ticket);
 	for (int i = 0; i < 4; i++) {
 		int64_t off = arena_off(c, p[i]);
 
@@ -859,7 +998,11 @@ int pkv_step_end(struct pkv_client *c)
 	struct pkv_sqe sqe = { .opcode = PKV_OP_STEP_END };
 	int r = need_pool(c);
 
-	return r ? r : call(c, &sqe, NULL);
+	if (r)
+		return r;
+	if (c->local)
+		local_attn_step_done(c->local);
+	return call(c, &sqe, NULL);
 }
 
 int pkv_step_abort(struct pkv_client *c)
@@ -867,7 +1010,11 @@ int pkv_step_abort(struct pkv_client *c)
 	struct pkv_sqe sqe = { .opcode = PKV_OP_STEP_ABORT };
 	int r = need_pool(c);
 
-	return r ? r : call(c, &sqe, NULL);
+	if (r)
+		return r;
+	if (c->local)
+		local_attn_step_done(c->local);
+	return call(c, &sqe, NULL);
 }
 
 /* ---------------------------------------------------------------- pins, stats */
@@ -935,6 +1082,7 @@ int pkv_stats(struct pkv_client *c, struct pkv_stats *st)
 	all.attend_wait_ns = c->attend_wait_ns;
 	all.attend_backend_ns = c->attend_backend_ns;
 	all.attend_daemon_ns = c->attend_daemon_ns;
+	all.attention_in_client = c->local != NULL;
 	/* Only as much as the caller's struct holds: an older caller's is smaller. */
 	all.struct_size = size < sizeof(all) ? size : (uint32_t)sizeof(all);
 	memcpy(st, &all, all.struct_size);

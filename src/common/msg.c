@@ -159,6 +159,12 @@ int pkv_sock_connect(const char *path, int timeout_ms)
 int pkv_send_reply(int sock, int status, uint64_t value, uint32_t flags, const char *text,
 		   size_t text_len)
 {
+	return pkv_send_reply_fd(sock, status, value, flags, text, text_len, -1);
+}
+
+int pkv_send_reply_fd(int sock, int status, uint64_t value, uint32_t flags, const void *text,
+		      size_t text_len, int fd)
+{
 	struct pkv_msg_reply r;
 
 	if (text_len > sizeof(r.text))
@@ -171,7 +177,7 @@ int pkv_send_reply(int sock, int status, uint64_t value, uint32_t flags, const c
 	r.value = value;
 	if (text_len)
 		memcpy(r.text, text, text_len);
-	return pkv_msg_send(sock, &r, r.hdr.size, NULL, 0);
+	return pkv_msg_send(sock, &r, r.hdr.size, &fd, fd >= 0);
 }
 
 /* Writes all of buf to fd; -errno on failure. */

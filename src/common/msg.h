@@ -32,6 +32,9 @@ int pkv_sock_connect(const char *path, int timeout_ms);
 /* Sends a reply; text may be NULL. */
 int pkv_send_reply(int sock, int status, uint64_t value, uint32_t flags, const char *text,
 		   size_t text_len);
+/* The same passing one descriptor with it (none when fd < 0); text may be binary. */
+int pkv_send_reply_fd(int sock, int status, uint64_t value, uint32_t flags, const void *text,
+		      size_t text_len, int fd);
 
 /*
  * Sends a control command's output, whatever its size: one reply with the

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <pagedkv/types.h>
 
-#define PKV_PROTO_VERSION 2u /* 2: completion wake-ups through the ring's futex word */
+#define PKV_PROTO_VERSION 3u /* 3: client attention (pool memory at attach, step tables); 2: futex wake-ups */
 #define PKV_SHM_MAGIC 0x564b4450u /* "PDKV" little-endian */
 
 /* ---------------------------------------------------------------- control socket */
@@ -45,6 +45,12 @@ struct pkv_msg_hello {
 
 /* Pool flags on the wire; equal to pagedkv.h's PKV_POOL_* (checked in the client). */
 #define PKV_WIRE_POOL_SHARED (1u << 0)
+/*
+ * The pool's KV memory is a memfd the daemon maps into its owner's clients,
+ * which run the attention of their steps themselves (DESIGN §8, "Attention
+ * in the client"). Private pools of a host-memory backend only.
+ */
+#define PKV_WIRE_POOL_CLIENT_ATTN (1u << 1)
 
 #define PKV_NAME_MAX 64
 #define PKV_SALT_MAX 64
@@ -80,6 +86,21 @@ struct pkv_msg_ctl {
  */
 #define PKV_REPLY_FD 2u
 #define PKV_REPLY_TEXT_MAX 4000
+/*
+ * Attach reply of a PKV_WIRE_POOL_CLIENT_ATTN pool: the pool's KV memory is
+ * passed with it (SCM_RIGHTS; a memfd sealed against resizing and further
+ * seals), value = its bytes, laid out as pkv_shared_cache_layout() says
+ * (loader.h); the text holds a struct pkv_wire_pool_mem.
+ */
+#define PKV_REPLY_POOL_MEM 4u
+
+/* Which backends serve the pool: the client loads the same files from its own plugin directory. */
+struct pkv_wire_pool_mem {
+	char varlen_file[PKV_NAME_MAX];    /* file name, no '/': "pkv_cpu.so" */
+	char varlen_backend[PKV_NAME_MAX]; /* backend name within it: "cpu" */
+	char decode_file[PKV_NAME_MAX];
+	char decode_backend[PKV_NAME_MAX];
+};
 
 struct pkv_msg_reply {
 	struct pkv_msg_hdr hdr;
@@ -165,6 +186,14 @@ enum pkv_op {
 
 /* SEQ_OPEN: find only committed prefixes and claim nothing (in-flight sharing off for this open). */
 #define PKV_SQE_OPEN_SETTLED (1u << 0)
+/*
+ * STEP_BEGIN in a PKV_WIRE_POOL_CLIENT_ATTN pool: the client attends this
+ * step itself. The daemon writes the step's tables (struct pkv_wire_step and
+ * the arrays after it) at off[3], at most aux bytes, and counts every layer
+ * as attended. When they do not fit, the begin fails with -ENOBUFS, nothing
+ * reserved, payload[0] = the bytes they need.
+ */
+#define PKV_SQE_STEP_TABLES (1u << 0)
 
 struct pkv_sqe {
 	uint8_t opcode;   /* enum pkv_op */
@@ -175,7 +204,7 @@ struct pkv_sqe {
 	uint32_t seq;
 	uint32_t n;
 	uint64_t off[4];  /* arena offsets */
-	uint64_t reserved1;
+	uint64_t aux;     /* STEP_BEGIN with PKV_SQE_STEP_TABLES: bytes at off[3]; else 0 */
 };
 
 struct pkv_cqe {
@@ -192,12 +221,46 @@ struct pkv_wire_stats {
 	uint64_t prefix_lookup_tokens, prefix_hit_tokens;
 };
 
+/*
+ * The tables of a step a client attends itself, at STEP_BEGIN's off[3]: this
+ * header, then int32 cu_seq_lens_q[num_seqs + 1], cu_seq_lens_k[num_seqs + 1],
+ * cache_seqlens[num_seqs], block_tables[num_seqs * max_blocks_per_seq], and
+ * at the next 8-byte boundary int64 slot_mapping[total_q]: backend.h's
+ * pkv_attn_batch fields, at the offsets pkv_wire_step_layout gives.
+ */
+struct pkv_wire_step {
+	uint32_t num_seqs, total_q;
+	uint32_t max_length_q, max_length_k;
+	uint32_t max_blocks_per_seq, reserved0;
+};
+
+struct pkv_wire_step_offs {
+	uint64_t cu_q, cu_k, seqlens, tables, slots, total;
+};
+
+/* Byte offsets of a step's arrays from the header's start; 0 when they would pass 2^40 bytes. */
+static inline uint64_t pkv_wire_step_layout(uint64_t num_seqs, uint64_t max_blocks, uint64_t total_q,
+					    struct pkv_wire_step_offs *o)
+{
+	if (num_seqs > (1u << 24) || max_blocks > (1u << 24) || total_q > (1u << 30))
+		return 0;
+	o->cu_q = sizeof(struct pkv_wire_step);
+	o->cu_k = o->cu_q + 4 * (num_seqs + 1);
+	o->seqlens = o->cu_k + 4 * (num_seqs + 1);
+	o->tables = o->seqlens + 4 * num_seqs;
+	o->slots = (o->tables + 4 * num_seqs * max_blocks + 7) & ~7ull;
+	o->total = o->slots + 8 * total_q;
+	return o->total;
+}
+
 static_assert(sizeof(struct pkv_sqe) == 64, "SQE is ABI");
 static_assert(sizeof(struct pkv_cqe) == 32, "CQE is ABI");
 static_assert(sizeof(struct pkv_shm_hdr) == 176, "region header is ABI");
 static_assert(sizeof(struct pkv_msg_hello) == 24, "hello is ABI");
 static_assert(sizeof(struct pkv_msg_attach) == 200, "attach is ABI");
 static_assert(sizeof(struct pkv_wire_stats) == 40, "stats are ABI");
+static_assert(sizeof(struct pkv_wire_step) == 24, "step tables are ABI");
+static_assert(sizeof(struct pkv_wire_pool_mem) == 4 * PKV_NAME_MAX, "pool memory reply is ABI");
 
 /* Default socket path: $PAGEDKV_SOCKET, else $XDG_RUNTIME_DIR/pagedkv.sock, else /run/pagedkv.sock. */
 int pkv_default_socket_path(char *buf, size_t len);

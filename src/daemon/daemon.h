@@ -43,6 +43,14 @@ struct pool {
 	struct pkv_cache *cache;
 	struct tier_pool *tier;       /* tier_glue.c: its disk tier hook, NULL without one */
 	struct pkv_dispatch disp;     /* touched by the worker thread only (after creation) */
+	/*
+	 * A pool whose clients attend themselves (PKV_WIRE_POOL_CLIENT_ATTN):
+	 * its KV memory is this memfd, mapped here at shared_map and passed to
+	 * every client at attach; -1 otherwise. shared_watch: its SIGBUS slot.
+	 */
+	int shared_fd, shared_watch;
+	void *shared_map;
+	size_t shared_len;
 	uint32_t n_clients;
 	/*
 	 * Scope and lifetime: a pool's name is private to owner_uid unless the

@@ -6,9 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <sys/mman.h>
 #include "common/log.h"
 #include "common/region.h"
 #include "daemon/daemon.h"
+#include "daemon/sigbus.h"
 #include "daemon/tier_glue.h"
 
 /*
@@ -60,9 +64,14 @@ static int mismatch(const struct pool *p, const struct pkv_msg_attach *m, char *
 			 (unsigned long long)p->model_id, (unsigned long long)m->model_id);
 		return -EINVAL;
 	}
-	if (p->flags != m->flags) {
+	if ((p->flags ^ m->flags) & PKV_WIRE_POOL_SHARED) {
 		snprintf(why, why_len, "pool '%s' was created %s across users", p->name,
 			 (p->flags & PKV_WIRE_POOL_SHARED) ? "shared" : "not shared");
+		return -EINVAL;
+	}
+	if (p->flags != m->flags) {
+		snprintf(why, why_len, "pool '%s' was created %s client attention", p->name,
+			 (p->flags & PKV_WIRE_POOL_CLIENT_ATTN) ? "with" : "without");
 		return -EINVAL;
 	}
 	if (p->scale != m->scale || p->softcap != m->softcap || p->window_left != m->window_left) {
@@ -151,6 +160,92 @@ static int attention_params_check(const struct pkv_daemon *d, const struct pkv_m
 	return 0;
 }
 
+/*
+ * The KV memory of a pool whose clients attend themselves: a memfd sealed
+ * against resizing and further seals before anyone maps it (a client that
+ * could shrink it would SIGBUS the daemon; one that could add a write seal
+ * would stop every other client's attends), mapped here too: copy-on-write
+ * and the disk tier work on it as on any pool. Watched for SIGBUS like a
+ * client's region, since clients hold the same file. It gets 4 KiB pages
+ * (shmem has huge pages only where the administrator enabled them), and is
+ * not pre-faulted: clients fault it in as their steps first touch it.
+ */
+static int shared_mem_create(struct pool *p, size_t bytes, char *why, size_t why_len)
+{
+	int fd = memfd_create("pagedkv-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING), r;
+	void *map = MAP_FAILED;
+
+	if (fd < 0)
+		goto fail;
+	if (ftruncate(fd, (off_t)bytes) || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
+		goto fail;
+	map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED)
+		goto fail;
+	r = pkv_sigbus_watch(map, bytes);
+	if (r < 0) {
+		errno = -r;
+		goto fail;
+	}
+	p->shared_fd = fd;
+	p->shared_map = map;
+	p->shared_len = bytes;
+	p->shared_watch = r;
+	return 0;
+fail:
+	r = -errno;
+	snprintf(why, why_len, "pool '%s': its shared KV memory (%zu bytes): %s", p->name, bytes, strerror(errno));
+	if (map != MAP_FAILED)
+		munmap(map, bytes);
+	if (fd >= 0)
+		close(fd);
+	return r;
+}
+
+static void shared_mem_free(struct pool *p)
+{
+	if (p->shared_fd < 0)
+		return;
+	if (pkv_sigbus_faulted(p->shared_watch))
+		pkv_warn("pool '%s' (uid %u): its shared KV memory faulted (SIGBUS) while the daemon used it",
+			 p->name, (unsigned)p->owner_uid);
+	pkv_sigbus_unwatch(p->shared_watch);
+	munmap(p->shared_map, p->shared_len);
+	close(p->shared_fd);
+	p->shared_fd = -1;
+}
+
+/* Opens the pool's backends: over a shared memfd for a client-attention pool, else on cache_alloc's memory. */
+static int pool_open_backends(struct pkv_daemon *d, struct pool *p, const struct pkv_pool_desc *desc, char *why,
+			      size_t why_len)
+{
+	struct pkv_plugin *dec = d->same_plugin ? &d->plug_varlen : &d->plug_decode;
+	struct pkv_cache_mem lay;
+	size_t bytes;
+	int r;
+
+	if (!(p->flags & PKV_WIRE_POOL_CLIENT_ATTN))
+		return pkv_dispatch_open(&p->disp, &d->plug_varlen, dec, desc, why, why_len);
+	bytes = pkv_shared_cache_layout(&p->geo, &lay);
+	if (!bytes) {
+		snprintf(why, why_len, "pool '%s': its size overflows", p->name);
+		return -EINVAL;
+	}
+	if (d->plug_varlen.be->caps->domain != PKV_DOMAIN_HOST || dec->be->caps->domain != PKV_DOMAIN_HOST) {
+		snprintf(why, why_len, "pool '%s': client attention needs backends on host memory; %s is not",
+			 p->name, d->plug_varlen.path);
+		return -ENOTSUP;
+	}
+	r = shared_mem_create(p, bytes, why, why_len);
+	if (r)
+		return r;
+	r = pkv_dispatch_open_shared(&p->disp, &d->plug_varlen, dec, desc, p->shared_map, p->shared_len, why,
+				     why_len);
+	if (r)
+		shared_mem_free(p);
+	return r;
+}
+
 int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid, struct pool **out,
 		char *why, size_t why_len)
 {
@@ -215,6 +310,7 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid,
 	p->window_left = m->window_left;
 	p->bytes = bytes;
 	p->owner_uid = uid;
+	p->shared_fd = -1;
 	/* The backend checks the pool before anything is allocated for it: a refused attach costs nothing. */
 	memset(&desc, 0, sizeof(desc));
 	desc.abi_version = PKV_BACKEND_ABI_VERSION;
@@ -222,8 +318,7 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid,
 	desc.geo = p->geo;
 	desc.act_dtype = p->act_dtype;
 	backend_lock_loop(d);
-	r = pkv_dispatch_open(&p->disp, &d->plug_varlen, d->same_plugin ? &d->plug_varlen : &d->plug_decode,
-			      &desc, why, why_len);
+	r = pool_open_backends(d, p, &desc, why, why_len);
 	pthread_mutex_unlock(&d->backend_mu);
 	if (r)
 		goto err_free;
@@ -239,8 +334,9 @@ int pool_attach(struct pkv_daemon *d, const struct pkv_msg_attach *m, uid_t uid,
 	p->next = d->pools;
 	d->pools = p;
 	tier_glue_pool_created(d, p);
-	pkv_info("pool '%s' created for uid %u%s: %u layers, %u/%u heads, head_dim %u, %u blocks of %u (%llu MiB)",
+	pkv_info("pool '%s' created for uid %u%s%s: %u layers, %u/%u heads, head_dim %u, %u blocks of %u (%llu MiB)",
 		 p->name, (unsigned)uid, (p->flags & PKV_WIRE_POOL_SHARED) ? " (shared)" : "",
+		 (p->flags & PKV_WIRE_POOL_CLIENT_ATTN) ? " (client attention)" : "",
 		 p->geo.num_layers, p->geo.num_heads, p->geo.num_kv_heads, p->geo.head_dim, p->geo.num_blocks, p->geo.block_size, (unsigned long long)(bytes >> 20));
 	*out = p;
 	return 0;
@@ -248,6 +344,7 @@ err_disp:
 	backend_lock_loop(d);
 	pkv_dispatch_close(&p->disp);
 	pthread_mutex_unlock(&d->backend_mu);
+	shared_mem_free(p);
 err_free:
 	pthread_mutex_destroy(&p->cache_mu);
 	free(p);
@@ -304,6 +401,7 @@ void pool_destroy(struct pkv_daemon *d, struct pool *p)
 	backend_lock_loop(d);
 	pkv_dispatch_close(&p->disp);
 	pthread_mutex_unlock(&d->backend_mu);
+	shared_mem_free(p);
 	pkv_cache_destroy(p->cache);
 	pthread_mutex_destroy(&p->cache_mu);
 	d->budget_used -= p->bytes;

@@ -329,6 +329,34 @@ static void reply(struct pkv_daemon *d, struct session *s, int status, uint64_t 
 		session_hangup(d, s);
 }
 
+/* The file name of a plugin the daemon loaded (its directory is the client's own business). */
+static void plugin_file(const struct pkv_plugin *pl, char *file, char *backend)
+{
+	const char *slash = strrchr(pl->path, '/'), *name = slash ? slash + 1 : pl->path;
+
+	/* A longer name arrives empty: the client then refuses to guess and attends through us. */
+	if (strlen(name) < PKV_NAME_MAX)
+		memcpy(file, name, strlen(name) + 1);
+	if (strlen(pl->be->name) < PKV_NAME_MAX)
+		memcpy(backend, pl->be->name, strlen(pl->be->name) + 1);
+}
+
+/*
+ * The attach reply of a pool whose clients attend themselves: its KV memory
+ * (only ever this uid's: the pool is private, DESIGN §8) and which backends
+ * to load over it.
+ */
+static void reply_pool_mem(struct pkv_daemon *d, struct session *s, const struct pool *p)
+{
+	struct pkv_wire_pool_mem w;
+
+	memset(&w, 0, sizeof(w));
+	plugin_file(&d->plug_varlen, w.varlen_file, w.varlen_backend);
+	plugin_file(d->same_plugin ? &d->plug_varlen : &d->plug_decode, w.decode_file, w.decode_backend);
+	if (pkv_send_reply_fd(s->sock, 0, p->shared_len, PKV_REPLY_POOL_MEM, &w, sizeof(w), p->shared_fd))
+		session_hangup(d, s);
+}
+
 static void handle_attach(struct pkv_daemon *d, struct session *s, const struct pkv_msg_attach *m)
 {
 	char why[PKV_REPLY_TEXT_MAX];
@@ -372,6 +400,10 @@ static void handle_attach(struct pkv_daemon *d, struct session *s, const struct 
 	s->ns = pkv_namespace(m->model_id, &m->geo,
 			      (p->flags & PKV_WIRE_POOL_SHARED) ? PKV_NS_SHARED : (uint32_t)s->uid,
 			      m->salt, m->salt_len);
+	if (p->shared_fd >= 0) {
+		reply_pool_mem(d, s, p);
+		return;
+	}
 	reply(d, s, 0, 0, NULL);
 }
 
@@ -578,6 +610,40 @@ static int cmp_u32(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/*
+ * A step its client attends itself (PKV_SQE_STEP_TABLES): the tables go to
+ * the client's arena, and every layer counts as attended. What the step's
+ * slots then hold is the client's own doing, in a pool that only its uid's
+ * processes read (validate.c refuses client attention in a shared pool), so
+ * the commit rule protects nobody else there. -ENOBUFS, *p0 = the bytes
+ * needed, when they do not fit; the caller then aborts the step.
+ */
+static int give_step_tables(struct session *s, const struct pkv_sqe *e, uint64_t *p0)
+{
+	const struct pkv_step_meta *m = &s->meta;
+	struct pkv_wire_step h = { m->num_seqs, m->total_q, m->max_length_q, m->max_length_k,
+				   m->max_blocks_per_seq, 0 };
+	struct pkv_wire_step_offs o;
+	uint64_t need = pkv_wire_step_layout(m->num_seqs, m->max_blocks_per_seq, m->total_q, &o);
+	uint8_t *dst = s->arena + e->off[3];
+
+	if (!need || need > e->aux) {
+		*p0 = need;
+		session_set_err(s, "step tables need %llu bytes, %llu given", (unsigned long long)need,
+				(unsigned long long)e->aux);
+		return -ENOBUFS;
+	}
+	memcpy(dst, &h, sizeof(h));
+	memcpy(dst + o.cu_q, m->cu_seq_lens_q, 4 * ((size_t)m->num_seqs + 1));
+	memcpy(dst + o.cu_k, m->cu_seq_lens_k, 4 * ((size_t)m->num_seqs + 1));
+	memcpy(dst + o.seqlens, m->cache_seqlens, 4 * (size_t)m->num_seqs);
+	memcpy(dst + o.tables, m->block_tables, 4 * (size_t)m->num_seqs * m->max_blocks_per_seq);
+	memcpy(dst + o.slots, m->slot_mapping, 8 * (size_t)m->total_q);
+	for (uint32_t l = 0; l < s->pool->geo.num_layers; l++)
+		pkv_cache_step_layer_done(s->step, l);
+	return 0;
+}
+
 static int op_step_begin(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e,
 			 uint64_t *p0, uint64_t *p1)
 {
@@ -590,6 +656,10 @@ static int op_step_begin(struct pkv_daemon *d, struct session *s, const struct p
 	if (s->step) {
 		session_set_err(s, "a step is already open");
 		return -EBUSY;
+	}
+	if ((e->flags & PKV_SQE_STEP_TABLES) && !(s->pool->flags & PKV_WIRE_POOL_CLIENT_ATTN)) {
+		session_set_err(s, "step tables: pool '%s' was not created for client attention", s->pool->name);
+		return -EINVAL;
 	}
 	seqs = copy_out(s, e->off[0], e->n);
 	n_new = copy_out(s, e->off[1], e->n);
@@ -660,6 +730,14 @@ static int op_step_begin(struct pkv_daemon *d, struct session *s, const struct p
 	s->step_units = worker_attend_units(s->pool, &s->meta);
 	reqs = NULL;
 	tokens = NULL;
+	if (e->flags & PKV_SQE_STEP_TABLES) {
+		r = give_step_tables(s, e, p0);
+		if (r) {
+			pkv_cache_step_abort(s->pool->cache, s->step);
+			step_clear(s);
+			goto out;
+		}
+	}
 	s->pool->steps++;
 	r = 0;
 out:

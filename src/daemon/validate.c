@@ -48,8 +48,10 @@ int pkv_sqe_check(const struct pkv_sqe *e, const struct sqe_limits *l, char *why
 		snprintf(why, why_len, "unknown opcode %u", e->opcode);
 		return -EINVAL;
 	}
-	if ((e->flags & ~(e->opcode == PKV_OP_SEQ_OPEN ? PKV_SQE_OPEN_SETTLED : 0)) || e->reserved0 ||
-	    e->reserved1) {
+	if ((e->flags & ~(e->opcode == PKV_OP_SEQ_OPEN    ? PKV_SQE_OPEN_SETTLED
+			  : e->opcode == PKV_OP_STEP_BEGIN ? PKV_SQE_STEP_TABLES
+							   : 0)) ||
+	    e->reserved0 || (e->aux && !(e->opcode == PKV_OP_STEP_BEGIN && (e->flags & PKV_SQE_STEP_TABLES)))) {
 		snprintf(why, why_len, "reserved SQE fields must be zero");
 		return -EINVAL;
 	}
@@ -88,6 +90,8 @@ int pkv_sqe_check(const struct pkv_sqe *e, const struct sqe_limits *l, char *why
 			r = range(l->arena_size, e->off[1], e->n, 4, 4, "new-token counts", why, why_len);
 		if (!r) /* the token array's length is known only once the counts are copied */
 			r = range(l->arena_size, e->off[2], 0, 4, 4, "tokens", why, why_len);
+		if (!r && (e->flags & PKV_SQE_STEP_TABLES))
+			r = range(l->arena_size, e->off[3], e->aux, 1, 8, "step tables", why, why_len);
 		return r;
 	case PKV_OP_ATTEND:
 		if (!l->step_total_q) {
@@ -134,8 +138,13 @@ static int check_attach(const struct pkv_msg_attach *m, char *why, size_t why_le
 			 m->geo.cache_dtype);
 		return -EINVAL;
 	}
-	if (m->flags & ~PKV_WIRE_POOL_SHARED) {
+	if (m->flags & ~(PKV_WIRE_POOL_SHARED | PKV_WIRE_POOL_CLIENT_ATTN)) {
 		snprintf(why, why_len, "attach: unknown pool flags 0x%x", m->flags);
+		return -EINVAL;
+	}
+	/* Its clients map the whole pool: that must never show one uid another's KV. */
+	if ((m->flags & PKV_WIRE_POOL_SHARED) && (m->flags & PKV_WIRE_POOL_CLIENT_ATTN)) {
+		snprintf(why, why_len, "attach: client attention needs a private pool, not one shared across users");
 		return -EINVAL;
 	}
 	if (!isfinite(m->scale) || m->scale < 0 || !isfinite(m->softcap) || m->softcap < 0) {

@@ -90,10 +90,10 @@ int pkv_attn_batch_check(const struct pkv_cache_mem *mem, const struct pkv_attn_
 	return decode && b->num_seqs ? (int)PKV_PATH_DECODE : (int)PKV_PATH_VARLEN;
 }
 
-int pkv_dispatch_open(struct pkv_dispatch *d, struct pkv_plugin *varlen, struct pkv_plugin *decode,
-		      const struct pkv_pool_desc *pool, char *err, size_t err_len)
+/* Checks both plugins against the pool and that they share a domain; picks the cache's owner. */
+static int check_plugins(struct pkv_dispatch *d, struct pkv_plugin *varlen, struct pkv_plugin *decode,
+			 const struct pkv_pool_desc *pool, char *err, size_t err_len)
 {
-	struct pkv_plugin *owner;
 	int ret;
 
 	if (!d || !varlen || !varlen->be || !pool)
@@ -112,29 +112,89 @@ int pkv_dispatch_open(struct pkv_dispatch *d, struct pkv_plugin *varlen, struct 
 	if (decode->be->caps->domain != varlen->be->caps->domain)
 		return bad(err, err_len, "%s and %s live in different memory domains (%u, %u) and cannot share a cache",
 			   varlen->path, decode->path, varlen->be->caps->domain, decode->be->caps->domain);
-	owner = varlen->be->cache_alloc ? varlen : decode->be->cache_alloc ? decode : NULL;
-	if (!owner)
+	d->owner = varlen->be->cache_alloc ? varlen : decode->be->cache_alloc ? decode : NULL;
+	if (!d->owner)
 		return bad(err, err_len, "%s: no backend of this domain can allocate cache memory (cache_alloc)",
 			   varlen->path);
+	d->varlen = varlen;
+	d->decode = decode;
 	d->pool = *pool;
+	return 0;
+}
+
+int pkv_dispatch_open(struct pkv_dispatch *d, struct pkv_plugin *varlen, struct pkv_plugin *decode,
+		      const struct pkv_pool_desc *pool, char *err, size_t err_len)
+{
+	struct pkv_plugin *owner;
+	int ret = check_plugins(d, varlen, decode, pool, err, err_len);
+
+	if (ret)
+		return ret;
+	owner = d->owner;
 	d->mem.abi_version = PKV_BACKEND_ABI_VERSION;
 	d->mem.struct_size = sizeof(d->mem);
 	ret = owner->be->cache_alloc(owner->ctx, pool, &d->mem);
-	if (ret)
+	if (ret) {
+		memset(d, 0, sizeof(*d));
 		return bad(err, err_len, "%s: cache_alloc failed: %s", owner->path, strerror(ret < 0 ? -ret : EIO)),
 		       ret < 0 ? ret : -EIO;
+	}
 	ret = pkv_cache_mem_check(pool, owner->be->caps->domain, &d->mem, err, err_len);
 	if (ret) {
 		size_t n = err ? strlen(err) : 0;
 
 		owner->be->cache_free(owner->ctx, &d->mem);
+		memset(d, 0, sizeof(*d));
 		if (err && n + 1 < err_len)
 			snprintf(err + n, err_len - n, " (%s)", owner->path);
 		return ret;
 	}
-	d->varlen = varlen;
-	d->decode = decode;
-	d->owner = owner;
+	return 0;
+}
+
+size_t pkv_shared_cache_layout(const struct pkv_geometry *g, struct pkv_cache_mem *mem)
+{
+	size_t tok, blk, layer, total;
+
+	if (g->cache_dtype >= PKV_DTYPE_COUNT ||
+	    __builtin_mul_overflow((size_t)g->num_kv_heads * g->head_dim, pkv_dtype_size(g->cache_dtype), &tok) ||
+	    __builtin_mul_overflow(tok, (size_t)g->block_size, &blk) ||
+	    __builtin_mul_overflow(blk, (size_t)g->num_blocks, &layer) ||
+	    __builtin_mul_overflow(layer, (size_t)g->num_layers * 2, &total) || !total)
+		return 0;
+	memset(mem, 0, sizeof(*mem));
+	mem->abi_version = PKV_BACKEND_ABI_VERSION;
+	mem->struct_size = sizeof(*mem);
+	mem->domain = PKV_DOMAIN_HOST;
+	mem->geo = *g;
+	mem->layer_stride = layer;
+	mem->block_stride = blk;
+	mem->token_stride = tok;
+	mem->bytes = total;
+	return total;
+}
+
+int pkv_dispatch_open_shared(struct pkv_dispatch *d, struct pkv_plugin *varlen, struct pkv_plugin *decode,
+			     const struct pkv_pool_desc *pool, void *base, size_t len, char *err, size_t err_len)
+{
+	int ret = check_plugins(d, varlen, decode, pool, err, err_len);
+	size_t need;
+
+	if (ret)
+		return ret;
+	if (d->owner->be->caps->domain != PKV_DOMAIN_HOST) {
+		bad(err, err_len, "%s keeps its cache in device memory: no process can map it", d->owner->path);
+		memset(d, 0, sizeof(*d));
+		return -ENOTSUP;
+	}
+	need = pkv_shared_cache_layout(&pool->geo, &d->mem);
+	if (!need || !base || len < need) {
+		memset(d, 0, sizeof(*d));
+		return bad(err, err_len, "a shared cache of %zu bytes does not hold the pool's %zu", len, need);
+	}
+	d->mem.k_base = base;
+	d->mem.v_base = (char *)base + need / 2;
+	d->mem_shared = 1;
 	return 0;
 }
 
@@ -167,7 +227,9 @@ void pkv_dispatch_close(struct pkv_dispatch *d)
 {
 	if (!d || !d->owner)
 		return;
-	d->owner->be->cache_free(d->owner->ctx, &d->mem);
+	/* Shared memory belongs to whoever mapped it. */
+	if (!d->mem_shared)
+		d->owner->be->cache_free(d->owner->ctx, &d->mem);
 	memset(d, 0, sizeof(*d));
 }
 

@@ -149,7 +149,8 @@ struct pkv_dispatch {
 	struct pkv_plugin *decode;
 	struct pkv_plugin *owner;        /* the one that allocated mem (varlen's plugin if it can) */
 	struct pkv_pool_desc pool;
-	struct pkv_cache_mem mem;        /* allocated by the domain owner */
+	struct pkv_cache_mem mem;        /* allocated by the domain owner, or shared (below) */
+	int mem_shared;                  /* mem is the caller's mapping: close leaves it alone */
 };
 
 /*
@@ -160,6 +161,21 @@ struct pkv_dispatch {
 int pkv_dispatch_open(struct pkv_dispatch *d, struct pkv_plugin *varlen, struct pkv_plugin *decode,
 		      const struct pkv_pool_desc *pool, char *err, size_t err_len);
 void pkv_dispatch_close(struct pkv_dispatch *d);
+
+/*
+ * The layout of a host-memory cache that several processes map (a pool whose
+ * clients attend themselves): every layer's K, then every layer's V, packed,
+ * as backend.h describes. Fills mem's strides, geometry and domain (bases
+ * NULL) and returns the bytes, or 0 when the size overflows.
+ */
+size_t pkv_shared_cache_layout(const struct pkv_geometry *g, struct pkv_cache_mem *mem);
+/*
+ * pkv_dispatch_open over memory the caller mapped (len bytes at base, laid
+ * out by pkv_shared_cache_layout) instead of a cache_alloc: both plugins
+ * must keep their caches in host memory (-ENOTSUP otherwise).
+ */
+int pkv_dispatch_open_shared(struct pkv_dispatch *d, struct pkv_plugin *varlen, struct pkv_plugin *decode,
+			     const struct pkv_pool_desc *pool, void *base, size_t len, char *err, size_t err_len);
 /*
  * Checks the batch, then runs it on decode when every sequence has one query,
  * on varlen otherwise. A batch asking for softmax_lse, a window or a

@@ -2,6 +2,7 @@
 /* Per-uid limits, pool scope and lifetime, sliced attends: real processes under different uids. */
 #include "config.h"
 #include <check.h>
+#include <math.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -487,7 +488,8 @@ static float prefill_error(struct pkv_client *c, uint32_t seq, const int32_t *to
 
 		ref_attend(toks, n, p0, l, ref);
 		e = max_diff(got + l * QN(k), ref, QN(k));
-		worst = e > worst ? e : worst;
+		if (isnan(e) || e > worst)
+			worst = e; /* a NaN is the worst */
 	}
 	free(got);
 	free(ref);
@@ -579,10 +581,12 @@ static float long_step_error(struct pkv_client *c, uint32_t seq, const int32_t *
 	for (uint32_t l = 0; l < T_LAYERS; l++) {
 		float e = row_error(got + l * QN(k), toks, p0, k - 1, l, window);
 
-		worst = e > worst ? e : worst;
+		if (isnan(e) || e > worst)
+			worst = e; /* a NaN is the worst */
 		for (uint32_t r = 0; r + 1 < k; r += 61) {
 			e = row_error(got + l * QN(k), toks, p0, r, l, window);
-			worst = e > worst ? e : worst;
+			if (isnan(e) || e > worst)
+				worst = e; /* a NaN is the worst */
 		}
 	}
 	free(got);

@@ -273,8 +273,8 @@ float max_diff(const float *a, const float *b, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		float d = fabsf(a[i] - b[i]);
 
-		if (!(d <= m))
-			m = d; /* NaN propagates as a failure */
+		if (isnan(d) || d > m)
+			m = d; /* a NaN stays: it is a failure */
 	}
 	return m;
 }
@@ -416,7 +416,8 @@ float step_and_check(struct pkv_client *c, uint32_t seq, const int32_t *toks, ui
 
 			ref_attend(toks, n, n_cached, l, ref);
 			e = max_diff(got + l * qn, ref, qn);
-			worst = e > worst ? e : worst;
+			if (isnan(e) || e > worst)
+				worst = e; /* a NaN is the worst */
 		}
 		if (got_out)
 			memcpy(got_out, got, T_LAYERS * qn * 4);

@@ -81,6 +81,11 @@ tests_daemon_check_conf_SOURCES = tests/daemon/check_conf.c src/daemon/conf.c
 tests_daemon_check_conf_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_daemon_check_conf_LDADD = src/common/libpkvcommon.la $(CHECK_LIBS)
 
+check_PROGRAMS += tests/daemon/check_client_attn
+TESTS += tests/daemon/check_client_attn
+tests_daemon_check_client_attn_SOURCES = tests/daemon/check_client_attn.c
+tests_daemon_check_client_attn_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_daemon_check_client_attn_LDADD = $(DAEMON_TEST_LIBS)
 check_PROGRAMS += tests/daemon/check_cpu
 TESTS += tests/daemon/check_cpu
 tests_daemon_check_cpu_SOURCES = tests/daemon/check_cpu.c
