@@ -56,15 +56,26 @@ int session_open(struct session *s, const struct session_opts *o, char *err, siz
 		/* Our pool's threads compute between attends: the daemon leaves their CPUs to them. */
 		struct pkv_connect_opts co = { .socket_path = o->socket, .compute_threads = (uint32_t)tpool_size(s->tp) };
 		struct pkv_pool_params pp = { .geo = geo, .act_dtype = PKV_DTYPE_F32, .model_id = s->m.model_id,
-					      .window_left = -1 };
+					      .window_left = -1,
+					      .flags = o->client_attention ? PKV_POOL_CLIENT_ATTENTION : 0 };
 		if (o->pool)
 			snprintf(s->pool_name, sizeof s->pool_name, "%s", o->pool);
 		else
 			/* A pool's geometry must match exactly: each KV dtype has its own (f32 keeps the old name). */
-			snprintf(s->pool_name, sizeof s->pool_name, "model-%016" PRIx64 "%s", s->m.model_id,
-				 o->kv_dtype == PKV_DTYPE_F16 ? "-f16" : o->kv_dtype == PKV_DTYPE_BF16 ? "-bf16" : "");
+			/* ... and so has client attention, a choice made when the pool is created */
+			snprintf(s->pool_name, sizeof s->pool_name, "model-%016" PRIx64 "%s%s", s->m.model_id,
+				 o->kv_dtype == PKV_DTYPE_F16 ? "-f16" : o->kv_dtype == PKV_DTYPE_BF16 ? "-bf16" : "",
+				 o->client_attention ? "-ca" : "");
 		pp.name = s->pool_name;
 		r = pkv_attn_daemon_create(&co, &pp, &s->attn, err, errlen);
+		if (!r && o->client_attention) {
+			struct pkv_stats st = PKV_STATS_INIT;
+
+			if (!s->attn.ops->stats(s->attn.ctx, &st) && st.attention_in_client)
+				s->attn.name = SESSION_CLIENT_ATTENTION;
+			else
+				fprintf(stderr, "warning: %s\n", pkv_last_error(s->attn.ctx));
+		}
 		if (r == -ENOMEM) {
 			/* the daemon's budget cannot hold this pool: say what each side can change */
 			uint64_t bytes = (uint64_t)2 * geo.num_layers * geo.num_kv_heads * geo.head_dim *

@@ -13,6 +13,7 @@ struct session_opts {
 	const char *model;
 	const char *socket;      /* daemon socket; NULL: the default path */
 	int in_process;          /* 1: contiguous in-process attention; 0: the daemon */
+	int client_attention;    /* through the daemon, in a pool whose clients attend themselves */
 	int threads;             /* 0: $PKV_THREADS or all CPUs */
 	uint32_t max_tokens;     /* per forward step (buffers); 0: 256 */
 	uint32_t block_size;     /* 0: 16 */
@@ -24,6 +25,9 @@ struct session_opts {
 	int offer_in_process;    /* the program has --in-process: say so when the daemon is unreachable */
 	const char *pool;        /* pool name; NULL: derived from the model fingerprint */
 };
+
+/* The attention's name (session.attn.name) when the pool's clients attend themselves. */
+#define SESSION_CLIENT_ATTENTION "pagedkvd, attention in this process"
 
 struct session {
 	struct llama m;

@@ -36,6 +36,8 @@
 
 static_assert(PKV_POOL_SHARE_ACROSS_USERS == PKV_WIRE_POOL_SHARED, "pool flags are wire format");
 static_assert(PKV_POOL_CLIENT_ATTENTION == PKV_WIRE_POOL_CLIENT_ATTN, "pool flags are wire format");
+/* In a completion of done[]: the attend ran in this process (client attention), not in the daemon. */
+#define CQE_LOCAL (1u << 31)
 /* The first buffer for a step's tables when this process attends itself (grown to what steps need). */
 #define TABLES_FIRST (16u << 10)
 
@@ -916,6 +918,7 @@ static int attend_local(struct pkv_client *c, uint32_t layer, const void *q, con
 		return -EINVAL;
 	}
 	cqe.user_data = c->next_ud++;
+	cqe.flags = CQE_LOCAL;
 	cqe.res = local_attn_run(c->local, layer, q, k, v, o, c->last_err, sizeof(c->last_err));
 	cqe.payload[0] = pkv_now_ns() - t0; /* all of it is backend time; none is the daemon's */
 	c->done[c->n_done++] = (struct done){ cqe.user_data, cqe };
@@ -959,7 +962,8 @@ static int wait_result(struct pkv_client *c, uint64_t ticket, struct pkv_cqe *cq
 
 	if (r)
 		return r;
-	if (cqe->res < 0)
+	/* An attend we ran ourselves already left its reason in last_err, not in the daemon's error text. */
+	if (cqe->res < 0 && !(cqe->flags & CQE_LOCAL))
 		fetch_err(c);
 	return cqe->res;
 }

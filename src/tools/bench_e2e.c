@@ -253,7 +253,14 @@ static int agg_procs(const struct opts *o, unsigned salt, double *tok_s, struct 
 			close(go[1]);
 			close(res[0]);
 			so.threads = 1;
-			if (session_open(&s, &so, err, sizeof err) == 0 && engine_init(&e, &s.lc, &s.tok, 256, 1) == 0) {
+			int opened = session_open(&s, &so, err, sizeof err) == 0;
+
+			if (opened && so.client_attention && strcmp(s.attn.name, SESSION_CLIENT_ATTENTION)) {
+				/* the daemon attends after all (session_open said why): not the arm asked for */
+				snprintf(err, sizeof err, "no client attention");
+				opened = 0;
+			}
+			if (opened && engine_init(&e, &s.lc, &s.tok, 256, 1) == 0) {
 				int n;
 				int32_t *ids = make_prompt(&s.tok, 16, salt * 8 + i + 1000, &n);
 				if (read(go[0], &b, 1) < 0) /* EOF when the parent closes: start */
@@ -334,14 +341,19 @@ static int ttft(struct session *s, const struct opts *o, unsigned salt, double *
 	return r;
 }
 
-/* The 8-process figure with in-process attention (o: in_process set), as the reference of the same run. */
-static int agg_procs_inproc_attn(const struct opts *o, unsigned salt, double *tok_s)
+/*
+ * Another arm of the 8-process figure in the same run: in-process attention
+ * (o: in_process set, the reference) or a client-attention pool.
+ */
+static int agg_procs_arm(const struct opts *o, unsigned salt, double *tok_s, double *cpu_us, const char *what)
 {
 	struct agg_cpu cpu = { 0 };
 	int r = agg_procs(o, salt, tok_s, &cpu);
 
+	/* everything the work cost per token: the 8 processes' CPU and pagedkvd's */
+	*cpu_us = cpu.clients_us_per_tok + cpu.daemon_us_per_tok;
 	if (r)
-		fprintf(stderr, "pkv-bench e2e: 8 processes with in-process attention failed: %s\n", strerror(-r));
+		fprintf(stderr, "pkv-bench e2e: 8 processes with %s failed: %s\n", what, strerror(-r));
 	return r;
 }
 
@@ -351,7 +363,8 @@ int main(int argc, char **argv)
 		{ "model", 1, 0, 'm' }, { "socket", 1, 0, 1 }, { "in-process", 0, 0, 2 }, { "json", 0, 0, 3 },
 		{ "reps", 1, 0, 'r' }, { "threads", 1, 0, 't' }, { "prompt", 1, 0, 'p' }, { "decode", 1, 0, 'n' },
 		{ "peer-llama-bench", 1, 0, 4 }, { "single", 0, 0, 5 }, { "no-burst", 0, 0, 6 },
-		{ "agg8-only", 0, 0, 7 }, { "kv-dtype", 1, 0, 8 }, { "help", 0, 0, 'h' }, { 0 } };
+		{ "agg8-only", 0, 0, 7 }, { "kv-dtype", 1, 0, 8 }, { "client-attention", 0, 0, 9 },
+		{ "help", 0, 0, 'h' }, { 0 } };
 	struct opts o = { .so = { .threads = 2 }, .reps = 3, .prompt_len = 512, .decode_len = 64, .burst = 1 };
 	int c;
 	char err[512];
@@ -369,6 +382,7 @@ int main(int argc, char **argv)
 			if (opt_kv_dtype("pkv-bench e2e", "--kv-dtype", optarg, &o.so.kv_dtype))
 				return 2;
 			break;
+		case 9: o.so.client_attention = 1; break;
 		case 'r': o.reps = atoi(optarg); break;
 		case 't': o.so.threads = atoi(optarg); break;
 		case 'p': o.prompt_len = (uint32_t)strtoul(optarg, NULL, 10); break;
@@ -378,12 +392,16 @@ int main(int argc, char **argv)
 				"usage: pkv-bench e2e -m MODEL [--socket PATH | --in-process] [--json] [--reps N] [--agg8-only]\n"
 				"       [-t THREADS] [-p PROMPT_TOKENS (512)] [-n DECODE_TOKENS (64)]\n"
 				"       [--single] [--peer-llama-bench PATH] [--no-burst] [--kv-dtype f32|f16|bf16]\n"
+				"       [--client-attention]\n"
 				"Runs through pagedkvd (start it first) unless --in-process. --single: only the\n"
 				"single-stream figures. --peer-llama-bench: also run llama.cpp's llama-bench on the\n"
 				"same model and threads (prefill; decode after the prompt), alternating with ours.\n"
 				"--no-burst: skip the bursts of 8 conversations behind one prompt (with and without\n"
 				"in-flight prefix sharing). Through pagedkvd the 8-process figure is also\n"
-				"measured with in-process attention in every run (agg8_procs_vs_inproc_attn). Run it under\n"
+				"measured with in-process attention in every run (agg8_procs_vs_inproc_attn), and in\n"
+				"a pool whose clients attend themselves (agg8_procs_client_attn_vs_inproc_attn; the\n"
+				"backend from $PAGEDKV_PLUGIN_DIR, else the installed one). --client-attention: every\n"
+				"figure through pagedkvd in such a pool. Run it under\n"
 				"flock /tmp/pkv-bench.lock so benchmarks never overlap.\n");
 			return c == 'h' ? 0 : 2;
 		}
@@ -399,8 +417,12 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	o.so.max_tokens = 256;
-	/* Within a uid's half of pagedkvd's default 1 GiB budget, which also counts the cache's index. */
-	o.so.kv_mib = 480;
+	/*
+	 * Within a uid's half of pagedkvd's default 1 GiB budget, which also
+	 * counts the cache's index; through pagedkvd, with room for the
+	 * client-attention arm's pool (8 short conversations) beside it.
+	 */
+	o.so.kv_mib = o.so.in_process || o.so.client_attention || o.single_only ? 480 : 416;
 	struct session s;
 	if (session_open(&s, &o.so, err, sizeof err)) {
 		fprintf(stderr, "pkv-bench e2e: %s\n", err);
@@ -409,12 +431,17 @@ int main(int argc, char **argv)
 	double at[99] = { 0 }, ad[99] = { 0 }, ab[99] = { 0 }, as[99] = { 0 };
 	double pf[99], dc[99], ai[99] = { 0 }, ap[99] = { 0 }, tc[99] = { 0 }, tw[99] = { 0 }, ppf[99], pdc[99];
 	double acl[99] = { 0 }, adm[99] = { 0 }, aid[99] = { 0 }, api[99] = { 0 }, apr[99] = { 0 };
+	double apc[99] = { 0 }, apcr[99] = { 0 }, cpi[99] = { 0 }, cpc[99] = { 0 };
 	/* Through pagedkvd, the 8 processes also run with in-process attention, alternated: the ratio is same-run. */
-	struct opts oi = o;
+	struct opts oi = o, oc = o;
 	int pair8 = !o.so.in_process && !o.single_only;
+	/* ... and, unless the main arm already is one, in a pool whose clients attend themselves */
+	int client8 = pair8 && !o.so.client_attention;
 
 	oi.so.in_process = 1;
 	oi.so.socket = NULL;
+	oc.so.client_attention = 1;
+	oc.so.kv_mib = 64;
 	for (int i = 0; i < o.reps; i++) {
 		unsigned salt = (unsigned)getpid() * 131u + (unsigned)i * 17u;
 		struct peer_result pr;
@@ -422,7 +449,7 @@ int main(int argc, char **argv)
 		int r;
 		pf[i] = dc[i] = ai[i] = ap[i] = tc[i] = tw[i] = 0;
 		/* odd runs take the in-process arm first, even ones after */
-		if (pair8 && (i & 1) && (r = agg_procs_inproc_attn(&oi, salt, &api[i]))) {
+		if (pair8 && (i & 1) && (r = agg_procs_arm(&oi, salt, &api[i], &cpi[i], "in-process attention"))) {
 			session_close(&s);
 			return 1;
 		}
@@ -437,11 +464,17 @@ int main(int argc, char **argv)
 		acl[i] = ac.clients_us_per_tok;
 		adm[i] = ac.daemon_us_per_tok;
 		aid[i] = ac.idle_pct;
-		if (pair8 && !(i & 1) && (r = agg_procs_inproc_attn(&oi, salt, &api[i]))) {
+		if (pair8 && !(i & 1) && (r = agg_procs_arm(&oi, salt, &api[i], &cpi[i], "in-process attention"))) {
+			session_close(&s);
+			return 1;
+		}
+		/* last in odd runs, next to the in-process arm in even ones */
+		if (client8 && (r = agg_procs_arm(&oc, salt, &apc[i], &cpc[i], "client attention"))) {
 			session_close(&s);
 			return 1;
 		}
 		apr[i] = api[i] > 0 ? ap[i] / api[i] : 0;
+		apcr[i] = api[i] > 0 ? apc[i] / api[i] : 0;
 		if (o.peer) {
 			/* our pool's threads would take the peer's CPUs while they spin */
 			tpool_idle(s.tp);
@@ -488,6 +521,8 @@ int main(int argc, char **argv)
 	double m_ppf = o.peer ? bench_median(ppf, o.reps) : 0, m_pdc = o.peer ? bench_median(pdc, o.reps) : 0;
 	double m_acl = bench_median(acl, o.reps), m_adm = bench_median(adm, o.reps), m_aid = bench_median(aid, o.reps);
 	double m_api = bench_median(api, o.reps), m_apr = bench_median(apr, o.reps);
+	double m_apc = bench_median(apc, o.reps), m_apcr = bench_median(apcr, o.reps);
+	double m_cpi = bench_median(cpi, o.reps), m_cpc = bench_median(cpc, o.reps);
 	if (o.json) {
 		printf("{\"model\": \"%s\", \"attention\": \"%s\", \"kv_dtype\": \"%s\", \"isa\": \"%s\", \"threads\": %d, "
 		       "\"reps\": %d, \"prompt_tokens\": %u, \"decode_tokens\": %u, "
@@ -506,8 +541,11 @@ int main(int argc, char **argv)
 			       "\"agg8_daemon_cpu_us_per_tok\": %.1f, \"agg8_idle_pct\": %.1f", m_ai, m_ap, m_tc, m_tw,
 			       m_tc > 0 ? m_tw / m_tc : 0, m_acl, m_adm, m_aid);
 		if (pair8)
-			printf(", \"agg8_procs_inproc_attn_tok_s\": %.1f, \"agg8_procs_vs_inproc_attn\": %.3f", m_api,
-			       m_apr);
+			printf(", \"agg8_procs_inproc_attn_tok_s\": %.1f, \"agg8_procs_vs_inproc_attn\": %.3f, "
+			       "\"agg8_inproc_attn_cpu_us_per_tok\": %.1f", m_api, m_apr, m_cpi);
+		if (client8)
+			printf(", \"agg8_procs_client_attn_tok_s\": %.1f, \"agg8_procs_client_attn_vs_inproc_attn\": %.3f, "
+			       "\"agg8_client_attn_cpu_us_per_tok\": %.1f", m_apc, m_apcr, m_cpc);
 		if (o.peer)
 			printf(", \"peer_prefill_tok_s\": %.1f, \"peer_decode_tok_s\": %.1f, "
 			       "\"prefill_vs_peer\": %.3f, \"decode_vs_peer\": %.3f",
@@ -537,6 +575,9 @@ int main(int argc, char **argv)
 			if (pair8)
 				printf("  same, attention in-process     %8.1f tok/s aggregate (through pagedkvd %.3fx, "
 				       "median of the runs' ratios)\n", m_api, m_apr);
+			if (client8)
+				printf("  same, client attention pool    %8.1f tok/s aggregate (%.3fx in-process)\n",
+				       m_apc, m_apcr);
 			printf("  TTFT behind 1000-token prompt  %8.1f ms cold, %.1f ms warm (%.3f of cold)\n", m_tc,
 			       m_tw, m_tc > 0 ? m_tw / m_tc : 0);
 		}

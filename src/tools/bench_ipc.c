@@ -183,7 +183,8 @@ static void profile_daemon(pid_t pid, const char *tag)
 
 /* ---------------------------------------------------------------- clients */
 
-static struct pkv_client *bench_client(const char *sock, uint32_t spin_us, int attach)
+/* A client of pool `name` created with `flags` (PKV_POOL_*), or only connected when name is NULL. */
+static struct pkv_client *bench_client_pool(const char *sock, uint32_t spin_us, const char *name, uint32_t flags)
 {
 	struct pkv_connect_opts co = { .socket_path = sock, .arena_bytes = 8 << 20, .timeout_ms = 10000,
 				       .spin_us = spin_us };
@@ -195,9 +196,10 @@ static struct pkv_client *bench_client(const char *sock, uint32_t spin_us, int a
 		fprintf(stderr, "pkv-bench ipc: connect %s: %s\n", sock, pkv_strerror(r));
 		return NULL;
 	}
-	if (!attach)
+	if (!name)
 		return c;
-	p.name = "bench-ipc";
+	p.name = name;
+	p.flags = flags;
 	p.geo = (struct pkv_geometry){ L, H, KVH, HD, PKV_DTYPE_BF16, BS, NBLK };
 	p.act_dtype = PKV_DTYPE_F32;
 	p.model_id = 0x5e1f;
@@ -207,6 +209,29 @@ static struct pkv_client *bench_client(const char *sock, uint32_t spin_us, int a
 		fprintf(stderr, "pkv-bench ipc: attach: %s: %s\n", pkv_strerror(r), pkv_last_error(c));
 		pkv_disconnect(c);
 		return NULL;
+	}
+	return c;
+}
+
+static struct pkv_client *bench_client(const char *sock, uint32_t spin_us, int attach)
+{
+	return bench_client_pool(sock, spin_us, attach ? "bench-ipc" : NULL, 0);
+}
+
+/* A client of a pool whose clients attend themselves; NULL (and why) when the backend does not load here. */
+static struct pkv_client *client_attn_client(const char *sock, const struct opts *o)
+{
+	struct pkv_client *c;
+	struct pkv_stats st = PKV_STATS_INIT;
+
+	/* the backend the reference loads: the same file as the daemon's */
+	if (!getenv("PAGEDKV_PLUGIN_DIR") || !*getenv("PAGEDKV_PLUGIN_DIR"))
+		setenv("PAGEDKV_PLUGIN_DIR", o->plugin_dir, 1);
+	c = bench_client_pool(sock, 1000000, "bench-ipc-ca", PKV_POOL_CLIENT_ATTENTION);
+	if (c && (pkv_stats(c, &st) || !st.attention_in_client)) {
+		fprintf(stderr, "pkv-bench ipc: no client attention: %s\n", pkv_last_error(c));
+		pkv_disconnect(c);
+		c = NULL;
 	}
 	return c;
 }
@@ -285,6 +310,8 @@ struct coal_pair {
 struct results {
 	uint64_t noop_hot_p50, noop_hot_p99, noop_cold_p50, attend_hot_p50;
 	double noop_ops, step_daemon_us, step_inproc_us, step_overhead_pct;
+	int have_step_client;
+	double step_client_us, step_client_overhead_pct;  /* the same steps in a client-attention pool */
 	int coal_head, coal_sh_head; /* the count that gives the headline figure (8 clients if measured) */
 	struct coal_pair coal[8];
 	struct coal_pair coal_sh[8];
@@ -510,15 +537,16 @@ static int daemon_step(struct pkv_client *c, uint32_t seq, const struct tensors 
 static int bench_step30(const char *sock, const struct opts *o, struct results *res)
 {
 	size_t per = o->quick ? 5 : 20;
-	double dm[STEP_ROUNDS], im[STEP_ROUNDS], ratio[STEP_ROUNDS];
+	double dm[STEP_ROUNDS], im[STEP_ROUNDS], cm[STEP_ROUNDS], ratio[STEP_ROUNDS], cratio[STEP_ROUNDS];
 	uint64_t *dv = malloc(sizeof(uint64_t) * per), *iv = malloc(sizeof(uint64_t) * per), ns;
-	struct pkv_client *c = bench_client(sock, 1000000, 1);
+	uint64_t *cv = malloc(sizeof(uint64_t) * per);
+	struct pkv_client *c = bench_client(sock, 1000000, 1), *cc = NULL;
 	struct inproc ip;
-	struct tensors t;
-	uint32_t seq;
+	struct tensors t, ct;
+	uint32_t seq, cseq;
 	int r = -ENOMEM;
 
-	if (!c || !dv || !iv)
+	if (!c || !dv || !iv || !cv)
 		goto out;
 	r = prefill(c, 1, &seq);
 	if (!r)
@@ -527,30 +555,48 @@ static int bench_step30(const char *sock, const struct opts *o, struct results *
 		r = inproc_open(o, &ip);
 	if (r)
 		goto out;
+	/* A third arm where it can run: the same steps attended in this process over the daemon's pool. */
+	cc = client_attn_client(sock, o);
+	if (cc && (prefill(cc, 1, &cseq) || alloc_tensors(cc, &ct, 1))) {
+		pkv_disconnect(cc);
+		cc = NULL;
+	}
 	for (int w = 0; w < 5 && !r; w++)
 		r = daemon_step(c, seq, &t, &ns);
+	for (int w = 0; cc && w < 5 && !r; w++)
+		r = daemon_step(cc, cseq, &ct, &ns);
 	for (int k = 0; k < STEP_ROUNDS && !r; k++) {
 		for (size_t s = 0; s < per && !r; s++)
 			r = daemon_step(c, seq, &t, &dv[s]);
 		for (size_t s = 0; s < per && !r; s++)
 			r = inproc_step(&ip, &iv[s]);
+		for (size_t s = 0; cc && s < per && !r; s++)
+			r = daemon_step(cc, cseq, &ct, &cv[s]);
 		dm[k] = (double)pct(dv, per, 0.5) / 1000.0;
 		im[k] = (double)pct(iv, per, 0.5) / 1000.0;
+		cm[k] = cc ? (double)pct(cv, per, 0.5) / 1000.0 : 0;
 		ratio[k] = dm[k] / im[k];
+		cratio[k] = cm[k] / im[k];
 	}
 	inproc_close(&ip);
 	if (!r) {
 		res->step_overhead_pct = 100.0 * (bench_median(ratio, STEP_ROUNDS) - 1.0);
 		res->step_daemon_us = bench_median(dm, STEP_ROUNDS);
 		res->step_inproc_us = bench_median(im, STEP_ROUNDS);
+		res->have_step_client = cc != NULL;
+		res->step_client_overhead_pct = 100.0 * (bench_median(cratio, STEP_ROUNDS) - 1.0);
+		res->step_client_us = bench_median(cm, STEP_ROUNDS);
 	}
 out:
 	if (r)
 		fprintf(stderr, "pkv-bench ipc: 30-layer steps: %s (%s)\n", pkv_strerror(r), c ? pkv_last_error(c) : "");
 	if (c)
 		pkv_disconnect(c);
+	if (cc)
+		pkv_disconnect(cc);
 	free(dv);
 	free(iv);
+	free(cv);
 	return r;
 }
 
@@ -851,10 +897,13 @@ report:
 			       (unsigned long long)res.noop_cold_p50, (unsigned long long)res.attend_hot_p50, res.noop_ops);
 		if (o.shared_only)
 			;
-		else if (res.have_step)
+		else if (res.have_step) {
 			printf("\"step30_overhead_pct\":%.2f,\"step30_daemon_us\":%.1f,\"step30_inproc_us\":%.1f,",
 			       res.step_overhead_pct, res.step_daemon_us, res.step_inproc_us);
-		else
+			if (res.have_step_client)
+				printf("\"step30_client_attn_overhead_pct\":%.2f,\"step30_client_attn_us\":%.1f,",
+				       res.step_client_overhead_pct, res.step_client_us);
+		} else
 			printf("\"step30_overhead_pct\":null,");
 		if (res.have_coal) {
 			print_coal_json("coalesce", &res.coal[res.coal_head], o.counts[res.coal_head]);
@@ -892,6 +941,9 @@ step:
 	if (res.have_step)
 		printf("  30-layer decode step: %.1f us via daemon, %.1f us in-process: overhead %.1f%% (target <= 5%%)\n",
 		       res.step_daemon_us, res.step_inproc_us, res.step_overhead_pct);
+	if (res.have_step && res.have_step_client)
+		printf("  same, client-attention pool: %.1f us: overhead %.1f%%\n", res.step_client_us,
+		       res.step_client_overhead_pct);
 	for (int i = 0; res.have_coal && i < o.n_counts; i++)
 		printf("  %d decoding clients: %.0f tok/s coalesced, %.0f tok/s not: speedup %.2fx (%.2f-%.2f)\n",
 		       o.counts[i], res.coal[i].on, res.coal[i].off, res.coal[i].speedup, res.coal[i].lo, res.coal[i].hi);

@@ -93,6 +93,17 @@ START_TEST(test_bad_sqes_get_error_completions)
 	e = sqe(PKV_OP_NOP);
 	e.flags = 1;
 	ck_assert_int_eq(call(&r, e), -EINVAL);                       /* reserved flags */
+	e = sqe(PKV_OP_NOP);
+	e.aux = 64;
+	ck_assert_int_eq(call(&r, e), -EINVAL);                       /* aux only for step tables */
+	e = sqe(PKV_OP_STEP_BEGIN);
+	e.n = 1;
+	e.flags = PKV_SQE_STEP_TABLES;
+	e.off[3] = A - 8;
+	e.aux = 64;
+	ck_assert_int_eq(call(&r, e), -EINVAL);                       /* tables past the arena */
+	e.off[3] = 0;
+	ck_assert_int_eq(call(&r, e), -EINVAL);                       /* a pool the daemon attends: no tables */
 	e = sqe(PKV_OP_SEQ_OPEN);
 	e.n = 2;
 	e.off[0] = A - 4;
