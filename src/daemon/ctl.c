@@ -172,7 +172,9 @@ static void do_status(struct pkv_daemon *d, const struct session *who, FILE *f, 
 					(unsigned long long)pool_counter(&p->batches),
 					(unsigned long long)pool_counter(&p->row_pieces),
 					(unsigned long long)pool_counter(&p->layer_copies));
-			fprintf(f, "\"shared_across_users\":%s}", (p->flags & PKV_WIRE_POOL_SHARED) ? "true" : "false");
+			fprintf(f, "\"shared_across_users\":%s,\"client_attention\":%s}",
+				(p->flags & PKV_WIRE_POOL_SHARED) ? "true" : "false",
+				(p->flags & PKV_WIRE_POOL_CLIENT_ATTN) ? "true" : "false");
 			first = 0;
 		}
 		fprintf(f, "],\"clients\":[");
@@ -201,10 +203,11 @@ static void do_status(struct pkv_daemon *d, const struct session *who, FILE *f, 
 		if (!pool_visible(d, who, p))
 			continue;
 		pool_cache_stats(p, &cs);
-		fprintf(f, "pool %s: %u layers, %u/%u heads x %u, cache %s, act %s, %u blocks of %u tokens%s\n",
+		fprintf(f, "pool %s: %u layers, %u/%u heads x %u, cache %s, act %s, %u blocks of %u tokens%s%s\n",
 			p->name, p->geo.num_layers, p->geo.num_heads, p->geo.num_kv_heads, p->geo.head_dim,
 			dtype_name(p->geo.cache_dtype), dtype_name(p->act_dtype), p->geo.num_blocks,
-			p->geo.block_size, (p->flags & PKV_WIRE_POOL_SHARED) ? ", shared across users" : "");
+			p->geo.block_size, (p->flags & PKV_WIRE_POOL_SHARED) ? ", shared across users" : "",
+			(p->flags & PKV_WIRE_POOL_CLIENT_ATTN) ? ", client attention" : "");
 		fprintf(f, "  blocks: %u free, %u cached, %u in use, %u pinned\n", cs.free_blocks,
 			cs.cached_blocks, cs.in_use_blocks, cs.pinned_blocks);
 		if (!who->admin)

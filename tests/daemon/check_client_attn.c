@@ -129,6 +129,8 @@ START_TEST(test_client_attn_prefill_decode_and_shared_prefix)
 	ck_assert_int_eq(child_status(st), 0);
 	/* The daemon's books add up: every commit went through it. */
 	ck_assert_int_eq(audit_until_clean(D.sock, 2000, out, sizeof(out)), 0);
+	ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, out, sizeof(out)), 0);
+	ck_assert_ptr_nonnull(strstr(out, "\"client_attention\":true"));
 	pkv_disconnect(c);
 }
 END_TEST
