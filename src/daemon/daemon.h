@@ -156,6 +156,7 @@ struct session {
 	 * its need-wakeup flag, and sleeps on its doorbell (worker.c).
 	 */
 	int worker_owned;
+	uint64_t end_handed;          /* loop only: user_data of the last client-attention STEP_END it handed over */
 	uint32_t worker_copies;       /* worker only: its JOB_COPYs not done yet (its ring waits for them) */
 	pthread_spinlock_t cq_lock;   /* the loop and the worker both post completions */
 	int cq_broken;                /* set by a poster that found the ring corrupted */
@@ -426,6 +427,15 @@ int session_process(struct pkv_daemon *d, struct session *s);
 #define SESSION_NOT_HERE (INT32_MAX - 1)
 int session_exec(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e, uint32_t max_step,
 		 uint64_t *p0, uint64_t *p1);
+/*
+ * The most new tokens a step boundary may carry to run on the worker: a
+ * decode step or a short chunk. Its cost grows with them (the token copy,
+ * the slot mapping, the commit's block keys), and every client's attends
+ * wait while it runs; a longer one goes to the loop, whose turn budget
+ * bounds it there.
+ */
+#define WORKER_STEP_TOKENS 256
+
 /* Whether e is a step boundary (STEP_BEGIN, STEP_END, STEP_ABORT) the worker may run for s. */
 int session_step_on_worker(const struct session *s, const struct pkv_sqe *e);
 /* Bytes of shared regions the uid's connections have mapped (for per-uid quotas). */

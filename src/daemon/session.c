@@ -1312,6 +1312,19 @@ int session_process(struct pkv_daemon *d, struct session *s)
 			hand_to_worker(d, s);
 			break;
 		}
+		/*
+		 * A client that attends itself sends no attends: its steps' ends and
+		 * begins go to the worker instead, which keeps the ring between them
+		 * as it does between a step's attends (and spins through the gap
+		 * while a core idles) rather than the loop waking for each.
+		 */
+		if (e.opcode == PKV_OP_STEP_END && s->step && (s->pool->flags & PKV_WIRE_POOL_CLIENT_ATTN) &&
+		    !s->inflight && s->meta.total_q <= WORKER_STEP_TOKENS && e.user_data != s->end_handed) {
+			/* Once per end: the worker hands it back when the pool's lock is busy, then it runs here. */
+			s->end_handed = e.user_data;
+			hand_to_worker(d, s);
+			break;
+		}
 		/* Anything but an attend waits for the attends before it (ordering). */
 		if (!(op && op->on_worker) && s->inflight)
 			break;

@@ -500,15 +500,6 @@ static void post(struct job *o, uint64_t ud, int32_t res)
 }
 
 /*
- * The most new tokens a step boundary may carry to run on this thread: a
- * decode step or a short chunk. Its cost grows with them (the token copy,
- * the slot mapping, the commit's block keys), and every client's attends
- * wait while it runs; a longer one goes to the loop, whose turn budget
- * bounds it there.
- */
-#define WORKER_STEP_TOKENS 256
-
-/*
  * Runs the step boundary at the head of o's ring (copied in e) here, so a
  * decode step costs no hand-off to the loop and back: one lock of the
  * pool's cache, taken only if free. When the loop holds it (an open's walk,
