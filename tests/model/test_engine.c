@@ -28,6 +28,7 @@ struct rig {
 };
 
 static const char *shared_pool; /* set: every rig attaches this pool (several processes) */
+static uint32_t pool_flags;      /* PKV_POOL_CLIENT_ATTENTION: the rigs attend over the daemon's pool */
 
 static void rig_up(struct rig *r, uint64_t capacity, uint32_t budget, uint32_t max_running)
 {
@@ -41,12 +42,19 @@ static void rig_up(struct rig *r, uint64_t capacity, uint32_t budget, uint32_t m
 		char name[64];
 		struct pkv_connect_opts co = { .socket_path = daemon_sock };
 		struct pkv_pool_params pp = { .name = name, .act_dtype = PKV_DTYPE_F32, .model_id = r->m.model_id,
-					      .window_left = -1 };
+					      .window_left = -1, .flags = pool_flags };
 		llama_geometry(&r->m, 4, capacity ? (uint32_t)(capacity / 4) : 1024, &pp.geo);
 		snprintf(name, sizeof name, "engine-%d-%u", (int)getpid(), pool_serial++);
 		if (shared_pool)
 			snprintf(name, sizeof name, "%s", shared_pool);
 		ck_assert_msg(pkv_attn_daemon_create(&co, &pp, &r->a, err, sizeof err) == 0, "%s", err);
+		if (pool_flags) {
+			struct pkv_stats st = PKV_STATS_INIT;
+
+			/* not a fallback to the daemon's attention */
+			ck_assert_int_eq(r->a.ops->stats(r->a.ctx, &st), 0);
+			ck_assert_msg(st.attention_in_client, "%s", pkv_last_error(r->a.ctx));
+		}
 	} else {
 		llama_geometry(&r->m, 4, 1024, &geo);
 		ck_assert_int_eq(pkv_attn_ref_create(&geo, capacity, r->tp, &r->a), 0);
@@ -386,8 +394,21 @@ static void daemon_up(void)
 	daemon_sock = dmn.sock;
 }
 
+/* The same daemon, the rigs' pools created with client attention (the backend loads in the rig's process). */
+static void daemon_up_client_attn(void)
+{
+	static char dir[512];
+	const char *top = getenv("PKV_TOP_BUILDDIR");
+
+	snprintf(dir, sizeof dir, "%s/plugins/cpu/.libs", top ? top : ".");
+	setenv("PAGEDKV_PLUGIN_DIR", dir, 1);
+	pool_flags = PKV_POOL_CLIENT_ATTENTION;
+	daemon_up();
+}
+
 static void daemon_down(void)
 {
+	pool_flags = 0;
 	if (dmn.pid)
 		test_daemon_stop(&dmn);
 	daemon_sock = NULL;
@@ -421,6 +442,16 @@ int main(void)
 	tcase_add_test(td, burst_in_one_process_computes_prompt_once);
 	tcase_add_test(td, burst_across_processes_computes_prompt_once);
 	suite_add_tcase(s, td);
+	/* And in pools whose clients attend themselves: the steps, the in-flight claims, the -ENOSPC. */
+	TCase *tca = tcase_create("client-attention");
+	tcase_add_unchecked_fixture(tca, daemon_up_client_attn, daemon_down);
+	tcase_set_timeout(tca, 120);
+	tcase_add_test(tca, concurrent_chunked_equals_solo);
+	tcase_add_test(tca, enospc_waits_or_preempts_and_still_equals_solo);
+	tcase_add_test(tca, second_turn_reuses_history);
+	tcase_add_test(tca, burst_in_one_process_computes_prompt_once);
+	tcase_add_test(tca, burst_across_processes_computes_prompt_once);
+	suite_add_tcase(s, tca);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
 	int nf = srunner_ntests_failed(sr);

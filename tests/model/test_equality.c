@@ -2,6 +2,7 @@
 /* Random-weight model: logits through the attention under test (prefix hits, forks, chunked prefill,
  * mixed batches) equal a plain contiguous forward of each whole sequence. */
 #include <check.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,7 @@ struct fx {
 
 /* The attention under test: pagedkvd when a daemon socket is set, else the in-process cache. */
 static const char *daemon_sock;
+static uint32_t pool_flags; /* PKV_POOL_CLIENT_ATTENTION: this process attends, over the daemon's pool */
 static int cur_wt;
 static uint32_t cur_kv = PKV_DTYPE_F32; /* the KV cache dtype of the fixture and of the reference */
 
@@ -45,11 +47,21 @@ static int attn_under_test(const struct llama *m, const struct pkv_geometry *geo
 		return pkv_attn_ref_create(geo, 0, tp, a);
 	struct pkv_connect_opts co = { .socket_path = daemon_sock };
 	struct pkv_pool_params pp = { .name = name, .geo = *geo, .act_dtype = PKV_DTYPE_F32,
-				      .model_id = m->model_id, .window_left = -1 };
+				      .model_id = m->model_id, .window_left = -1, .flags = pool_flags };
 	snprintf(name, sizeof name, "eq-%016llx-%u", (unsigned long long)m->model_id, geo->cache_dtype);
 	r = pkv_attn_daemon_create(&co, &pp, a, err, sizeof err);
 	if (r)
 		fprintf(stderr, "test_equality: %s\n", err);
+	if (!r && pool_flags) {
+		struct pkv_stats st = PKV_STATS_INIT;
+
+		/* A fallback to the daemon's attention would pass the same checks without testing ours. */
+		if (a->ops->stats(a->ctx, &st) || !st.attention_in_client) {
+			fprintf(stderr, "test_equality: no client attention: %s\n", pkv_last_error(a->ctx));
+			pkv_attn_destroy(a);
+			r = -ENOTSUP;
+		}
+	}
 	return r;
 }
 
@@ -345,8 +357,21 @@ static void daemon_up(void)
 	daemon_sock = d.sock;
 }
 
+/* The same daemon, its pools created with client attention: the backend loads in this process. */
+static void daemon_up_client_attn(void)
+{
+	static char dir[512];
+	const char *top = getenv("PKV_TOP_BUILDDIR");
+
+	snprintf(dir, sizeof dir, "%s/plugins/cpu/.libs", top ? top : ".");
+	setenv("PAGEDKV_PLUGIN_DIR", dir, 1);
+	pool_flags = PKV_POOL_CLIENT_ATTENTION;
+	daemon_up();
+}
+
 static void daemon_down(void)
 {
+	pool_flags = 0;
 	if (d.pid)
 		test_daemon_stop(&d);
 	daemon_sock = NULL;
@@ -384,6 +409,16 @@ int main(void)
 	tcase_add_loop_test(td, several_client_processes_equal_contiguous, 0, 3);
 	tcase_add_loop_test(td, narrow_kv_equals_contiguous, 0, 2);
 	suite_add_tcase(s, td);
+	TCase *tca = tcase_create("client-attention");
+	tcase_add_unchecked_fixture(tca, daemon_up_client_attn, daemon_down);
+	tcase_set_timeout(tca, 120);
+	tcase_add_loop_test(tca, chunked_prefill_equals_contiguous, 0, 3);
+	tcase_add_loop_test(tca, prefix_hit_equals_contiguous, 0, 3);
+	tcase_add_loop_test(tca, fork_equals_contiguous, 0, 3);
+	tcase_add_loop_test(tca, mixed_prefill_decode_batch_equals_contiguous, 0, 3);
+	tcase_add_loop_test(tca, several_client_processes_equal_contiguous, 0, 3);
+	tcase_add_loop_test(tca, narrow_kv_equals_contiguous, 0, 2);
+	suite_add_tcase(s, tca);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
 	int nf = srunner_ntests_failed(sr);
