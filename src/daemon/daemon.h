@@ -313,6 +313,7 @@ struct worker {
 	uint64_t last_take_ns;        /* worker only: when it last took an SQE from any ring */
 	uint64_t idle_from_ns;        /* worker only: when its rings went quiet (0: not quiet) */
 	uint64_t gap_ns;              /* worker only: learned quiet gap before the next SQE (worker.c) */
+	int idle_stepping;            /* worker only: a held ring had a step open when they went quiet */
 	uint64_t idle_spin_ns;        /* worker only: how long it spins from idle_from_ns on */
 	unsigned spin_us;
 	unsigned gather_us;           /* longest wait for a lockstep batch to fill */

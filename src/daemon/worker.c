@@ -1728,12 +1728,18 @@ void worker_uids_shared(struct pkv_daemon *d)
 	__atomic_store_n(&w->hints_undone, 1, __ATOMIC_RELEASE);
 }
 
-/* Learns the gap between an idle start and the next SQE (exponential average; long gaps are pauses). */
+/*
+ * Learns the gap between an idle start and the next SQE (exponential
+ * average; long gaps are pauses), only over gaps inside a step, the only
+ * ones idle_spin_ns spins through: a layer's matmuls, or a client attending
+ * itself between its begin and end. The short gaps between one step's end
+ * and the next begin, averaged in, made the spin end before each end came.
+ */
 static void learn_gap(struct worker *w, uint64_t now)
 {
 	uint64_t g = now - w->idle_from_ns;
 
-	if (w->idle_from_ns && g < 2 * HOLD_SPIN_MAX_NS)
+	if (w->idle_from_ns && w->idle_stepping && g < 2 * HOLD_SPIN_MAX_NS)
 		w->gap_ns = w->gap_ns ? (7 * w->gap_ns + g) / 8 : g;
 	w->idle_from_ns = 0;
 }
@@ -1780,6 +1786,7 @@ static void *worker_main(void *arg)
 				int claimed = busy >= w->ncpu && one_uid(w);
 
 				w->idle_from_ns = pkv_now_ns();
+				w->idle_stepping = busy > 0;
 				w->idle_spin_ns = claimed ? claimed_spin_ns(w, spin_ns) : idle_spin_ns(w, spin_ns, busy > 0);
 				pkv_host_set_cpus_claimed(d->host, claimed);
 				w->claimed = claimed;

@@ -312,6 +312,7 @@ struct results {
 	double noop_ops, step_daemon_us, step_inproc_us, step_overhead_pct;
 	int have_step_client;
 	double step_client_us, step_client_overhead_pct;  /* the same steps in a client-attention pool */
+	double step_client_bound_us;                       /* ... of which its begin and end round trips */
 	int coal_head, coal_sh_head; /* the count that gives the headline figure (8 clients if measured) */
 	struct coal_pair coal[8];
 	struct coal_pair coal_sh[8];
@@ -509,20 +510,34 @@ static int inproc_step(struct inproc *ip, uint64_t *ns)
 	return r;
 }
 
-/* One 30-layer decode step at ctx 128 through the daemon, opened and aborted so the context stays 128. */
-static int daemon_step(struct pkv_client *c, uint32_t seq, const struct tensors *t, uint64_t *ns)
+/*
+ * One 30-layer decode step at ctx 128 through the daemon, opened and aborted
+ * so the context stays 128; *bound_ns (may be NULL): the begin's and the
+ * abort's round trips together.
+ */
+static int daemon_step_split(struct pkv_client *c, uint32_t seq, const struct tensors *t, uint64_t *ns,
+			     uint64_t *bound_ns)
 {
-	uint64_t t0 = pkv_now_ns();
+	uint64_t t0 = pkv_now_ns(), t1, t2;
 	int32_t tok = 7;
 	uint32_t one = 1;
 	int r = pkv_step_begin(c, &seq, &one, &tok, 1);
 
+	t1 = pkv_now_ns();
 	for (uint32_t l = 0; l < L && !r; l++)
 		r = pkv_attend(c, l, t->q, t->k, t->v, t->o);
+	t2 = pkv_now_ns();
 	if (!r)
 		r = pkv_step_abort(c);
 	*ns = pkv_now_ns() - t0;
+	if (bound_ns)
+		*bound_ns = *ns - (t2 - t1);
 	return r;
+}
+
+static int daemon_step(struct pkv_client *c, uint32_t seq, const struct tensors *t, uint64_t *ns)
+{
+	return daemon_step_split(c, seq, t, ns, NULL);
 }
 
 /*
@@ -538,15 +553,16 @@ static int bench_step30(const char *sock, const struct opts *o, struct results *
 {
 	size_t per = o->quick ? 5 : 20;
 	double dm[STEP_ROUNDS], im[STEP_ROUNDS], cm[STEP_ROUNDS], ratio[STEP_ROUNDS], cratio[STEP_ROUNDS];
+	double cbm[STEP_ROUNDS];
 	uint64_t *dv = malloc(sizeof(uint64_t) * per), *iv = malloc(sizeof(uint64_t) * per), ns;
-	uint64_t *cv = malloc(sizeof(uint64_t) * per);
+	uint64_t *cv = malloc(sizeof(uint64_t) * per), *cb = malloc(sizeof(uint64_t) * per);
 	struct pkv_client *c = bench_client(sock, 1000000, 1), *cc = NULL;
 	struct inproc ip;
 	struct tensors t, ct;
 	uint32_t seq, cseq;
 	int r = -ENOMEM;
 
-	if (!c || !dv || !iv || !cv)
+	if (!c || !dv || !iv || !cv || !cb)
 		goto out;
 	r = prefill(c, 1, &seq);
 	if (!r)
@@ -571,10 +587,11 @@ static int bench_step30(const char *sock, const struct opts *o, struct results *
 		for (size_t s = 0; s < per && !r; s++)
 			r = inproc_step(&ip, &iv[s]);
 		for (size_t s = 0; cc && s < per && !r; s++)
-			r = daemon_step(cc, cseq, &ct, &cv[s]);
+			r = daemon_step_split(cc, cseq, &ct, &cv[s], &cb[s]);
 		dm[k] = (double)pct(dv, per, 0.5) / 1000.0;
 		im[k] = (double)pct(iv, per, 0.5) / 1000.0;
 		cm[k] = cc ? (double)pct(cv, per, 0.5) / 1000.0 : 0;
+		cbm[k] = cc ? (double)pct(cb, per, 0.5) / 1000.0 : 0;
 		ratio[k] = dm[k] / im[k];
 		cratio[k] = cm[k] / im[k];
 	}
@@ -586,6 +603,7 @@ static int bench_step30(const char *sock, const struct opts *o, struct results *
 		res->have_step_client = cc != NULL;
 		res->step_client_overhead_pct = 100.0 * (bench_median(cratio, STEP_ROUNDS) - 1.0);
 		res->step_client_us = bench_median(cm, STEP_ROUNDS);
+		res->step_client_bound_us = bench_median(cbm, STEP_ROUNDS);
 	}
 out:
 	if (r)
@@ -597,6 +615,7 @@ out:
 	free(dv);
 	free(iv);
 	free(cv);
+	free(cb);
 	return r;
 }
 
@@ -901,8 +920,9 @@ report:
 			printf("\"step30_overhead_pct\":%.2f,\"step30_daemon_us\":%.1f,\"step30_inproc_us\":%.1f,",
 			       res.step_overhead_pct, res.step_daemon_us, res.step_inproc_us);
 			if (res.have_step_client)
-				printf("\"step30_client_attn_overhead_pct\":%.2f,\"step30_client_attn_us\":%.1f,",
-				       res.step_client_overhead_pct, res.step_client_us);
+				printf("\"step30_client_attn_overhead_pct\":%.2f,\"step30_client_attn_us\":%.1f,"
+				       "\"step30_client_attn_begin_end_us\":%.1f,",
+				       res.step_client_overhead_pct, res.step_client_us, res.step_client_bound_us);
 		} else
 			printf("\"step30_overhead_pct\":null,");
 		if (res.have_coal) {
@@ -942,8 +962,8 @@ step:
 		printf("  30-layer decode step: %.1f us via daemon, %.1f us in-process: overhead %.1f%% (target <= 5%%)\n",
 		       res.step_daemon_us, res.step_inproc_us, res.step_overhead_pct);
 	if (res.have_step && res.have_step_client)
-		printf("  same, client-attention pool: %.1f us: overhead %.1f%%\n", res.step_client_us,
-		       res.step_client_overhead_pct);
+		printf("  same, client-attention pool: %.1f us: overhead %.1f%% (begin and end: %.1f us)\n",
+		       res.step_client_us, res.step_client_overhead_pct, res.step_client_bound_us);
 	for (int i = 0; res.have_coal && i < o.n_counts; i++)
 		printf("  %d decoding clients: %.0f tok/s coalesced, %.0f tok/s not: speedup %.2fx (%.2f-%.2f)\n",
 		       o.counts[i], res.coal[i].on, res.coal[i].off, res.coal[i].speedup, res.coal[i].lo, res.coal[i].hi);
