@@ -212,6 +212,14 @@ struct job {
 	struct session *s;
 	const struct pkv_block_copy *copies;
 	uint32_t n_copies;
+	/*
+	 * JOB_COPY of a step its client attends itself: the begin's completion,
+	 * posted by the loop once the copies are done (the client writes the
+	 * step's slots as soon as it has it, and a copy still to come would
+	 * overwrite them).
+	 */
+	int post_begin;
+	uint64_t begin_ud, begin_p0, begin_p1;
 	int32_t res;                  /* JOB_POLL: < 0 when the loop must disconnect the session */
 	double est_ns;                /* JOB_ATTEND: estimated backend time of the batch */
 	/* JOB_POLL, worker only until handed back */

@@ -350,6 +350,12 @@ static int process_done(struct pkv_daemon *d)
 		} else if (s->inflight) {
 			/* A copy job: a failure poisoned the step (its end aborts it), the worker said so. */
 			s->inflight--;
+			/* Its begin completes now (a client attending itself: session.c queue_copies). */
+			if (j->post_begin && !s->closing && session_post(s, j->begin_ud, 0, j->begin_p0, j->begin_p1)) {
+				pkv_warn("client %u (uid %u, pid %d): completion ring corrupted or overrun; disconnecting",
+					 s->id, (unsigned)s->uid, (int)s->pid);
+				session_hangup(d, s);
+			}
 		}
 		job_free(j);
 		n++;

@@ -751,9 +751,13 @@ out:
 /*
  * A step the loop began: its copy-on-write goes to the worker's queue, which
  * runs it before it takes any attend of the session (the ring is handed over
- * after it). Called with the pool's lock held.
+ * after it). A client that attends itself (PKV_SQE_STEP_TABLES) sends no
+ * attends to order: its begin completes only when the copies are done
+ * (loop.c process_done), and this returns SESSION_LATER. Called with the
+ * pool's lock held.
  */
-static int queue_copies(struct pkv_daemon *d, struct session *s)
+static int queue_copies(struct pkv_daemon *d, struct session *s, const struct pkv_sqe *e, uint64_t p0,
+			uint64_t p1)
 {
 	struct job *j = calloc(1, sizeof(*j));
 
@@ -769,8 +773,13 @@ static int queue_copies(struct pkv_daemon *d, struct session *s)
 	j->copies = s->meta.copies;
 	j->n_copies = s->meta.num_copies;
 	s->inflight++; /* copies must finish before a commit or abort */
+	/* A client attending itself starts on the step's slots at the begin's completion: after the copies. */
+	j->post_begin = (e->flags & PKV_SQE_STEP_TABLES) != 0;
+	j->begin_ud = e->user_data;
+	j->begin_p0 = p0;
+	j->begin_p1 = p1;
 	worker_push(d, j);
-	return 0;
+	return j->post_begin ? SESSION_LATER : 0;
 }
 
 /* Hands the session's ring to the worker, which takes this attend and the ones after it. */
@@ -1336,7 +1345,7 @@ int session_process(struct pkv_daemon *d, struct session *s)
 			pool_lock(s->pool);
 		r = session_exec(d, s, &e, 0, &p0, &p1);
 		if (!r && e.opcode == PKV_OP_STEP_BEGIN && s->meta.num_copies)
-			r = queue_copies(d, s);
+			r = queue_copies(d, s, &e, p0, p1);
 		if (s->pool)
 			pool_unlock(s->pool);
 		/* A fault while executing it (arena reads): the rings are zeros now, nothing to post. */

@@ -135,6 +135,34 @@ START_TEST(test_client_attn_prefill_decode_and_shared_prefix)
 }
 END_TEST
 
+/* A fork's copy-on-write lands before the child's first step writes its slots (its begin waits for it). */
+START_TEST(test_client_attn_fork_copy_on_write)
+{
+	struct pkv_client *c = client(PKV_POOL_CLIENT_ATTENTION);
+	int32_t a[24], b[24];
+	uint32_t s, child, nc;
+
+	ck_assert_ptr_nonnull(c);
+	prompt(a, 24);
+	memcpy(b, a, sizeof(a));
+	for (int i = 20; i < 24; i++)
+		b[i] = 1000 + i; /* the child's own tokens after the shared 20 (a partial second block) */
+	ck_assert_int_eq(pkv_seq_open(c, a, 20, &s, &nc), 0);
+	ck_assert_float_le(step_err(c, s, a, 0, 20), TOL);
+	for (int round = 0; round < 4; round++) {
+		ck_assert_int_eq(pkv_seq_fork(c, s, &child), 0);
+		/* each side appends into the block they share: the first append copies it */
+		for (uint32_t n = 21; n <= 24; n++) {
+			ck_assert_float_le(step_err(c, child, b, n - 1, n), TOL);
+			ck_assert_float_le(step_err(c, s, a, n - 1, n), TOL);
+		}
+		ck_assert_int_eq(pkv_seq_close(c, child), 0);
+		ck_assert_int_eq(pkv_seq_truncate(c, s, 20), 0);
+	}
+	pkv_disconnect(c);
+}
+END_TEST
+
 /* A step whose tables pass the first buffer (16 KiB): the daemon asks for more, nothing reserved twice. */
 START_TEST(test_client_attn_long_prefill_grows_tables)
 {
@@ -269,6 +297,7 @@ int main(void)
 	tcase_set_timeout(t, 120);
 	tcase_add_test(t, test_client_attn_prefill_decode_and_shared_prefix);
 	tcase_add_test(t, test_client_attn_long_prefill_grows_tables);
+	tcase_add_test(t, test_client_attn_fork_copy_on_write);
 	tcase_add_test(t, test_client_attn_falls_back_to_the_daemon);
 	tcase_add_test(t, test_client_attn_refusals);
 	tcase_add_test(t, test_client_attn_scribbled_pool);
