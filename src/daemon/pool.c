@@ -211,6 +211,15 @@ static void shared_mem_free(struct pool *p)
 			 p->name, (unsigned)p->owner_uid);
 	pkv_sigbus_unwatch(p->shared_watch);
 	munmap(p->shared_map, p->shared_len);
+	/*
+	 * A process that kept its mapping (one that spoke the protocol itself
+	 * and never unmapped) would keep the pages alive past the pool, outside
+	 * the budget, some of them charged to the daemon (its copies, the disk
+	 * tier's fetches): a hole over the whole file frees them from every
+	 * mapping, which reads zeros from then on.
+	 */
+	if (fallocate(p->shared_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)p->shared_len))
+		pkv_warn("pool '%s': cannot free its shared KV memory: %s", p->name, strerror(errno));
 	close(p->shared_fd);
 	p->shared_fd = -1;
 }

@@ -5,6 +5,7 @@
 #include <check.h>
 #include <math.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
+#include "common/msg.h"
 #include "harness.h"
 #include "suite_main.h"
 
@@ -281,6 +283,50 @@ START_TEST(test_client_attn_scribbled_pool)
 }
 END_TEST
 
+/*
+ * A process that keeps the pool's memory mapped after it left (the raw
+ * protocol: nothing unmaps for it) keeps none of it once the daemon frees
+ * the pool: the daemon punches the whole file out, so what was there reads
+ * as zeros and no page outlives the pool's budget.
+ */
+START_TEST(test_client_attn_freed_pool_keeps_no_pages)
+{
+	static const char *const extra[] = { "--pool-idle-grace-s", "0", NULL };
+	struct pkv_msg_attach m;
+	struct pkv_msg_reply rep;
+	struct raw r;
+	int fd = -1, nfds = 0;
+	uint8_t *map;
+	size_t len;
+	ssize_t n;
+
+	ck_assert_int_eq(dmn_stop(&D), 0);
+	ck_assert_int_eq(dmn_restart(&D, extra), 0);
+	ck_assert_int_eq(raw_open(&r, D.sock, 1 << 20, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+	ck_assert_int_eq(raw_hello(&r, PKV_PROTO_VERSION, r.size, 1, NULL, 0), 0);
+	raw_attach_msg(&m, "kept");
+	m.flags = PKV_WIRE_POOL_CLIENT_ATTN;
+	ck_assert_int_eq(pkv_msg_send(r.sock, &m, sizeof(m), NULL, 0), 0);
+	n = pkv_msg_recv(r.sock, &rep, sizeof(rep), &fd, 1, &nfds, 5000);
+	ck_assert_int_ge(n, (ssize_t)PKV_REPLY_HDR_SIZE);
+	ck_assert_int_eq(rep.status, 0);
+	ck_assert_int_eq(nfds, 1);
+	ck_assert(rep.flags & PKV_REPLY_POOL_MEM);
+	len = rep.value;
+	map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(map, MAP_FAILED);
+	close(fd);
+	memset(map, 0x5a, len);
+	raw_close(&r); /* the pool's last client: freed at once */
+	for (int i = 0; i < 200 && map[len - 1]; i++)
+		usleep(10000);
+	for (size_t i = 0; i < len; i += 4096)
+		ck_assert_uint_eq(map[i], 0);
+	ck_assert(dmn_alive(&D));
+	munmap(map, len);
+}
+END_TEST
+
 int main(void)
 {
 	const char *dir = getenv("PKV_PLUGIN_BUILD_DIR");
@@ -301,6 +347,7 @@ int main(void)
 	tcase_add_test(t, test_client_attn_falls_back_to_the_daemon);
 	tcase_add_test(t, test_client_attn_refusals);
 	tcase_add_test(t, test_client_attn_scribbled_pool);
+	tcase_add_test(t, test_client_attn_freed_pool_keeps_no_pages);
 	suite_add_tcase(s, t);
 	return suite_main(s);
 }
