@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Loading a backend .so with dlopen and refusing, with a reason, anything that does not follow the ABI. */
+#include "config.h"
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -54,8 +55,9 @@ static int resolve_path(const char *spec, const char *plugin_dir, char *path, si
 	} else if (sl > 3 && !strcmp(spec + sl - 3, ".so")) {
 		n = snprintf(path, len, "./%s", spec); /* a file here; dlopen would search the library path */
 	} else {
+		/* Not in a setuid program: libpagedkv loads backends into its callers (client attention). */
 		if (!plugin_dir)
-			plugin_dir = getenv("PAGEDKV_PLUGIN_DIR");
+			plugin_dir = secure_getenv("PAGEDKV_PLUGIN_DIR");
 		if (!plugin_dir || !*plugin_dir)
 			plugin_dir = PKV_PLUGIN_DIR;
 		n = snprintf(path, len, "%s/pkv_%s.so", plugin_dir, spec);
