@@ -3,7 +3,6 @@
  * against the reference, across processes, with a fallback and the refusals. */
 #include "config.h"
 #include <check.h>
-#include <math.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -17,7 +16,6 @@
 #include "harness.h"
 #include "suite_main.h"
 
-#define QN(k) ((size_t)(k) * T_HEADS * T_DIM)
 #define TOL 1e-4f
 
 static struct dmn D;
@@ -71,34 +69,6 @@ static uint32_t in_client(struct pkv_client *c)
 	return st.attention_in_client;
 }
 
-/* Steps toks[p0..n) and compares every layer with the reference; returns the worst error. */
-static float step_err(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t p0, uint32_t n)
-{
-	uint32_t k = n - p0;
-	float *got = malloc(T_LAYERS * QN(k) * 4), *ref = malloc(QN(k) * 4), worst = 1e9f;
-
-	if (!run_step(c, seq, toks, p0, k, got)) {
-		worst = 0;
-		for (uint32_t l = 0; l < T_LAYERS; l++) {
-			float e;
-
-			ref_attend(toks, n, p0, l, ref);
-			e = max_diff(got + l * QN(k), ref, QN(k));
-			if (isnan(e) || e > worst)
-				worst = e; /* a NaN is the worst */
-		}
-	}
-	free(got);
-	free(ref);
-	return worst;
-}
-
-static void prompt(int32_t *toks, uint32_t n)
-{
-	for (uint32_t i = 0; i < n; i++)
-		toks[i] = (int32_t)(7 * i + 3);
-}
-
 START_TEST(test_client_attn_prefill_decode_and_shared_prefix)
 {
 	struct pkv_client *c = client(PKV_POOL_CLIENT_ATTENTION);
@@ -110,12 +80,12 @@ START_TEST(test_client_attn_prefill_decode_and_shared_prefix)
 
 	ck_assert_ptr_nonnull(c);
 	ck_assert_uint_eq(in_client(c), 1);
-	prompt(toks, 48);
+	make_prompt(toks, 48, 7);
 	ck_assert_int_eq(pkv_seq_open(c, toks, 40, &s1, &nc), 0);
 	ck_assert_uint_eq(nc, 0);
-	ck_assert_float_le(step_err(c, s1, toks, 0, 40), TOL);
+	ck_assert_float_le(step_and_check(c, s1, toks, 40, 0, NULL), TOL);
 	for (uint32_t n = 41; n <= 48; n++)
-		ck_assert_float_le(step_err(c, s1, toks, n - 1, n), TOL);
+		ck_assert_float_le(step_and_check(c, s1, toks, n, n - 1, NULL), TOL);
 	/* Another process of the uid finds the prompt cached and reads the KV this one wrote. */
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
@@ -125,7 +95,7 @@ START_TEST(test_client_attn_prefill_decode_and_shared_prefix)
 
 		if (!c2 || in_client(c2) != 1 || pkv_seq_open(c2, toks, 48, &s2, &nc2) || nc2 != 32)
 			_exit(2);
-		_exit(step_err(c2, s2, toks, nc2, 48) <= TOL ? 0 : 3);
+		_exit(step_and_check(c2, s2, toks, 48, nc2, NULL) <= TOL ? 0 : 3);
 	}
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 	ck_assert_int_eq(child_status(st), 0);
@@ -145,18 +115,18 @@ START_TEST(test_client_attn_fork_copy_on_write)
 	uint32_t s, child, nc;
 
 	ck_assert_ptr_nonnull(c);
-	prompt(a, 24);
+	make_prompt(a, 24, 7);
 	memcpy(b, a, sizeof(a));
 	for (int i = 20; i < 24; i++)
 		b[i] = 1000 + i; /* the child's own tokens after the shared 20 (a partial second block) */
 	ck_assert_int_eq(pkv_seq_open(c, a, 20, &s, &nc), 0);
-	ck_assert_float_le(step_err(c, s, a, 0, 20), TOL);
+	ck_assert_float_le(step_and_check(c, s, a, 20, 0, NULL), TOL);
 	for (int round = 0; round < 4; round++) {
 		ck_assert_int_eq(pkv_seq_fork(c, s, &child), 0);
 		/* each side appends into the block they share: the first append copies it */
 		for (uint32_t n = 21; n <= 24; n++) {
-			ck_assert_float_le(step_err(c, child, b, n - 1, n), TOL);
-			ck_assert_float_le(step_err(c, s, a, n - 1, n), TOL);
+			ck_assert_float_le(step_and_check(c, child, b, n, n - 1, NULL), TOL);
+			ck_assert_float_le(step_and_check(c, s, a, n, n - 1, NULL), TOL);
 		}
 		ck_assert_int_eq(pkv_seq_close(c, child), 0);
 		ck_assert_int_eq(pkv_seq_truncate(c, s, 20), 0);
@@ -177,11 +147,11 @@ START_TEST(test_client_attn_long_prefill_grows_tables)
 
 	ck_assert_ptr_nonnull(c);
 	ck_assert_uint_eq(in_client(c), 1);
-	prompt(toks, N);
+	make_prompt(toks, N, 7);
 	ck_assert_int_eq(pkv_seq_open(c, toks, N - 1, &s, &nc), 0);
 	/* 2,999 slots are 24 KB of slot_mapping alone */
 	ck_assert_int_eq(run_step(c, s, toks, 0, N - 1, NULL), 0);
-	ck_assert_float_le(step_err(c, s, toks, N - 1, N), TOL);
+	ck_assert_float_le(step_and_check(c, s, toks, N, N - 1, NULL), TOL);
 	pkv_disconnect(c);
 	ck_assert_int_eq(audit_until_clean(D.sock, 2000, out, sizeof(out)), 0);
 	free(toks);
@@ -200,10 +170,10 @@ START_TEST(test_client_attn_falls_back_to_the_daemon)
 	ck_assert_ptr_nonnull(c);
 	ck_assert_uint_eq(in_client(c), 0);
 	ck_assert_ptr_nonnull(strstr(pkv_last_error(c), "client attention off"));
-	prompt(toks, 20);
+	make_prompt(toks, 20, 7);
 	ck_assert_int_eq(pkv_seq_open(c, toks, 19, &s, &nc), 0);
-	ck_assert_float_le(step_err(c, s, toks, 0, 19), TOL);
-	ck_assert_float_le(step_err(c, s, toks, 19, 20), TOL);
+	ck_assert_float_le(step_and_check(c, s, toks, 19, 0, NULL), TOL);
+	ck_assert_float_le(step_and_check(c, s, toks, 20, 19, NULL), TOL);
 	pkv_disconnect(c);
 }
 END_TEST
@@ -264,13 +234,13 @@ START_TEST(test_client_attn_scribbled_pool)
 	char out[4096];
 
 	ck_assert_ptr_nonnull(c);
-	prompt(toks, 40);
+	make_prompt(toks, 40, 7);
 	ck_assert_int_eq(pkv_seq_open(c, toks, 39, &s, &nc), 0);
-	ck_assert_float_le(step_err(c, s, toks, 0, 39), TOL);
+	ck_assert_float_le(step_and_check(c, s, toks, 39, 0, NULL), TOL);
 	map = pool_mapping(&len);
 	ck_assert_ptr_nonnull(map);
 	memset(map, 0xff, len); /* NaNs everywhere */
-	ck_assert(!(step_err(c, s, toks, 39, 40) <= TOL));
+	ck_assert(!(step_and_check(c, s, toks, 40, 39, NULL) <= TOL));
 	pkv_disconnect(c);
 	ck_assert_int_eq(audit_until_clean(D.sock, 2000, out, sizeof(out)), 0);
 	ck_assert(dmn_alive(&D));
@@ -278,7 +248,7 @@ START_TEST(test_client_attn_scribbled_pool)
 	c2 = client(0);
 	ck_assert_ptr_nonnull(c2);
 	ck_assert_int_eq(pkv_seq_open(c2, toks, 39, &s, &nc), 0);
-	ck_assert_float_le(step_err(c2, s, toks, 0, 39), TOL);
+	ck_assert_float_le(step_and_check(c2, s, toks, 39, 0, NULL), TOL);
 	pkv_disconnect(c2);
 }
 END_TEST

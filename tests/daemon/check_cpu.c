@@ -2,7 +2,6 @@
 /* The daemon with the real CPU backend plugin: prefill, decode, prefix sharing and coalesced clients vs the reference. */
 #include "config.h"
 #include <check.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +10,6 @@
 #include <pagedkv/pagedkv.h>
 #include "harness.h"
 
-#define QN(k) ((size_t)(k) * T_HEADS * T_DIM)
 #define TOL 1e-4f
 
 static struct dmn D;
@@ -45,28 +43,6 @@ static struct pkv_client *client(void)
 	return c;
 }
 
-/* Steps toks[p0..n) and compares every layer with the reference; returns the worst error. */
-static float step_err(struct pkv_client *c, uint32_t seq, const int32_t *toks, uint32_t p0, uint32_t n)
-{
-	uint32_t k = n - p0;
-	float *got = malloc(T_LAYERS * QN(k) * 4), *ref = malloc(QN(k) * 4), worst = 1e9f;
-
-	if (!run_step(c, seq, toks, p0, k, got)) {
-		worst = 0;
-		for (uint32_t l = 0; l < T_LAYERS; l++) {
-			float e;
-
-			ref_attend(toks, n, p0, l, ref);
-			e = max_diff(got + l * QN(k), ref, QN(k));
-			if (isnan(e) || e > worst)
-				worst = e; /* a NaN is the worst */
-		}
-	}
-	free(got);
-	free(ref);
-	return worst;
-}
-
 START_TEST(test_cpu_prefill_decode_and_prefix_hit)
 {
 	struct pkv_client *c = client();
@@ -77,13 +53,13 @@ START_TEST(test_cpu_prefill_decode_and_prefix_hit)
 	for (int i = 0; i < 48; i++)
 		toks[i] = 3 * i + 5;
 	ck_assert_int_eq(pkv_seq_open(c, toks, 40, &s1, &nc), 0);
-	ck_assert_float_le(step_err(c, s1, toks, 0, 40), TOL);
+	ck_assert_float_le(step_and_check(c, s1, toks, 40, 0, NULL), TOL);
 	for (uint32_t n = 41; n <= 48; n++)
-		ck_assert_float_le(step_err(c, s1, toks, n - 1, n), TOL);
+		ck_assert_float_le(step_and_check(c, s1, toks, n, n - 1, NULL), TOL);
 	/* A second sequence over the same prompt reads the first one's blocks. */
 	ck_assert_int_eq(pkv_seq_open(c, toks, 40, &s2, &nc), 0);
 	ck_assert_uint_eq(nc, 32);
-	ck_assert_float_le(step_err(c, s2, toks, 32, 40), TOL);
+	ck_assert_float_le(step_and_check(c, s2, toks, 40, 32, NULL), TOL);
 	pkv_disconnect(c);
 	ck_assert_int_eq(audit_until_clean(D.sock, 5000, NULL, 0), 0);
 }
@@ -105,9 +81,9 @@ START_TEST(test_cpu_concurrent_decoders)
 
 			for (int j = 0; j < 64; j++)
 				toks[j] = 11 * j + 17 * i;
-			bad = bad || pkv_seq_open(c, toks, 24, &s, &nc) || step_err(c, s, toks, 0, 24) > TOL;
+			bad = bad || pkv_seq_open(c, toks, 24, &s, &nc) || step_and_check(c, s, toks, 24, 0, NULL) > TOL;
 			for (uint32_t n = 25; n <= 64 && !bad; n++)
-				bad = step_err(c, s, toks, n - 1, n) > TOL;
+				bad = step_and_check(c, s, toks, n, n - 1, NULL) > TOL;
 			pkv_disconnect(c);
 			_exit(bad);
 		}
