@@ -19,6 +19,16 @@ static inline int test_daemon_start(struct dmn *d)
 	return dmn_start(d, extra);
 }
 
+/* Clients of pools with client attention load the backend themselves: this build tree's CPU plugin. */
+static inline void test_client_attention_plugins(void)
+{
+	static char dir[512];
+	const char *top = getenv("PKV_TOP_BUILDDIR");
+
+	snprintf(dir, sizeof(dir), "%s/plugins/cpu/.libs", top ? top : ".");
+	setenv("PAGEDKV_PLUGIN_DIR", dir, 1);
+}
+
 static inline void test_daemon_stop(struct dmn *d)
 {
 	dmn_stop(d);

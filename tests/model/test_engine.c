@@ -397,11 +397,7 @@ static void daemon_up(void)
 /* The same daemon, the rigs' pools created with client attention (the backend loads in the rig's process). */
 static void daemon_up_client_attn(void)
 {
-	static char dir[512];
-	const char *top = getenv("PKV_TOP_BUILDDIR");
-
-	snprintf(dir, sizeof dir, "%s/plugins/cpu/.libs", top ? top : ".");
-	setenv("PAGEDKV_PLUGIN_DIR", dir, 1);
+	test_client_attention_plugins();
 	pool_flags = PKV_POOL_CLIENT_ATTENTION;
 	daemon_up();
 }
@@ -412,6 +408,24 @@ static void daemon_down(void)
 	if (dmn.pid)
 		test_daemon_stop(&dmn);
 	daemon_sock = NULL;
+}
+
+/*
+ * The same through pagedkvd, the fixture starting the daemon as `up` says: a
+ * pool of 30 4-token blocks makes step_begin return -ENOSPC.
+ */
+static TCase *daemon_tcase(const char *name, void (*up)(void))
+{
+	TCase *t = tcase_create(name);
+
+	tcase_add_unchecked_fixture(t, up, daemon_down);
+	tcase_set_timeout(t, 120);
+	tcase_add_test(t, concurrent_chunked_equals_solo);
+	tcase_add_test(t, enospc_waits_or_preempts_and_still_equals_solo);
+	tcase_add_test(t, second_turn_reuses_history);
+	tcase_add_test(t, burst_in_one_process_computes_prompt_once);
+	tcase_add_test(t, burst_across_processes_computes_prompt_once);
+	return t;
 }
 
 int main(void)
@@ -432,26 +446,9 @@ int main(void)
 	tcase_add_test(tc, ignore_eos_generates_max_new);
 	tcase_add_test(tc, burst_in_one_process_computes_prompt_once);
 	suite_add_tcase(s, tc);
-	/* The same through pagedkvd: a pool of 30 4-token blocks makes step_begin return -ENOSPC. */
-	TCase *td = tcase_create("pagedkvd");
-	tcase_add_unchecked_fixture(td, daemon_up, daemon_down);
-	tcase_set_timeout(td, 120);
-	tcase_add_test(td, concurrent_chunked_equals_solo);
-	tcase_add_test(td, enospc_waits_or_preempts_and_still_equals_solo);
-	tcase_add_test(td, second_turn_reuses_history);
-	tcase_add_test(td, burst_in_one_process_computes_prompt_once);
-	tcase_add_test(td, burst_across_processes_computes_prompt_once);
-	suite_add_tcase(s, td);
+	suite_add_tcase(s, daemon_tcase("pagedkvd", daemon_up));
 	/* And in pools whose clients attend themselves: the steps, the in-flight claims, the -ENOSPC. */
-	TCase *tca = tcase_create("client-attention");
-	tcase_add_unchecked_fixture(tca, daemon_up_client_attn, daemon_down);
-	tcase_set_timeout(tca, 120);
-	tcase_add_test(tca, concurrent_chunked_equals_solo);
-	tcase_add_test(tca, enospc_waits_or_preempts_and_still_equals_solo);
-	tcase_add_test(tca, second_turn_reuses_history);
-	tcase_add_test(tca, burst_in_one_process_computes_prompt_once);
-	tcase_add_test(tca, burst_across_processes_computes_prompt_once);
-	suite_add_tcase(s, tca);
+	suite_add_tcase(s, daemon_tcase("client-attention", daemon_up_client_attn));
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
 	int nf = srunner_ntests_failed(sr);

@@ -360,11 +360,7 @@ static void daemon_up(void)
 /* The same daemon, its pools created with client attention: the backend loads in this process. */
 static void daemon_up_client_attn(void)
 {
-	static char dir[512];
-	const char *top = getenv("PKV_TOP_BUILDDIR");
-
-	snprintf(dir, sizeof dir, "%s/plugins/cpu/.libs", top ? top : ".");
-	setenv("PAGEDKV_PLUGIN_DIR", dir, 1);
+	test_client_attention_plugins();
 	pool_flags = PKV_POOL_CLIENT_ATTENTION;
 	daemon_up();
 }
@@ -375,6 +371,22 @@ static void daemon_down(void)
 	if (d.pid)
 		test_daemon_stop(&d);
 	daemon_sock = NULL;
+}
+
+/* The tests that need a daemon, in a tcase whose fixture starts it as `up` says. */
+static TCase *daemon_tcase(const char *name, void (*up)(void))
+{
+	TCase *t = tcase_create(name);
+
+	tcase_add_unchecked_fixture(t, up, daemon_down);
+	tcase_set_timeout(t, 120);
+	tcase_add_loop_test(t, chunked_prefill_equals_contiguous, 0, 3);
+	tcase_add_loop_test(t, prefix_hit_equals_contiguous, 0, 3);
+	tcase_add_loop_test(t, fork_equals_contiguous, 0, 3);
+	tcase_add_loop_test(t, mixed_prefill_decode_batch_equals_contiguous, 0, 3);
+	tcase_add_loop_test(t, several_client_processes_equal_contiguous, 0, 3);
+	tcase_add_loop_test(t, narrow_kv_equals_contiguous, 0, 2);
+	return t;
 }
 
 int main(void)
@@ -399,26 +411,8 @@ int main(void)
 	tcase_add_loop_test(tc, mixed_prefill_decode_batch_equals_contiguous, 0, 3);
 	tcase_add_loop_test(tc, narrow_kv_equals_contiguous, 0, 2);
 	suite_add_tcase(s, tc);
-	TCase *td = tcase_create("pagedkvd");
-	tcase_add_unchecked_fixture(td, daemon_up, daemon_down);
-	tcase_set_timeout(td, 120);
-	tcase_add_loop_test(td, chunked_prefill_equals_contiguous, 0, 3);
-	tcase_add_loop_test(td, prefix_hit_equals_contiguous, 0, 3);
-	tcase_add_loop_test(td, fork_equals_contiguous, 0, 3);
-	tcase_add_loop_test(td, mixed_prefill_decode_batch_equals_contiguous, 0, 3);
-	tcase_add_loop_test(td, several_client_processes_equal_contiguous, 0, 3);
-	tcase_add_loop_test(td, narrow_kv_equals_contiguous, 0, 2);
-	suite_add_tcase(s, td);
-	TCase *tca = tcase_create("client-attention");
-	tcase_add_unchecked_fixture(tca, daemon_up_client_attn, daemon_down);
-	tcase_set_timeout(tca, 120);
-	tcase_add_loop_test(tca, chunked_prefill_equals_contiguous, 0, 3);
-	tcase_add_loop_test(tca, prefix_hit_equals_contiguous, 0, 3);
-	tcase_add_loop_test(tca, fork_equals_contiguous, 0, 3);
-	tcase_add_loop_test(tca, mixed_prefill_decode_batch_equals_contiguous, 0, 3);
-	tcase_add_loop_test(tca, several_client_processes_equal_contiguous, 0, 3);
-	tcase_add_loop_test(tca, narrow_kv_equals_contiguous, 0, 2);
-	suite_add_tcase(s, tca);
+	suite_add_tcase(s, daemon_tcase("pagedkvd", daemon_up));
+	suite_add_tcase(s, daemon_tcase("client-attention", daemon_up_client_attn));
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
 	int nf = srunner_ntests_failed(sr);
