@@ -41,6 +41,12 @@ static_assert(PKV_POOL_CLIENT_ATTENTION == PKV_WIRE_POOL_CLIENT_ATTN, "pool flag
 /* The first buffer for a step's tables when this process attends itself (grown to what steps need). */
 #define TABLES_FIRST (16u << 10)
 
+/* A buffer in the arena, reused while large enough. */
+struct arena_buf {
+	int64_t off;      /* -1: none */
+	uint64_t len;
+};
+
 /* A completion that arrived while waiting for another one (async attends). */
 struct done {
 	uint64_t ud;
@@ -71,8 +77,7 @@ struct pkv_client {
 	int attached;
 	struct pkv_geometry geo;
 	uint32_t act_dtype;
-	int64_t stage_off;     /* staging buffer for index arrays (-1: none) */
-	uint64_t stage_len;
+	struct arena_buf stage;   /* staging buffer for index arrays */
 	struct done done[MAX_DONE];
 	uint32_t n_done;
 	char last_err[PKV_ERR_LEN + 1];
@@ -83,8 +88,7 @@ struct pkv_client {
 	uint32_t compute_threads;
 	/* Attention in this process (PKV_POOL_CLIENT_ATTENTION), else NULL: the daemon attends. */
 	struct local_attn *local;
-	int64_t tables_off;       /* arena buffer the daemon writes a step's tables into (-1: none) */
-	uint64_t tables_len;
+	struct arena_buf tables;  /* where the daemon writes a step's tables */
 };
 
 
@@ -290,7 +294,7 @@ int pkv_connect(const struct pkv_connect_opts *caller_opts, struct pkv_client **
 		return -ENOMEM;
 	}
 	c->sock = c->memfd = c->sq_bell = -1;
-	c->stage_off = c->tables_off = -1;
+	c->stage.off = c->tables.off = -1;
 	c->compute_threads = o.compute_threads;
 	c->timeout_ms = opts->timeout_ms ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
 	c->spin_us = opts->spin_us ? opts->spin_us : DEFAULT_SPIN_US;
@@ -464,42 +468,28 @@ static int64_t arena_off(const struct pkv_client *c, const void *p)
 	return b - c->arena;
 }
 
-/* Makes the staging area at least len bytes. */
-static int stage(struct pkv_client *c, uint64_t len)
+/* Makes an arena buffer at least len bytes (its contents go: callers fill it afresh). */
+static int arena_buf_reserve(struct pkv_client *c, struct arena_buf *b, uint64_t len)
 {
 	int64_t off;
 
-	if (c->stage_off >= 0 && c->stage_len >= len)
+	if (b->off >= 0 && b->len >= len)
 		return 0;
-	if (c->stage_off >= 0)
-		pkv_arena_free(&c->alloc, (uint64_t)c->stage_off);
-	c->stage_off = -1;
-	if (len < 4096)
-		len = 4096;
+	if (b->off >= 0)
+		pkv_arena_free(&c->alloc, (uint64_t)b->off);
+	b->off = -1;
 	off = pkv_arena_alloc(&c->alloc, len);
 	if (off < 0)
 		return (int)off;
-	c->stage_off = off;
-	c->stage_len = len;
+	b->off = off;
+	b->len = len;
 	return 0;
 }
 
-/* Makes the buffer for a step's tables (client attention) at least len bytes. */
-static int tables_buffer(struct pkv_client *c, uint64_t len)
+/* Makes the staging area for index arrays at least len bytes. */
+static int stage(struct pkv_client *c, uint64_t len)
 {
-	int64_t off;
-
-	if (c->tables_off >= 0 && c->tables_len >= len)
-		return 0;
-	if (c->tables_off >= 0)
-		pkv_arena_free(&c->alloc, (uint64_t)c->tables_off);
-	c->tables_off = -1;
-	off = pkv_arena_alloc(&c->alloc, len);
-	if (off < 0)
-		return (int)off;
-	c->tables_off = off;
-	c->tables_len = len;
-	return 0;
+	return arena_buf_reserve(c, &c->stage, len < 4096 ? 4096 : len);
 }
 
 /* ---------------------------------------------------------------- ring round trips */
@@ -776,8 +766,8 @@ int pkv_seq_open(struct pkv_client *c, const int32_t *tokens, uint32_t n_tokens,
 	r = stage(c, (uint64_t)n_tokens * 4);
 	if (r)
 		return r;
-	memcpy(c->arena + c->stage_off, tokens, (size_t)n_tokens * 4);
-	sqe.off[0] = (uint64_t)c->stage_off;
+	memcpy(c->arena + c->stage.off, tokens, (size_t)n_tokens * 4);
+	sqe.off[0] = (uint64_t)c->stage.off;
 	r = call(c, &sqe, &cqe);
 	if (r < 0)
 		return r;
@@ -843,15 +833,15 @@ int pkv_step_begin(struct pkv_client *c, const uint32_t *seqs, const uint32_t *n
 	r = stage(c, b + total * 4);
 	if (r)
 		return r;
-	memcpy(c->arena + c->stage_off, seqs, (size_t)n_seqs * 4);
-	memcpy(c->arena + c->stage_off + a, n_new, (size_t)n_seqs * 4);
-	memcpy(c->arena + c->stage_off + b, tokens, (size_t)total * 4);
-	sqe.off[0] = (uint64_t)c->stage_off;
-	sqe.off[1] = (uint64_t)c->stage_off + a;
-	sqe.off[2] = (uint64_t)c->stage_off + b;
+	memcpy(c->arena + c->stage.off, seqs, (size_t)n_seqs * 4);
+	memcpy(c->arena + c->stage.off + a, n_new, (size_t)n_seqs * 4);
+	memcpy(c->arena + c->stage.off + b, tokens, (size_t)total * 4);
+	sqe.off[0] = (uint64_t)c->stage.off;
+	sqe.off[1] = (uint64_t)c->stage.off + a;
+	sqe.off[2] = (uint64_t)c->stage.off + b;
 	if (c->local) {
 		/* We attend this step ourselves: the daemon writes its tables for us. */
-		r = tables_buffer(c, c->tables_off >= 0 ? c->tables_len : TABLES_FIRST);
+		r = arena_buf_reserve(c, &c->tables, TABLES_FIRST);
 		if (r)
 			return r;
 		sqe.flags = PKV_SQE_STEP_TABLES;
@@ -865,21 +855,21 @@ int pkv_step_begin(struct pkv_client *c, const uint32_t *seqs, const uint32_t *n
 	 */
 	for (uint64_t nap = 200000, waited = 0;; waited += nap, nap = nap < 5000000 ? nap * 2 : nap) {
 		if (c->local) {
-			sqe.off[3] = (uint64_t)c->tables_off;
-			sqe.aux = c->tables_len;
+			sqe.off[3] = (uint64_t)c->tables.off;
+			sqe.aux = c->tables.len;
 		}
 		r = call(c, &sqe, &cqe);
-		if (r == -ENOBUFS && c->local && cqe.payload[0] > c->tables_len) {
+		if (r == -ENOBUFS && c->local && cqe.payload[0] > c->tables.len) {
 			/* Nothing was reserved: again, with the room the daemon asked for. */
-			r = tables_buffer(c, cqe.payload[0]);
+			r = arena_buf_reserve(c, &c->tables, cqe.payload[0]);
 			if (r)
 				return r;
-			sqe.off[3] = (uint64_t)c->tables_off;
-			sqe.aux = c->tables_len;
+			sqe.off[3] = (uint64_t)c->tables.off;
+			sqe.aux = c->tables.len;
 			r = call(c, &sqe, &cqe);
 		}
 		if (r >= 0 && c->local) {
-			r = local_attn_step(c->local, c->arena + c->tables_off, c->tables_len, c->last_err,
+			r = local_attn_step(c->local, c->arena + c->tables.off, c->tables.len, c->last_err,
 					    sizeof(c->last_err));
 			if (r) {
 				pkv_step_abort(c);
@@ -1035,8 +1025,8 @@ static int pin_op(struct pkv_client *c, uint8_t op, const int32_t *tokens, uint3
 	r = stage(c, (uint64_t)n * 4);
 	if (r)
 		return r;
-	memcpy(c->arena + c->stage_off, tokens, (size_t)n * 4);
-	sqe.off[0] = (uint64_t)c->stage_off;
+	memcpy(c->arena + c->stage.off, tokens, (size_t)n * 4);
+	sqe.off[0] = (uint64_t)c->stage.off;
 	return call(c, &sqe, NULL);
 }
 
@@ -1068,11 +1058,11 @@ int pkv_stats(struct pkv_client *c, struct pkv_stats *st)
 	r = stage(c, sizeof(w));
 	if (r)
 		return r;
-	sqe.off[0] = (uint64_t)c->stage_off;
+	sqe.off[0] = (uint64_t)c->stage.off;
 	r = call(c, &sqe, NULL);
 	if (r < 0)
 		return r;
-	memcpy(&w, c->arena + c->stage_off, sizeof(w));
+	memcpy(&w, c->arena + c->stage.off, sizeof(w));
 	all.num_blocks = w.num_blocks;
 	all.free_blocks = w.free_blocks;
 	all.cached_blocks = w.cached_blocks;

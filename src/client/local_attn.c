@@ -21,7 +21,7 @@ struct local_attn {
 	size_t map_len;
 	/* the current step's tables, copied out of the arena (a later request may reuse that buffer) */
 	uint8_t *tables;
-	uint64_t tables_cap, tables_len, tables_hint;
+	uint64_t tables_cap;
 	struct pkv_wire_step step;
 	struct pkv_wire_step_offs offs;
 	int in_step;
@@ -164,19 +164,12 @@ int local_attn_step(struct local_attn *la, const void *tables, uint64_t len, cha
 		la->tables_cap = need;
 	}
 	memcpy(la->tables, tables, need);
-	la->tables_len = need;
-	la->tables_hint = need > la->tables_hint ? need : la->tables_hint;
 	la->step = h;
 	la->in_step = 1;
 	return 0;
 bad:
 	snprintf(err, err_len, "the daemon's step tables do not fit the %llu bytes given", (unsigned long long)len);
 	return -EPROTO;
-}
-
-uint64_t local_attn_tables_hint(const struct local_attn *la)
-{
-	return la->tables_hint;
 }
 
 int local_attn_run(struct local_attn *la, uint32_t layer, const void *q, const void *k, const void *v, void *o,

@@ -31,8 +31,6 @@ void local_attn_close(struct local_attn *la);
 
 /* Takes a step's tables as the daemon wrote them (len bytes at tables: shared memory, copied). */
 int local_attn_step(struct local_attn *la, const void *tables, uint64_t len, char *err, size_t err_len);
-/* The tables' size for the next step's buffer: at least what the last step needed. */
-uint64_t local_attn_tables_hint(const struct local_attn *la);
 /* Attends one layer of the current step: Q, K, V, O packed as pkv_attend says. */
 int local_attn_run(struct local_attn *la, uint32_t layer, const void *q, const void *k, const void *v, void *o,
 		   char *err, size_t err_len);

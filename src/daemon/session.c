@@ -333,12 +333,13 @@ static void reply(struct pkv_daemon *d, struct session *s, int status, uint64_t 
 static void plugin_file(const struct pkv_plugin *pl, char *file, char *backend)
 {
 	const char *slash = strrchr(pl->path, '/'), *name = slash ? slash + 1 : pl->path;
+	size_t n = strlen(name), nb = strlen(pl->be->name);
 
 	/* A longer name arrives empty: the client then refuses to guess and attends through us. */
-	if (strlen(name) < PKV_NAME_MAX)
-		memcpy(file, name, strlen(name) + 1);
-	if (strlen(pl->be->name) < PKV_NAME_MAX)
-		memcpy(backend, pl->be->name, strlen(pl->be->name) + 1);
+	if (n < PKV_NAME_MAX)
+		memcpy(file, name, n + 1);
+	if (nb < PKV_NAME_MAX)
+		memcpy(backend, pl->be->name, nb + 1);
 }
 
 /*
