@@ -469,9 +469,11 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		/* last in odd runs, next to the in-process arm in even ones */
-		if (client8 && (r = agg_procs_arm(&oc, salt, &apc[i], &cpc[i], "client attention"))) {
-			session_close(&s);
-			return 1;
+		/* An arm, not the figure: without the backend in this process's plugin directory, none. */
+		if (client8 && agg_procs_arm(&oc, salt, &apc[i], &cpc[i], "client attention")) {
+			fprintf(stderr, "pkv-bench e2e: no client-attention arm (set $PAGEDKV_PLUGIN_DIR to the "
+				"daemon's plugin directory)\n");
+			client8 = 0;
 		}
 		apr[i] = api[i] > 0 ? ap[i] / api[i] : 0;
 		apcr[i] = api[i] > 0 ? apc[i] / api[i] : 0;
