@@ -336,6 +336,9 @@ START_TEST(options_checked_and_passed)
 	ck_assert_int_eq(level(p.ctx), 42);
 	pkv_plugin_unload(&p);
 	ck_assert_int_eq(pkv_plugin_load(toy("good"), NULL, NULL, NULL, host, &p, err, sizeof(err)), 0);
+	/* Looked up again: the unload may have unmapped the library, and the reload map it elsewhere. */
+	*(void **)&level = dlsym(p.dl, "pkv_toy_level");
+	ck_assert_ptr_nonnull(level);
 	ck_assert_int_eq(level(p.ctx), 7); /* the default, with no dictionary at all */
 	pkv_plugin_unload(&p);
 
