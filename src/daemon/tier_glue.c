@@ -235,10 +235,18 @@ int tier_glue_cache_flush(struct pkv_daemon *d, struct pool *p)
 	return n;
 }
 
-/* An open parked while the tier reads the part of its prefix that left RAM. */
+/*
+ * An open parked while the tier reads the part of its prefix that left RAM,
+ * or (a follower) while another open of its pool and namespace reads the
+ * same chain: a burst of clients opening one spilled system prompt reads it
+ * once, not once per client.
+ */
 struct tier_open {
-	struct pkv_tier_fetch *f;
-	uint64_t t0;                  /* when the reads were queued (debug log) */
+	struct pkv_tier_fetch *f;     /* NULL for a follower */
+	struct tier_open *lead;       /* a follower's: the open whose reads it waits for (a reference) */
+	uint32_t refs;                /* the session's, plus one per follower */
+	int released;                 /* its session let go of it: its reads are in, given up or abandoned */
+	uint64_t t0;                  /* when the reads were queued (a follower: when it began to wait) */
 	struct pkv_key parent;        /* the key of the last block RAM had, or the namespace */
 	struct pkv_key *keys;
 	uint32_t ram, n;              /* blocks RAM had, blocks being read after them */
@@ -249,30 +257,83 @@ struct tier_open {
 	uint64_t copy_ns;             /* time spent adopting and copying (debug log) */
 };
 
+/* Followers parked now: opens waiting for reads, as the tier's own count is of the reads. */
+static uint32_t g_following;
+
+static void open_put(struct tier_open *o)
+{
+	if (--o->refs)
+		return;
+	free(o->keys);
+	free(o);
+}
+
+/* The session lets go of o; its followers see it released at their next turn. */
 static void open_free(struct tier_open *o)
 {
 	if (!o)
 		return;
 	pkv_tier_fetch_done(g_tier, o->f);   /* still in flight: the tier thread frees it */
-	free(o->keys);
-	free(o);
+	o->f = NULL;
+	o->released = 1;
+	if (o->lead) {
+		g_following--;
+		open_put(o->lead);
+	}
+	open_put(o);
 }
 
-int tier_glue_fetch_start(struct pkv_daemon *d, struct session *s, const int32_t *tokens, uint32_t n)
+static uint32_t wait_ms(const struct pkv_daemon *d)
+{
+	return d->cfg.disk_wait_ms ? d->cfg.disk_wait_ms : DEFAULT_WAIT_MS;
+}
+
+static int key_same(struct pkv_key a, struct pkv_key b)
+{
+	return a.lo == b.lo && a.hi == b.hi;
+}
+
+/*
+ * Another session's open of this pool and namespace whose reads are in flight
+ * and include the block keyed first: same pool, namespace and key mean the
+ * same tokens at the same place, so its reads are this open's too.
+ */
+static struct tier_open *reading(struct pkv_daemon *d, const struct session *s, struct pkv_key first)
+{
+	for (struct session *o = d->sessions; o; o = o->next) {
+		struct tier_open *t = o->open_fetch;
+
+		if (o == s || !t || !t->f || o->pool != s->pool || !key_same(o->ns, s->ns))
+			continue;
+		for (uint32_t i = 0; i < t->n; i++)
+			if (key_same(t->keys[i], first))
+				return t;
+	}
+	return NULL;
+}
+
+/*
+ * The parked open for tokens' blocks that RAM lacks and the disk holds, with
+ * at most wait ms for the reads; NULL when there is nothing to read. With
+ * may_follow, one whose chain another open is reading already follows it.
+ */
+static struct tier_open *fetch_open(struct pkv_daemon *d, struct session *s, const int32_t *tokens, uint32_t n,
+				    int may_follow, uint32_t wait)
 {
 	struct tier_pool *tp = s->pool ? s->pool->tier : NULL;
 	struct pkv_cache *c = s->pool ? s->pool->cache : NULL;
 	uint32_t bs, max_blk, ram, want, i, hits;
-	struct tier_open *o;
+	struct tier_open *o, *lead;
 	int r;
 
-	if (!tp || !n || s->open_fetch)
-		return 0;
+	if (!tp || !n || !wait)
+		return NULL;
 	bs = s->pool->geo.block_size;
 	max_blk = (n - 1) / bs;
 	o = calloc(1, sizeof(*o));
 	if (!o)
-		return 0;
+		return NULL;
+	o->refs = 1;
 	ram = pkv_cache_lookup(c, s->ns, tokens, n, &o->parent);
 	if (ram >= max_blk)
 		goto err_free;
@@ -287,28 +348,41 @@ int tier_glue_fetch_start(struct pkv_daemon *d, struct session *s, const int32_t
 		o->keys[i] = pkv_cache_block_key(i ? o->keys[i - 1] : o->parent, s->ns,
 						 tokens + (size_t)(ram + i) * bs, bs);
 	}
+	o->ram = ram;
+	o->t0 = pkv_now_ns();
+	lead = may_follow ? reading(d, s, o->keys[0]) : NULL;
+	if (lead) {
+		o->lead = lead;
+		lead->refs++;
+		g_following++;
+		return o;
+	}
 	hits = pkv_tier_probe(g_tier, tp->cls, o->keys, want);
 	if (!hits)
 		goto err_free;
 	/*
 	 * Only blocks the index holds are read, so nothing is waited for that
 	 * cannot be used. The open is parked, not the loop: the tier thread
-	 * wakes the loop when the reads are verified or disk_wait_ms passed.
+	 * wakes the loop when the reads are verified or the wait passed.
 	 */
 	r = pkv_tier_fetch_start(g_tier, tp->cls, (uint32_t)s->uid, s->ns, o->parent, o->keys,
-				 tokens + (size_t)ram * bs, hits,
-				 d->cfg.disk_wait_ms ? d->cfg.disk_wait_ms : DEFAULT_WAIT_MS, &o->f);
+				 tokens + (size_t)ram * bs, hits, wait, &o->f);
 	if (r <= 0)
 		goto err_free;
-	o->ram = ram;
 	o->n = (uint32_t)r;
-	o->t0 = pkv_now_ns();
-	s->open_fetch = o;
-	return 1;
+	return o;
 
 err_free:
 	open_free(o);
-	return 0;
+	return NULL;
+}
+
+int tier_glue_fetch_start(struct pkv_daemon *d, struct session *s, const int32_t *tokens, uint32_t n)
+{
+	if (s->open_fetch)
+		return 0;
+	s->open_fetch = fetch_open(d, s, tokens, n, 1, wait_ms(d));
+	return s->open_fetch != NULL;
 }
 
 /*
@@ -362,7 +436,25 @@ int tier_glue_fetch_ready(struct pkv_daemon *d, struct session *s, const int32_t
 	uint64_t t1;
 	int got;
 
-	(void)d;
+	if (o->lead) {
+		struct tier_open *own;
+		uint64_t waited_ms = (pkv_now_ns() - o->t0) / 1000000;
+
+		if (!o->lead->released)
+			return 0;
+		/*
+		 * What the other open took is in RAM now. The rest of this chain
+		 * (a longer prompt) is read as this open's own, within what is left
+		 * of its wait: all told an open waits disk_wait_ms at most.
+		 */
+		own = waited_ms < wait_ms(d) ? fetch_open(d, s, tokens, s->open_n, 0, wait_ms(d) - (uint32_t)waited_ms)
+					     : NULL;
+		if (!own)
+			return 1;
+		open_free(o);
+		s->open_fetch = own;
+		return 0;
+	}
 	got = pkv_tier_fetch_poll(g_tier, o->f);
 	t1 = pkv_now_ns();
 	/*
@@ -386,9 +478,16 @@ int tier_glue_fetch_ready(struct pkv_daemon *d, struct session *s, const int32_t
 
 void tier_glue_fetch_release(struct pkv_daemon *d, struct session *s)
 {
-	(void)d;
-	open_free(s->open_fetch);
+	struct tier_open *o = s->open_fetch;
+	uint64_t one = 1;
+
+	if (!o)
+		return;
 	s->open_fetch = NULL;
+	/* Its followers go on at the loop's next sweep: wake it, it may be about to sleep (a hang-up). */
+	if (o->refs > 1 && write(d->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		pkv_warn("disk tier: waking the loop for waiting opens: %s", strerror(errno));
+	open_free(o);
 }
 
 static double gbps(uint64_t bytes, uint64_t ns)
@@ -416,7 +515,7 @@ void tier_glue_status(struct pkv_daemon *d, FILE *f, int json)
 			(unsigned long long)st.evicted, (unsigned long long)st.corrupt,
 			(unsigned long long)st.read_bytes, (unsigned long long)st.write_bytes,
 			gbps(st.read_bytes, st.read_ns), gbps(st.write_bytes, st.write_ns),
-			st.direct ? "true" : "false", st.stopped ? "false" : "true", st.fetching,
+			st.direct ? "true" : "false", st.stopped ? "false" : "true", st.fetching + g_following,
 			(unsigned long long)st.spilled_behind);
 		return;
 	}
@@ -430,8 +529,9 @@ void tier_glue_status(struct pkv_daemon *d, FILE *f, int json)
 		(unsigned long long)st.spilled_behind,
 		(unsigned long long)st.spill_skipped, (unsigned long long)st.evicted,
 		(unsigned long long)st.corrupt);
-	if (st.fetching)
-		fprintf(f, "  %u opens waiting for their reads\n", st.fetching);
+	if (st.fetching + g_following)
+		fprintf(f, "  %u opens waiting for reads (%u of them for another open's)\n", st.fetching + g_following,
+			g_following);
 	if (st.stopped)
 		fprintf(f, "  spilling stopped: %s (pagedkvctl flush --disk resumes it)\n", st.stop_reason);
 }

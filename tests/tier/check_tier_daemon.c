@@ -535,6 +535,88 @@ START_TEST(test_open_past_deadline_goes_on_with_ram)
 }
 END_TEST
 
+/* The tier's "hits" (blocks its reads served) from the daemon's status. */
+static unsigned tier_hits(void)
+{
+	char out[4096];
+	const char *h;
+
+	ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, out, sizeof(out)), 0);
+	h = strstr(out, "\"hits\":");
+	ck_assert_msg(h != NULL, "%s", out);
+	return (unsigned)strtoul(h + 7, NULL, 10);
+}
+
+/* Reads one child's n_cached from the pipe and reaps it. */
+static int reap_open(pid_t pid, int fd)
+{
+	int nc = -1, st;
+
+	ck_assert_int_eq(read(fd, &nc, sizeof(nc)), (ssize_t)sizeof(nc));
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_int_eq(child_status(st), 0);
+	return nc;
+}
+
+/*
+ * A burst of opens of one prompt only the disk holds (a chat app's system
+ * prompt after a restart): the first reads it, the others wait for those
+ * reads instead of reading it again, and all find every block.
+ */
+START_TEST(test_concurrent_opens_read_once)
+{
+	int p[2];
+	pid_t kids[3];
+
+	ck_assert_int_eq(open_prompt(0, 9, NULL), 0);
+	spill_all();
+	restart_gated("60000");
+	ck_assert_int_eq(pipe(p), 0);
+	for (unsigned i = 0; i < 3; i++) {
+		kids[i] = open_async(9, p[1]);
+		until_waiting(i + 1);
+	}
+	gate_open();
+	for (unsigned i = 0; i < 3; i++)
+		ck_assert_int_eq(reap_open(kids[i], p[0]), NCACHED);
+	/* One chain of NCACHED / T_BS blocks served by the disk, not one per open. */
+	ck_assert_uint_eq(tier_hits(), NCACHED / T_BS);
+	until_waiting(0);
+	close(p[0]);
+	close(p[1]);
+	unlink(gate);
+}
+END_TEST
+
+/* The open being waited for hangs up: the one waiting reads the chain itself, nothing is lost. */
+START_TEST(test_waited_for_open_hangs_up)
+{
+	char out[4096];
+	int p[2], st;
+	pid_t gone, b;
+
+	ck_assert_int_eq(open_prompt(0, 10, NULL), 0);
+	spill_all();
+	restart_gated("60000");
+	ck_assert_int_eq(pipe(p), 0);
+	gone = open_async(10, p[1]);
+	until_waiting(1);
+	b = open_async(10, p[1]);
+	until_waiting(2);
+	kill(gone, SIGKILL);
+	ck_assert_int_eq(waitpid(gone, &st, 0), gone);
+	/* B starts its own reads (the dead open's are abandoned): one open waiting, for its own. */
+	until_waiting(1);
+	gate_open();
+	ck_assert_int_eq(reap_open(b, p[0]), NCACHED);
+	until_waiting(0);
+	ck_assert_int_eq(audit_until_clean(D.sock, 2000, out, sizeof(out)), 0);
+	close(p[0]);
+	close(p[1]);
+	unlink(gate);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("tier-daemon");
@@ -558,6 +640,8 @@ int main(void)
 	tcase_add_test(tc, test_write_behind_under_pressure);
 	tcase_add_test(tc, test_open_waiting_for_disk_stalls_no_one);
 	tcase_add_test(tc, test_open_past_deadline_goes_on_with_ram);
+	tcase_add_test(tc, test_concurrent_opens_read_once);
+	tcase_add_test(tc, test_waited_for_open_hangs_up);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
