@@ -661,13 +661,24 @@ static double decode_clients(const char *sock, int n_clients, int steps, int pro
 					r = pkv_step_abort(c); /* context stays 128 */
 			}
 			if (profile) {
+				struct pkv_stats st = PKV_STATS_INIT;
 				struct rusage ru;
+				double n;
 
 				getrusage(RUSAGE_SELF, &ru);
-				fprintf(stderr, "profile client %d: cpu %.0f ms, csw %ld voluntary %ld not\n", i,
+				if (pkv_stats(c, &st))
+					memset(&st, 0, sizeof(st));
+				n = st.attends ? (double)st.attends : 1;
+				/* Per attend: as the client waited, the daemon held it, the backend ran it (its share). */
+				fprintf(stderr,
+					"profile client %d: cpu %.0f ms, csw %ld voluntary %ld not; per attend wait %.1f us, "
+					"daemon %.1f, backend %.1f, slept %.2f\n",
+					i,
 					(double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
 						(double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3,
-					ru.ru_nvcsw, ru.ru_nivcsw);
+					ru.ru_nvcsw, ru.ru_nivcsw, (double)st.attend_wait_ns / n / 1e3,
+					(double)st.attend_daemon_ns / n / 1e3, (double)st.attend_backend_ns / n / 1e3,
+					(double)st.client_sleeps / n);
 			}
 			ch = r ? 'x' : 'd';
 			if (write(done[1], &ch, 1) != 1)
