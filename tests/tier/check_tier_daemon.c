@@ -470,71 +470,6 @@ static int pipe_ready(int fd)
 	return poll(&p, 1, 0);
 }
 
-START_TEST(test_open_waiting_for_disk_stalls_no_one)
-{
-	int p[2], nc, st;
-	pid_t a;
-
-	ck_assert_int_eq(open_prompt(0, 7, NULL), 0);
-	spill_all();
-	/* A deadline far beyond anything B needs: A can only complete once the gate opens. */
-	restart_gated("60000");
-	ck_assert_int_eq(pipe(p), 0);
-	a = open_async(7, p[1]);
-	until_waiting(1);
-	/* Meanwhile uid B (another uid when root) opens and computes prompt after prompt. */
-	for (uint32_t w = 50; w < 58; w++)
-		ck_assert_int_eq(open_prompt(geteuid() == 0 ? UID_B : 0, w, NULL), 0);
-	ck_assert_int_eq(open_prompt(geteuid() == 0 ? UID_B : 0, 50, NULL), NCACHED);
-	/* ... and A's open is still parked: nothing stalled behind it, and it did not jump the gate. */
-	ck_assert_int_eq(pipe_ready(p[0]), 0);
-	until_waiting(1);
-	gate_open();
-	ck_assert_int_eq(read(p[0], &nc, sizeof(nc)), (ssize_t)sizeof(nc));
-	ck_assert_int_eq(nc, NCACHED);   /* every block came from disk */
-	ck_assert_int_eq(waitpid(a, &st, 0), a);
-	ck_assert_int_eq(child_status(st), 0);
-	until_waiting(0);
-	close(p[0]);
-	close(p[1]);
-	unlink(gate);
-}
-END_TEST
-
-START_TEST(test_open_past_deadline_goes_on_with_ram)
-{
-	char out[4096];
-	int p[2], nc, st;
-	pid_t a, gone;
-
-	ck_assert_int_eq(open_prompt(0, 8, NULL), 0);
-	spill_all();
-	restart_gated("300");
-	/* Past the deadline the open completes with what RAM has: nothing. */
-	ck_assert_int_eq(open_prompt(0, 8, NULL), 0);
-	spill_all();   /* RAM forgets the recomputed blocks again (the disk has them already) */
-	/* A client that hangs up while its open waits: its reads are given back. */
-	ck_assert_int_eq(pipe(p), 0);
-	gone = open_async(8, p[1]);
-	until_waiting(1);
-	kill(gone, SIGKILL);
-	ck_assert_int_eq(waitpid(gone, &st, 0), gone);
-	until_waiting(0);
-	gate_open();
-	/* The abandoned reads finish unseen; the blocks are still on disk and found now. */
-	a = open_async(8, p[1]);
-	ck_assert_int_eq(read(p[0], &nc, sizeof(nc)), (ssize_t)sizeof(nc));
-	ck_assert_int_eq(nc, NCACHED);
-	ck_assert_int_eq(waitpid(a, &st, 0), a);
-	ctl_ok(PKV_CTL_STATUS, out, sizeof(out));
-	ck_assert_msg(strstr(out, " 0 corrupt dropped"), "%s", out);
-	ck_assert_int_eq(audit_until_clean(D.sock, 2000, out, sizeof(out)), 0);
-	close(p[0]);
-	close(p[1]);
-	unlink(gate);
-}
-END_TEST
-
 /* The tier's "hits" (blocks its reads served) from the daemon's status. */
 static unsigned tier_hits(void)
 {
@@ -558,6 +493,74 @@ static int reap_open(pid_t pid, int fd)
 	return nc;
 }
 
+/* Prompt `which` computed once, then on disk only, the daemon restarted with its reads gated (deadline dl ms). */
+static void on_disk_only(uint32_t which, const char *dl)
+{
+	ck_assert_int_eq(open_prompt(0, which, NULL), 0);
+	spill_all();
+	restart_gated(dl);
+}
+
+/* A gated test's end: no open left waiting, its pipe closed, the gate removed. */
+static void gated_done(int p[2])
+{
+	until_waiting(0);
+	close(p[0]);
+	close(p[1]);
+	unlink(gate);
+}
+
+START_TEST(test_open_waiting_for_disk_stalls_no_one)
+{
+	int p[2];
+	pid_t a;
+
+	/* A deadline far beyond anything B needs: A can only complete once the gate opens. */
+	on_disk_only(7, "60000");
+	ck_assert_int_eq(pipe(p), 0);
+	a = open_async(7, p[1]);
+	until_waiting(1);
+	/* Meanwhile uid B (another uid when root) opens and computes prompt after prompt. */
+	for (uint32_t w = 50; w < 58; w++)
+		ck_assert_int_eq(open_prompt(geteuid() == 0 ? UID_B : 0, w, NULL), 0);
+	ck_assert_int_eq(open_prompt(geteuid() == 0 ? UID_B : 0, 50, NULL), NCACHED);
+	/* ... and A's open is still parked: nothing stalled behind it, and it did not jump the gate. */
+	ck_assert_int_eq(pipe_ready(p[0]), 0);
+	until_waiting(1);
+	gate_open();
+	ck_assert_int_eq(reap_open(a, p[0]), NCACHED);   /* every block came from disk */
+	gated_done(p);
+}
+END_TEST
+
+START_TEST(test_open_past_deadline_goes_on_with_ram)
+{
+	char out[4096];
+	int p[2], st;
+	pid_t a, gone;
+
+	on_disk_only(8, "300");
+	/* Past the deadline the open completes with what RAM has: nothing. */
+	ck_assert_int_eq(open_prompt(0, 8, NULL), 0);
+	spill_all();   /* RAM forgets the recomputed blocks again (the disk has them already) */
+	/* A client that hangs up while its open waits: its reads are given back. */
+	ck_assert_int_eq(pipe(p), 0);
+	gone = open_async(8, p[1]);
+	until_waiting(1);
+	kill(gone, SIGKILL);
+	ck_assert_int_eq(waitpid(gone, &st, 0), gone);
+	until_waiting(0);
+	gate_open();
+	/* The abandoned reads finish unseen; the blocks are still on disk and found now. */
+	a = open_async(8, p[1]);
+	ck_assert_int_eq(reap_open(a, p[0]), NCACHED);
+	ctl_ok(PKV_CTL_STATUS, out, sizeof(out));
+	ck_assert_msg(strstr(out, " 0 corrupt dropped"), "%s", out);
+	ck_assert_int_eq(audit_until_clean(D.sock, 2000, out, sizeof(out)), 0);
+	gated_done(p);
+}
+END_TEST
+
 /*
  * A burst of opens of one prompt only the disk holds (a chat app's system
  * prompt after a restart): the first reads it, the others wait for those
@@ -568,9 +571,7 @@ START_TEST(test_concurrent_opens_read_once)
 	int p[2];
 	pid_t kids[3];
 
-	ck_assert_int_eq(open_prompt(0, 9, NULL), 0);
-	spill_all();
-	restart_gated("60000");
+	on_disk_only(9, "60000");
 	ck_assert_int_eq(pipe(p), 0);
 	for (unsigned i = 0; i < 3; i++) {
 		kids[i] = open_async(9, p[1]);
@@ -581,10 +582,7 @@ START_TEST(test_concurrent_opens_read_once)
 		ck_assert_int_eq(reap_open(kids[i], p[0]), NCACHED);
 	/* One chain of NCACHED / T_BS blocks served by the disk, not one per open. */
 	ck_assert_uint_eq(tier_hits(), NCACHED / T_BS);
-	until_waiting(0);
-	close(p[0]);
-	close(p[1]);
-	unlink(gate);
+	gated_done(p);
 }
 END_TEST
 
@@ -595,9 +593,7 @@ START_TEST(test_waited_for_open_hangs_up)
 	int p[2], st;
 	pid_t gone, b;
 
-	ck_assert_int_eq(open_prompt(0, 10, NULL), 0);
-	spill_all();
-	restart_gated("60000");
+	on_disk_only(10, "60000");
 	ck_assert_int_eq(pipe(p), 0);
 	gone = open_async(10, p[1]);
 	until_waiting(1);
@@ -609,11 +605,8 @@ START_TEST(test_waited_for_open_hangs_up)
 	until_waiting(1);
 	gate_open();
 	ck_assert_int_eq(reap_open(b, p[0]), NCACHED);
-	until_waiting(0);
+	gated_done(p);
 	ck_assert_int_eq(audit_until_clean(D.sock, 2000, out, sizeof(out)), 0);
-	close(p[0]);
-	close(p[1]);
-	unlink(gate);
 }
 END_TEST
 
