@@ -1606,6 +1606,89 @@ static inline __attribute__((always_inline)) void pv_decf_t(const struct cpu_cal
 }
 
 /*
+ * Scores of R (2-4) f32 query rows against a tile of 16-bit K rows, each key
+ * row widened once for all R rows (scores_decf_t widens it once per row: at
+ * G = 3 two thirds of its loads and conversions were repeats). Four keys x R
+ * rows of partial vectors are reduced by one hsum16: lane 4r + i of the sum
+ * is row r's score of key i, so 128-bit lane r holds row r's four scores in
+ * order. The rows' queries are read from L1 by the FMAs (nq, R and cdt
+ * constants where inlined). One prefetch step per four keys.
+ */
+#define DECF_G_KEYS 4u
+
+static inline __attribute__((always_inline)) void scores_decf_g(const struct cpu_call *c, struct cpu_scratch *sc,
+								const char *const *kraw, const uint32_t R,
+								struct pf_cursor *pc, const uint32_t cdt,
+								const uint32_t nq)
+{
+	const size_t esz = 2;
+	uint32_t g, i, k, r;
+
+	for (g = 0; g < CPU_TK / DECF_G_KEYS; g++) {
+		__m512 a[16];
+
+		pf_step(pc);
+#pragma GCC unroll 16
+		for (i = 0; i < 16; i++)
+			a[i] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+		for (i = 0; i < DECF_G_KEYS; i++) {
+			const char *kr = kraw[DECF_G_KEYS * g + i];
+
+#pragma GCC unroll 8
+			for (k = 0; k < nq; k++) {
+				__m512 kv = (__m512)cvt16(kr + 16 * k * esz, cdt);
+
+#pragma GCC unroll 4
+				for (r = 0; r < R; r++)
+					a[4 * r + i] = _mm512_fmadd_ps(_mm512_loadu_ps(sc->qf + (size_t)r * c->hdp + 16 * k), kv,
+								       a[4 * r + i]);
+			}
+		}
+		{
+			__m512 sum = hsum16(a);
+			float *out = sc->s + DECF_G_KEYS * g;
+
+			_mm_storeu_ps(out, _mm512_extractf32x4_ps(sum, 0));
+			_mm_storeu_ps(out + CPU_TK, _mm512_extractf32x4_ps(sum, 1));
+			if (R > 2)
+				_mm_storeu_ps(out + 2 * CPU_TK, _mm512_extractf32x4_ps(sum, 2));
+			if (R > 3)
+				_mm_storeu_ps(out + 3 * CPU_TK, _mm512_extractf32x4_ps(sum, 3));
+		}
+	}
+}
+
+/* Whether scores_decf takes the grouped-rows instance for R rows (it then wants CPU_TK / 4 prefetch steps). */
+static inline int decf_grouped(const struct cpu_call *c, uint32_t R, uint32_t cdt)
+{
+	return cdt != PKV_DTYPE_F32 && R >= 2 && R <= 4 && (c->hd == 64 || c->hd == 128);
+}
+
+static inline __attribute__((always_inline)) void scores_decf_gr(const struct cpu_call *c, struct cpu_scratch *sc,
+								 const char *const *kraw, uint32_t R,
+								 struct pf_cursor *pc, const uint32_t cdt)
+{
+	const uint32_t nq4 = 4, nq8 = 8;
+
+	if (c->hd == 64) {
+		if (R == 2)
+			scores_decf_g(c, sc, kraw, 2, pc, cdt, nq4);
+		else if (R == 3)
+			scores_decf_g(c, sc, kraw, 3, pc, cdt, nq4);
+		else
+			scores_decf_g(c, sc, kraw, 4, pc, cdt, nq4);
+	} else {
+		if (R == 2)
+			scores_decf_g(c, sc, kraw, 2, pc, cdt, nq8);
+		else if (R == 3)
+			scores_decf_g(c, sc, kraw, 3, pc, cdt, nq8);
+		else
+			scores_decf_g(c, sc, kraw, 4, pc, cdt, nq8);
+	}
+}
+
+/*
  * The query in registers for head_dim 64 and 128. nq must be a literal at
  * each call: passed as `hd == 64 ? 4 : 0` it stayed a variable, the key
  * loop was not unrolled and tested nq per vector (f16 and bf16 caches ran
@@ -1629,6 +1712,10 @@ static void scores_decf(const struct cpu_call *c, struct cpu_scratch *sc, const 
 {
 	if (cdt == PKV_DTYPE_F32)
 		scores_decf_hd(c, sc, kraw, R, pc, PKV_DTYPE_F32);
+	else if (decf_grouped(c, R, cdt) && cdt == PKV_DTYPE_F16)
+		scores_decf_gr(c, sc, kraw, R, pc, PKV_DTYPE_F16);
+	else if (decf_grouped(c, R, cdt))
+		scores_decf_gr(c, sc, kraw, R, pc, PKV_DTYPE_BF16);
 	else if (cdt == PKV_DTYPE_F16)
 		scores_decf_hd(c, sc, kraw, R, pc, PKV_DTYPE_F16);
 	else
@@ -1761,6 +1848,8 @@ static inline uint32_t decf_steps(const struct cpu_call *c, uint32_t R, int pv)
 
 	if (pv)
 		return (R + DECF_ROWS - 1) / DECF_ROWS * (c->hd / dims) * (CPU_TK / 4);
+	if (decf_grouped(c, R, c->cdt))
+		return CPU_TK / DECF_G_KEYS;
 	return R * (CPU_TK / DECF_KEYS);
 }
 #endif
