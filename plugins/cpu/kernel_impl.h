@@ -1669,30 +1669,24 @@ static inline __attribute__((always_inline)) void scores_decf_gr(const struct cp
 								 const char *const *kraw, uint32_t R,
 								 struct pf_cursor *pc, const uint32_t cdt)
 {
-	const uint32_t nq4 = 4, nq8 = 8;
-
-	if (c->hd == 64) {
-		if (R == 2)
-			scores_decf_g(c, sc, kraw, 2, pc, cdt, nq4);
-		else if (R == 3)
-			scores_decf_g(c, sc, kraw, 3, pc, cdt, nq4);
-		else
-			scores_decf_g(c, sc, kraw, 4, pc, cdt, nq4);
-	} else {
-		if (R == 2)
-			scores_decf_g(c, sc, kraw, 2, pc, cdt, nq8);
-		else if (R == 3)
-			scores_decf_g(c, sc, kraw, 3, pc, cdt, nq8);
-		else
-			scores_decf_g(c, sc, kraw, 4, pc, cdt, nq8);
-	}
+	if (c->hd == 64 && R == 2)
+		scores_decf_g(c, sc, kraw, 2, pc, cdt, 4);
+	else if (c->hd == 64 && R == 3)
+		scores_decf_g(c, sc, kraw, 3, pc, cdt, 4);
+	else if (c->hd == 64)
+		scores_decf_g(c, sc, kraw, 4, pc, cdt, 4);
+	else if (R == 2)
+		scores_decf_g(c, sc, kraw, 2, pc, cdt, 8);
+	else if (R == 3)
+		scores_decf_g(c, sc, kraw, 3, pc, cdt, 8);
+	else
+		scores_decf_g(c, sc, kraw, 4, pc, cdt, 8);
 }
 
 /*
- * The query in registers for head_dim 64 and 128. nq must be a literal at
- * each call: passed as `hd == 64 ? 4 : 0` it stayed a variable, the key
- * loop was not unrolled and tested nq per vector (f16 and bf16 caches ran
- * at about half the f32 speed, scores 48 % of a SmolLM2 decode attend).
+ * The query in registers for head_dim 64 and 128. nq is a literal at each
+ * call: GCC does not fold a conditional argument (`hd == 64 ? 4 : 0`), and
+ * the key loop then stays generic, testing nq for every vector.
  */
 static inline __attribute__((always_inline)) void scores_decf_hd(const struct cpu_call *c, struct cpu_scratch *sc,
 								 const char *const *kraw, uint32_t R,
