@@ -442,7 +442,6 @@ static pid_t start_daemon(const struct opts *o, const char *sock, const char *td
 	return -1;
 }
 
-/* pagedkvctl flush: RAM drops every cached block (each one spilled) and answers once they are on disk. */
 /* A control command; its output (NUL-terminated, the caller frees it) when out is given. */
 static int ctl_run(const char *sock, uint32_t cmd, uint32_t fmt, char **out)
 {
@@ -476,6 +475,7 @@ out:
 	return r;
 }
 
+/* pagedkvctl flush: RAM drops every cached block (each one spilled) and answers once they are on disk. */
 static int ctl_flush(const char *sock)
 {
 	return ctl_run(sock, PKV_CTL_FLUSH, PKV_FMT_TEXT, NULL);
@@ -487,7 +487,8 @@ static long tier_hits(const char *sock)
 	char *st = NULL, *h;
 	long n = -1;
 
-	if (!ctl_run(sock, PKV_CTL_STATUS, PKV_FMT_JSON, &st) && (h = strstr(st, "\"hits\":")))
+	if (!ctl_run(sock, PKV_CTL_STATUS, PKV_FMT_JSON, &st) && (h = strstr(st, "\"disk_tier\":{")) &&
+	    (h = strstr(h, "\"hits\":")))
 		n = strtol(h + 7, NULL, 10);
 	free(st);
 	return n;

@@ -477,7 +477,8 @@ static unsigned tier_hits(void)
 	const char *h;
 
 	ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, out, sizeof(out)), 0);
-	h = strstr(out, "\"hits\":");
+	h = strstr(out, "\"disk_tier\":{");
+	h = h ? strstr(h, "\"hits\":") : NULL;
 	ck_assert_msg(h != NULL, "%s", out);
 	return (unsigned)strtoul(h + 7, NULL, 10);
 }
