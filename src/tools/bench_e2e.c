@@ -468,8 +468,11 @@ int main(int argc, char **argv)
 			session_close(&s);
 			return 1;
 		}
-		/* last in odd runs, next to the in-process arm in even ones */
-		/* An arm, not the figure: without the backend in this process's plugin directory, none. */
+		/*
+		 * Last in odd runs, next to the in-process arm in even ones. An arm,
+		 * not the figure: without the backend in this process's plugin
+		 * directory the run goes on without it.
+		 */
 		if (client8 && agg_procs_arm(&oc, salt, &apc[i], &cpc[i], "client attention")) {
 			fprintf(stderr, "pkv-bench e2e: no client-attention arm (set $PAGEDKV_PLUGIN_DIR to the "
 				"daemon's plugin directory)\n");
