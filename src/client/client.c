@@ -372,7 +372,7 @@ static void attend_here(struct pkv_client *c, const struct pkv_pool_params *p, u
 			const struct pkv_msg_reply *rep)
 {
 	struct local_attn_params lp = { p->geo, p->act_dtype, p->scale, p->softcap, p->window_left,
-					c->compute_threads };
+					c->compute_threads, c->owns_cpus };
 	struct pkv_wire_pool_mem w;
 	char why[PKV_ERR_LEN - 48];
 	int r;

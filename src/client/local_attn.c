@@ -100,6 +100,7 @@ int local_attn_open(int fd, uint64_t bytes, const struct pkv_wire_pool_mem *w, c
 	}
 	/* A pool thread spins only while a core would otherwise idle: the caller's own threads need theirs. */
 	pkv_host_set_shared_cpus(la->host, 1);
+	pkv_host_set_cpus_lent(la->host, p->cpus_ours);
 	r = load(la, w->varlen_file, w->varlen_backend, &la->varlen, err, err_len);
 	if (r)
 		goto fail;

@@ -17,6 +17,11 @@ struct local_attn_params {
 	float scale, softcap;
 	int32_t window_left;
 	uint32_t threads;   /* for the backends' parallel_for, the caller's included; 0: 1 */
+	/*
+	 * The caller's compute threads cover every CPU and yield theirs while an
+	 * attend runs: a call may split over them whatever the runnable count says.
+	 */
+	int cpus_ours;
 };
 
 /*
