@@ -32,7 +32,7 @@ static void usage(FILE *f)
 		"      --socket PATH      pagedkvd socket (default $PAGEDKV_SOCKET, $XDG_RUNTIME_DIR/pagedkv.sock)\n"
 		"      --in-process       contiguous in-process attention instead of the daemon\n"
 		"  -n, --max-new N        tokens per answer at most, 1 to 1048576 (default 256)\n"
-		OPT_SAMPLING_HELP OPT_POOL_HELP
+		OPT_SAMPLING_HELP OPT_POOL_HELP OPT_ATTENTION_HELP
 		"  -t, --threads N        compute threads, 0 to 1024 (default 0: $PKV_THREADS or all CPUs)\n"
 		"  -h, --help             this text\n"
 		"Sampling defaults: --temp 0.7 --top-k 40 --top-p 0.9. Type a message and press Enter;\n"
@@ -45,7 +45,8 @@ int main(int argc, char **argv)
 		{ "model", 1, 0, 'm' }, { "system", 1, 0, 's' }, { "socket", 1, 0, 1 },
 		{ "in-process", 0, 0, 2 }, { "max-new", 1, 0, 'n' }, { "temp", 1, 0, 4 }, { "top-k", 1, 0, 5 },
 		{ "top-p", 1, 0, 6 }, { "seed", 1, 0, 7 }, { "threads", 1, 0, 't' }, { "help", 0, 0, 'h' },
-		{ "ctx", 1, 0, 8 }, { "max-seqs", 1, 0, 9 }, { "kv-dtype", 1, 0, 20 }, { 0 } };
+		{ "ctx", 1, 0, 8 }, { "max-seqs", 1, 0, 9 }, { "kv-dtype", 1, 0, 20 },
+		{ "client-attention", 0, 0, 21 }, { "daemon-attention", 0, 0, 22 }, { 0 } };
 	static const char prog[] = "pkv-chat";
 	struct session_opts so = { 0 };
 	const char *system = NULL;
@@ -70,6 +71,8 @@ int main(int argc, char **argv)
 		case 8: bad |= opt_u32(prog, "--ctx", optarg, 16, 1u << 20, &so.ctx); break;
 		case 9: bad |= opt_u32(prog, "--max-seqs", optarg, 1, 4096, &so.max_seqs); break;
 		case 20: bad |= opt_kv_dtype(prog, "--kv-dtype", optarg, &so.kv_dtype); break;
+		case 21: so.attention = SESSION_ATTN_CLIENT; break;
+		case 22: so.attention = SESSION_ATTN_DAEMON; break;
 		case 't': bad |= opt_int(prog, "-t/--threads", optarg, 0, 1024, &so.threads); break;
 		case 'h': usage(stdout); return 0;
 		default: return opt_refused(prog);

@@ -229,7 +229,8 @@ int main(int argc, char **argv)
 		{ "max-new", 1, 0, 'n' }, { "threads", 1, 0, 't' }, { "help", 0, 0, 'h' },
 		{ "ctx", 1, 0, 8 }, { "max-seqs", 1, 0, 9 }, { "temp", 1, 0, 10 }, { "top-p", 1, 0, 11 },
 		{ "seed", 1, 0, 12 }, { "greedy", 0, 0, 13 }, { "repeat-penalty", 1, 0, 14 },
-		{ "staggered", 0, 0, 15 }, { "kv-dtype", 1, 0, 20 }, { 0 } };
+		{ "staggered", 0, 0, 15 }, { "kv-dtype", 1, 0, 20 }, { "client-attention", 0, 0, 21 },
+		{ "daemon-attention", 0, 0, 22 }, { 0 } };
 	static const char prog[] = "pkv-demo";
 	/* SmolLM2-Instruct's model card samples with temperature 0.2 and top-p 0.9; greedy loops
 	 * ("then Select Account" twenty times) on client 0's question. */
@@ -248,6 +249,8 @@ int main(int argc, char **argv)
 		case 8: bad |= opt_u32(prog, "--ctx", optarg, 16, 1u << 20, &so.ctx); break;
 		case 9: bad |= opt_u32(prog, "--max-seqs", optarg, 1, 4096, &so.max_seqs); break;
 		case 20: bad |= opt_kv_dtype(prog, "--kv-dtype", optarg, &so.kv_dtype); break;
+		case 21: so.attention = SESSION_ATTN_CLIENT; break;
+		case 22: so.attention = SESSION_ATTN_DAEMON; break;
 		case 10: bad |= opt_float(prog, "--temp", optarg, 0, 10, &sp.temp); break;
 		case 11: bad |= opt_float(prog, "--top-p", optarg, 0, 1, &sp.top_p); break;
 		case 12: bad |= opt_u64(prog, "--seed", optarg, &sp.seed); break;
@@ -272,7 +275,7 @@ int main(int argc, char **argv)
 				"      --greedy           greedy decoding without penalty: the same answers every run\n"
 				"      --staggered        start clients 1.. once client 0 has its first token (by\n"
 				"                         default all start at once and share the prompt in flight)\n"
-				OPT_POOL_HELP
+				OPT_POOL_HELP OPT_ATTENTION_HELP
 				"  -h, --help             this text\n"
 				"Needs a running pagedkvd (scripts/demo starts one).\n", MAX_CLIENTS, REPEAT_PENALTY);
 			return 0;

@@ -21,13 +21,11 @@ static void usage(FILE *f)
 		"  -f, --file PATH        read prompts from PATH, one per line\n"
 		"      --socket PATH      pagedkvd socket (default $PAGEDKV_SOCKET, $XDG_RUNTIME_DIR/pagedkv.sock)\n"
 		"      --in-process       contiguous in-process attention instead of the daemon\n"
-		"      --client-attention through the daemon, in a pool whose clients run the attention\n"
-		"                         themselves (its pool is model-ID-ca; $PAGEDKV_PLUGIN_DIR: the backend)\n"
 		"  -P, --parallel N       conversations running at once, 0 to 65536 (default 0: all)\n"
 		"  -b, --budget N         tokens per forward step, 1 to 65536 (default 256)\n"
 		"  -s, --system TEXT      system prompt (chat models)\n"
 		"      --raw              no chat template: prompts are plain text (BOS per the model)\n"
-		OPT_SAMPLING_HELP OPT_POOL_HELP
+		OPT_SAMPLING_HELP OPT_POOL_HELP OPT_ATTENTION_HELP
 		"  -t, --threads N        compute threads, 0 to 1024 (default 0: $PKV_THREADS or all CPUs)\n"
 		"  -q, --quiet            print only the statistics table\n"
 		"  -S, --stream           print conversation 0's tokens as they come\n"
@@ -70,7 +68,7 @@ int main(int argc, char **argv)
 		{ "top-k", 1, 0, 5 }, { "top-p", 1, 0, 6 }, { "seed", 1, 0, 7 }, { "threads", 1, 0, 't' },
 		{ "quiet", 0, 0, 'q' }, { "stream", 0, 0, 'S' }, { "help", 0, 0, 'h' }, { "ctx", 1, 0, 8 },
 		{ "max-seqs", 1, 0, 9 }, { "idle-ms", 1, 0, 10 }, { "kv-dtype", 1, 0, 20 },
-		{ "client-attention", 0, 0, 21 }, { 0 } };
+		{ "client-attention", 0, 0, 21 }, { "daemon-attention", 0, 0, 22 }, { 0 } };
 	static const char prog[] = "pkv-generate";
 	struct session_opts so = { 0 };
 	const char *file = NULL, *system = NULL;
@@ -99,7 +97,8 @@ int main(int argc, char **argv)
 		case 8: bad |= opt_u32(prog, "--ctx", optarg, 16, 1u << 20, &so.ctx); break;
 		case 9: bad |= opt_u32(prog, "--max-seqs", optarg, 1, 4096, &so.max_seqs); break;
 		case 20: bad |= opt_kv_dtype(prog, "--kv-dtype", optarg, &so.kv_dtype); break;
-		case 21: so.client_attention = 1; break;
+		case 21: so.attention = SESSION_ATTN_CLIENT; break;
+		case 22: so.attention = SESSION_ATTN_DAEMON; break;
 		case 10: bad |= opt_u32(prog, "--idle-ms", optarg, 0, 600000, &idle_ms); break;
 		case 't': bad |= opt_int(prog, "-t/--threads", optarg, 0, 1024, &so.threads); break;
 		case 'q': quiet = 1; break;

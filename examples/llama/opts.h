@@ -32,4 +32,12 @@ int opt_need_model(const char *prog);
 	"      --kv-dtype T       KV cache dtype: f32 (default), f16 or bf16 (half the memory and the\n" \
 	"                         attention's reads; keys and values rounded to it)\n"
 
+/* Who attends through pagedkvd (session.h, enum session_attention), for --help. */
+#define OPT_ATTENTION_HELP \
+	"      --daemon-attention the daemon runs every attention call (by default this process\n" \
+	"                         runs them over the pool's memory where it can: one round trip\n" \
+	"                         per step instead of one per layer)\n" \
+	"      --client-attention as the default, but warn when the daemon has to attend after all\n" \
+	"                         (no backend in $PAGEDKV_PLUGIN_DIR or the installed plugins)\n"
+
 #endif

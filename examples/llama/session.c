@@ -8,6 +8,47 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef PKV_HAVE_CLIENT
+/*
+ * Connects and attaches this model's pool: here, one whose clients attend
+ * themselves (a choice made when a pool is created, so it has its own name).
+ */
+static int attach_daemon(struct session *s, const struct session_opts *o, const struct pkv_geometry *geo, int here,
+			 char *err, size_t errlen)
+{
+	/* Our pool's threads compute between attends: the daemon leaves their CPUs to them. */
+	struct pkv_connect_opts co = { .socket_path = o->socket, .compute_threads = (uint32_t)tpool_size(s->tp) };
+	struct pkv_pool_params pp = { .geo = *geo, .act_dtype = PKV_DTYPE_F32, .model_id = s->m.model_id,
+				      .window_left = -1, .flags = here ? PKV_POOL_CLIENT_ATTENTION : 0 };
+	int r;
+
+	if (o->pool)
+		snprintf(s->pool_name, sizeof s->pool_name, "%s%s", o->pool, here ? "-ca" : "");
+	else
+		/* A pool's geometry must match exactly: each KV dtype has its own (f32 keeps the old name). */
+		snprintf(s->pool_name, sizeof s->pool_name, "model-%016" PRIx64 "%s%s", s->m.model_id,
+			 geo->cache_dtype == PKV_DTYPE_F16 ? "-f16" : geo->cache_dtype == PKV_DTYPE_BF16 ? "-bf16" : "",
+			 here ? "-ca" : "");
+	pp.name = s->pool_name;
+	r = pkv_attn_daemon_create(&co, &pp, &s->attn, err, errlen);
+	if (r == -ENOMEM) {
+		/* the daemon's budget cannot hold this pool: say what each side can change */
+		uint64_t bytes = (uint64_t)2 * geo->num_layers * geo->num_kv_heads * geo->head_dim *
+				 pkv_dtype_size(geo->cache_dtype) * geo->block_size * geo->num_blocks;
+		size_t n = strlen(err);
+		snprintf(err + n, errlen - n,
+			 "\n  this pool is %u blocks of %u tokens = %.1f MiB: ask for less with --ctx N and "
+			 "--max-seqs N, or give pagedkvd a larger --memory-budget (memory_budget in "
+			 "pagedkvd.conf; `systemctl reload pagedkvd` applies it)",
+			 geo->num_blocks, geo->block_size, (double)bytes / (1 << 20));
+	} else if (r && o->offer_in_process) {
+		size_t n = strlen(err);
+		snprintf(err + n, errlen - n, "\n  or run without the daemon: --in-process");
+	}
+	return r;
+}
+#endif
+
 int session_open(struct session *s, const struct session_opts *o, char *err, size_t errlen)
 {
 	struct pkv_geometry geo;
@@ -53,42 +94,22 @@ int session_open(struct session *s, const struct session_opts *o, char *err, siz
 			snprintf(err, errlen, "in-process attention: %s", strerror(-r));
 	} else {
 #ifdef PKV_HAVE_CLIENT
-		/* Our pool's threads compute between attends: the daemon leaves their CPUs to them. */
-		struct pkv_connect_opts co = { .socket_path = o->socket, .compute_threads = (uint32_t)tpool_size(s->tp) };
-		struct pkv_pool_params pp = { .geo = geo, .act_dtype = PKV_DTYPE_F32, .model_id = s->m.model_id,
-					      .window_left = -1,
-					      .flags = o->client_attention ? PKV_POOL_CLIENT_ATTENTION : 0 };
-		if (o->pool)
-			snprintf(s->pool_name, sizeof s->pool_name, "%s", o->pool);
-		else
-			/* A pool's geometry must match exactly: each KV dtype has its own (f32 keeps the old name). */
-			/* ... and so has client attention, a choice made when the pool is created */
-			snprintf(s->pool_name, sizeof s->pool_name, "model-%016" PRIx64 "%s%s", s->m.model_id,
-				 o->kv_dtype == PKV_DTYPE_F16 ? "-f16" : o->kv_dtype == PKV_DTYPE_BF16 ? "-bf16" : "",
-				 o->client_attention ? "-ca" : "");
-		pp.name = s->pool_name;
-		r = pkv_attn_daemon_create(&co, &pp, &s->attn, err, errlen);
-		if (!r && o->client_attention) {
+		int here = o->attention != SESSION_ATTN_DAEMON;
+
+		r = attach_daemon(s, o, &geo, here, err, errlen);
+		if (r == -ENOTSUP && o->attention == SESSION_ATTN_AUTO) {
+			/* the daemon's backends keep their KV off host memory (a GPU's): it attends */
+			here = 0;
+			r = attach_daemon(s, o, &geo, 0, err, errlen);
+		}
+		if (!r && here) {
 			struct pkv_stats st = PKV_STATS_INIT;
 
+			/* The pool is ours to attend unless our plugin directory lacks its backend. */
 			if (!s->attn.ops->stats(s->attn.ctx, &st) && st.attention_in_client)
 				s->attn.name = SESSION_CLIENT_ATTENTION;
-			else
+			else if (o->attention == SESSION_ATTN_CLIENT)
 				fprintf(stderr, "warning: %s\n", pkv_last_error(s->attn.ctx));
-		}
-		if (r == -ENOMEM) {
-			/* the daemon's budget cannot hold this pool: say what each side can change */
-			uint64_t bytes = (uint64_t)2 * geo.num_layers * geo.num_kv_heads * geo.head_dim *
-					 pkv_dtype_size(geo.cache_dtype) * geo.block_size * geo.num_blocks;
-			size_t n = strlen(err);
-			snprintf(err + n, errlen - n,
-				 "\n  this pool is %u blocks of %u tokens = %.1f MiB: ask for less with --ctx N and "
-				 "--max-seqs N, or give pagedkvd a larger --memory-budget (memory_budget in "
-				 "pagedkvd.conf; `systemctl reload pagedkvd` applies it)",
-				 geo.num_blocks, geo.block_size, (double)bytes / (1 << 20));
-		} else if (r && o->offer_in_process) {
-			size_t n = strlen(err);
-			snprintf(err + n, errlen - n, "\n  or run without the daemon: --in-process");
 		}
 #else
 		snprintf(err, errlen, "this build has no libpagedkv; use --in-process");

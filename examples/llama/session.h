@@ -9,11 +9,25 @@
 #include "llama.h"
 #include "tokenizer.h"
 
+/* Who attends when a program goes through pagedkvd. */
+enum session_attention {
+	/*
+	 * This process, over the memory of a pool whose clients attend
+	 * themselves, where the daemon's backends work on host memory and ours
+	 * load; else the daemon, silently. Each attend then costs no round trip
+	 * (8 one-thread SmolLM2 processes: 1.005x their in-process attention
+	 * against 0.952x with the daemon attending, docs/performance.md).
+	 */
+	SESSION_ATTN_AUTO,
+	SESSION_ATTN_DAEMON, /* the daemon attends every call (--daemon-attention) */
+	SESSION_ATTN_CLIENT, /* as AUTO, but a fallback to the daemon is warned about (--client-attention) */
+};
+
 struct session_opts {
 	const char *model;
 	const char *socket;      /* daemon socket; NULL: the default path */
 	int in_process;          /* 1: contiguous in-process attention; 0: the daemon */
-	int client_attention;    /* through the daemon, in a pool whose clients attend themselves */
+	int attention;           /* through the daemon: enum session_attention */
 	int threads;             /* 0: $PKV_THREADS or all CPUs */
 	uint32_t max_tokens;     /* per forward step (buffers); 0: 256 */
 	uint32_t block_size;     /* 0: 16 */

@@ -255,7 +255,7 @@ static int agg_procs(const struct opts *o, unsigned salt, double *tok_s, struct 
 			so.threads = 1;
 			int opened = session_open(&s, &so, err, sizeof err) == 0;
 
-			if (opened && so.client_attention && strcmp(s.attn.name, SESSION_CLIENT_ATTENTION)) {
+			if (opened && so.attention == SESSION_ATTN_CLIENT && strcmp(s.attn.name, SESSION_CLIENT_ATTENTION)) {
 				/* the daemon attends after all (session_open said why): not the arm asked for */
 				snprintf(err, sizeof err, "no client attention");
 				opened = 0;
@@ -365,7 +365,8 @@ int main(int argc, char **argv)
 		{ "peer-llama-bench", 1, 0, 4 }, { "single", 0, 0, 5 }, { "no-burst", 0, 0, 6 },
 		{ "agg8-only", 0, 0, 7 }, { "kv-dtype", 1, 0, 8 }, { "client-attention", 0, 0, 9 },
 		{ "help", 0, 0, 'h' }, { 0 } };
-	struct opts o = { .so = { .threads = 2 }, .reps = 3, .prompt_len = 512, .decode_len = 64, .burst = 1 };
+	/* Through pagedkvd the daemon attends (each arm names who attends: --client-attention) */
+	struct opts o = { .so = { .threads = 2, .attention = SESSION_ATTN_DAEMON }, .reps = 3, .prompt_len = 512, .decode_len = 64, .burst = 1 };
 	int c;
 	char err[512];
 	while ((c = getopt_long(argc, argv, "m:r:t:p:n:h", lo, NULL)) != -1) {
@@ -382,7 +383,7 @@ int main(int argc, char **argv)
 			if (opt_kv_dtype("pkv-bench e2e", "--kv-dtype", optarg, &o.so.kv_dtype))
 				return 2;
 			break;
-		case 9: o.so.client_attention = 1; break;
+		case 9: o.so.attention = SESSION_ATTN_CLIENT; break;
 		case 'r': o.reps = atoi(optarg); break;
 		case 't': o.so.threads = atoi(optarg); break;
 		case 'p': o.prompt_len = (uint32_t)strtoul(optarg, NULL, 10); break;
@@ -422,7 +423,7 @@ int main(int argc, char **argv)
 	 * counts the cache's index; through pagedkvd, with room for the
 	 * client-attention arm's pool (8 short conversations) beside it.
 	 */
-	o.so.kv_mib = o.so.in_process || o.so.client_attention || o.single_only ? 480 : 416;
+	o.so.kv_mib = o.so.in_process || o.so.attention == SESSION_ATTN_CLIENT || o.single_only ? 480 : 416;
 	struct session s;
 	if (session_open(&s, &o.so, err, sizeof err)) {
 		fprintf(stderr, "pkv-bench e2e: %s\n", err);
@@ -436,11 +437,11 @@ int main(int argc, char **argv)
 	struct opts oi = o, oc = o;
 	int pair8 = !o.so.in_process && !o.single_only;
 	/* ... and, unless the main arm already is one, in a pool whose clients attend themselves */
-	int client8 = pair8 && !o.so.client_attention;
+	int client8 = pair8 && o.so.attention != SESSION_ATTN_CLIENT;
 
 	oi.so.in_process = 1;
 	oi.so.socket = NULL;
-	oc.so.client_attention = 1;
+	oc.so.attention = SESSION_ATTN_CLIENT;
 	oc.so.kv_mib = 64;
 	for (int i = 0; i < o.reps; i++) {
 		unsigned salt = (unsigned)getpid() * 131u + (unsigned)i * 17u;

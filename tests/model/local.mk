@@ -17,6 +17,12 @@ tests_model_test_stories_SOURCES = tests/model/test_stories.c
 tests_model_test_stories_CFLAGS = $(MODEL_TEST_CFLAGS)
 tests_model_test_stories_LDADD = $(MODEL_TEST_LIBS)
 
+check_PROGRAMS += tests/model/test_session_attn
+TESTS += tests/model/test_session_attn
+tests_model_test_session_attn_SOURCES = tests/model/test_session_attn.c
+tests_model_test_session_attn_CFLAGS = $(MODEL_TEST_CFLAGS)
+tests_model_test_session_attn_LDADD = $(MODEL_TEST_LIBS)
+
 noinst_HEADERS += tests/model/fixtures.h tests/model/daemon.h tests/model/refdata.h
 
 check_PROGRAMS += tests/model/test_gguf
