@@ -48,6 +48,11 @@ struct pkv_connect_opts {
 	 * thread pool's size); 0: unknown. A hint: the daemon spins for the
 	 * next attend only on CPUs these leave idle, and otherwise sleeps at
 	 * once, so that it never holds a core the caller's threads wait for.
+	 * A count that covers every CPU also says these threads yield their
+	 * cores while an attend runs: the call may then be split over them
+	 * (by the daemon for a lone client, or by this process's backend in a
+	 * pool with PKV_POOL_CLIENT_ATTENTION while no other thread waits for
+	 * a core).
 	 */
 	uint32_t compute_threads;
 	/*
