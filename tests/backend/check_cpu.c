@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "loader/loader.h"
+#include "../suite_main.h"
 
 static struct pkv_host *host;
 static struct pkv_plugin plug;
@@ -246,8 +247,6 @@ int main(void)
 {
 	Suite *s = suite_create("cpu");
 	TCase *tc = tcase_create("hostile batches");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, well_formed_batch_runs);
@@ -260,9 +259,5 @@ int main(void)
 	tcase_add_test(tc, cascade_option_checked);
 	tcase_add_loop_test(tc, cascade_hostile_tables_match_plain, 0, 2);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return suite_main(s);
 }

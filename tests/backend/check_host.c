@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "loader/loader.h"
+#include "../suite_main.h"
 
 struct count_arg {
 	atomic_int hits[1000];
@@ -186,8 +187,6 @@ int main(void)
 {
 	Suite *s = suite_create("host");
 	TCase *tc = tcase_create("services");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, parallel_for_runs_each_task_once);
 	tcase_add_test(tc, parallel_for_many_small_jobs);
@@ -196,9 +195,5 @@ int main(void)
 	tcase_add_test(tc, alloc_aligned_honours_alignment);
 	tcase_add_test(tc, log_respects_level_and_sink);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return suite_main(s);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "loader/loader.h"
+#include "../suite_main.h"
 
 static struct pkv_host *host;
 static char err[512];
@@ -604,11 +605,5 @@ static Suite *loader_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(loader_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return suite_main(loader_suite());
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cache/cache.h"
+#include "../suite_main.h"
 
 #define BS 16
 
@@ -123,13 +124,7 @@ static inline void test_same(const struct test_snap *a, const struct test_snap *
 
 static inline int test_run(Suite *s)
 {
-	SRunner *sr = srunner_create(s);
-	int failed;
-
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return suite_main(s);
 }
 
 #endif

@@ -11,6 +11,7 @@
 
 #include <pagedkv/backend.h>
 #include "loader/loader.h"
+#include "../suite_main.h"
 
 /* One library, backend i at enum index i. */
 static const char *const plugin_rel[] = { "cuda/.libs/pkv_cuda.so", "cuda/.libs/pkv_cuda.so" };
@@ -190,8 +191,6 @@ int main(void)
 {
 	Suite *s = suite_create("cuda-plugins");
 	TCase *tc = tcase_create("load");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_loop_test(tc, exports_only_the_entry_point, 0, 2);
 	tcase_add_loop_test(tc, enumerates_one_cuda_backend, 0, 2);
@@ -199,9 +198,5 @@ int main(void)
 	tcase_add_loop_test(tc, loader_loads_and_refuses_without_gpu, 0, 2);
 	tcase_add_loop_test(tc, methods_reject_missing_context, 0, 2);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return suite_main(s);
 }

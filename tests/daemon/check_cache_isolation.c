@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
 #include "harness.h"
-#include "suite_main.h"
+#include "../suite_main.h"
 
 #define UID_A 65534   /* writes known K/V, then leaves */
 #define UID_B 65533   /* gets A's blocks back from the pool */

@@ -14,7 +14,7 @@
 #include <pagedkv/pagedkv.h>
 #include "common/msg.h"
 #include "harness.h"
-#include "suite_main.h"
+#include "../suite_main.h"
 
 #define TOL 1e-4f
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "daemon/conf.h"
+#include "../suite_main.h"
 
 static char path[64];
 
@@ -180,8 +181,6 @@ int main(void)
 {
 	Suite *s = suite_create("daemon-conf");
 	TCase *t = tcase_create("conf");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(t, test_file_keys_are_applied);
 	tcase_add_test(t, test_bad_line_names_file_and_line);
@@ -190,9 +189,5 @@ int main(void)
 	tcase_add_test(t, test_per_uid_keys);
 	tcase_add_test(t, test_shipped_file_keeps_the_safe_defaults);
 	suite_add_tcase(s, t);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return suite_main(s);
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
 #include "harness.h"
+#include "../suite_main.h"
 
 static char why[512];
 
@@ -138,17 +139,11 @@ int main(void)
 {
 	Suite *s = suite_create("connect");
 	TCase *tc = tcase_create("connect");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, no_socket_names_path_and_says_no_daemon);
 	tcase_add_test(tc, stale_socket_says_nothing_listens);
 	tcase_add_test(tc, refusal_reason_reaches_caller);
 	tcase_add_test(tc, struct_size_both_ways);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return suite_main(s);
 }

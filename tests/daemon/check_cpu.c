@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
 #include "harness.h"
+#include "../suite_main.h"
 
 #define TOL 1e-4f
 
@@ -103,8 +104,6 @@ int main(void)
 	const char *dir = getenv("PKV_PLUGIN_BUILD_DIR");
 	Suite *s;
 	TCase *t;
-	SRunner *sr;
-	int failed;
 
 	snprintf(plugin, sizeof(plugin), "%s/cpu/.libs/pkv_cpu.so", dir ? dir : "plugins");
 	if (access(plugin, R_OK))
@@ -116,9 +115,5 @@ int main(void)
 	tcase_add_test(t, test_cpu_prefill_decode_and_prefix_hit);
 	tcase_add_test(t, test_cpu_concurrent_decoders);
 	suite_add_tcase(s, t);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return suite_main(s);
 }

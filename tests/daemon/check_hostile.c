@@ -20,6 +20,7 @@
 #include <pagedkv/pagedkv.h>
 #include "common/msg.h"
 #include "harness.h"
+#include "../suite_main.h"
 
 static struct dmn D;
 
@@ -992,11 +993,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return suite_main(suite());
 }

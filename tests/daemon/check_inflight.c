@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
 #include "harness.h"
-#include "suite_main.h"
+#include "../suite_main.h"
 
 #define N 64          /* four blocks */
 #define CONSUMERS 3

@@ -19,7 +19,7 @@
 #include <pagedkv/pagedkv.h>
 #include "common/msg.h"
 #include "harness.h"
-#include "suite_main.h"
+#include "../suite_main.h"
 
 #define UID_A 61021
 #define UID_B 61022

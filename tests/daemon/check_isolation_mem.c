@@ -17,6 +17,7 @@
 #include "common/msg.h"
 #include "common/region.h"
 #include "harness.h"
+#include "../suite_main.h"
 
 #define UID_HOSTILE 61011
 #define UID_VICTIM 61012
@@ -544,9 +545,6 @@ static Suite *suite(void)
 
 int main(void)
 {
-	SRunner *sr;
-	int failed;
-
 	/* Needs root: clients run as other uids, and huge pages are set up and given back. */
 	if (geteuid() != 0)
 		return 77;
@@ -567,9 +565,5 @@ int main(void)
 		close(probe);
 	}
 #endif
-	sr = srunner_create(suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return suite_main(suite());
 }

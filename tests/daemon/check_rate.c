@@ -9,7 +9,7 @@
 #include <check.h>
 #include <math.h>
 #include "daemon/rate.h"
-#include "suite_main.h"
+#include "../suite_main.h"
 
 /* A SmolLM2 decode row (9 heads x 64) on a CPU backend: 5 µs per call and 0.4 ns per unit. */
 #define WIDTH 576.0

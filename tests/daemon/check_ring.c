@@ -9,6 +9,7 @@
 #include <string.h>
 #include "common/region.h"
 #include "common/ring.h"
+#include "../suite_main.h"
 
 #define N_MSGS 50000u
 
@@ -158,8 +159,6 @@ int main(void)
 {
 	Suite *s = suite_create("rings");
 	TCase *t = tcase_create("ring");
-	SRunner *sr;
-	int failed;
 
 	tcase_set_timeout(t, 60);
 	tcase_add_test(t, test_spsc_two_threads_across_wrap);
@@ -168,9 +167,5 @@ int main(void)
 	tcase_add_test(t, test_hints_reach_the_peer);
 	tcase_add_test(t, test_layout_passes_its_own_check);
 	suite_add_tcase(s, t);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return suite_main(s);
 }

@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <pagedkv/pagedkv.h>
 #include "harness.h"
-#include "suite_main.h"
+#include "../suite_main.h"
 
 /* A default daemon: the worker spins spin_us (50 us) after an SQE, then sleeps holding the ring. */
 static struct dmn D;

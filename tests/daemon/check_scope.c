@@ -11,7 +11,7 @@
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
 #include "harness.h"
-#include "suite_main.h"
+#include "../suite_main.h"
 
 #define UID_A 61001
 #define UID_B 61002

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "daemon/sigbus.h"
+#include "../suite_main.h"
 
 #define PAGES 4
 
@@ -217,8 +218,6 @@ int main(void)
 {
 	Suite *s = suite_create("sigbus");
 	TCase *tc = tcase_create("sigbus");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_watched_fault_becomes_zeros_and_a_flag);
 	tcase_add_test(tc, test_fault_on_another_thread_is_survived);
@@ -227,9 +226,5 @@ int main(void)
 	tcase_add_test(tc, test_unwatched_fault_goes_to_previous_handler);
 	tcase_add_test(tc, test_sent_sigbus_is_not_swallowed);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return suite_main(s);
 }

@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
 #include "harness.h"
-#include "suite_main.h"
+#include "../suite_main.h"
 
 #define CLIENTS 64
 #define UIDS 4

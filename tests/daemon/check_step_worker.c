@@ -8,7 +8,7 @@
 #include <string.h>
 #include <pagedkv/pagedkv.h>
 #include "harness.h"
-#include "suite_main.h"
+#include "../suite_main.h"
 
 /*
  * The worker gives an idle ring back after spin_us: a whole second here, so

@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
 #include "harness.h"
-#include "suite_main.h"
+#include "../suite_main.h"
 
 #define UID_A 61011
 #define UID_B 61012

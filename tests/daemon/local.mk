@@ -148,8 +148,6 @@ tests_daemon_check_isolation_conn_SOURCES = tests/daemon/check_isolation_conn.c
 tests_daemon_check_isolation_conn_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_daemon_check_isolation_conn_LDADD = $(DAEMON_TEST_LIBS)
 
-noinst_HEADERS += tests/daemon/suite_main.h
-
 # Step boundaries the worker runs itself (a daemon that holds idle rings for a second).
 check_PROGRAMS += tests/daemon/check_step_worker
 TESTS += tests/daemon/check_step_worker

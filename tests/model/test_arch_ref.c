@@ -16,6 +16,7 @@
 #include "model_logits.h"
 #include "randmodel.h"
 #include "refdata.h"
+#include "../suite_main.h"
 
 #define N_TOK 16
 #define SEED 7
@@ -115,9 +116,5 @@ int main(void)
 	tcase_add_test(tc, llama_matches_llama_cpp);
 	tcase_add_test(tc, qwen2_matches_llama_cpp);
 	suite_add_tcase(su, tc);
-	SRunner *sr = srunner_create(su);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(su);
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "../../examples/llama/attn.h"
+#include "../suite_main.h"
 
 static float frand(unsigned *s)
 {
@@ -78,9 +79,5 @@ int main(void)
 	TCase *tc = tcase_create("rows");
 	tcase_add_loop_test(tc, attention_equals_double_reference, 0, 6);
 	suite_add_tcase(su, tc);
-	SRunner *sr = srunner_create(su);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(su);
 }

@@ -11,6 +11,7 @@
 #include "../../examples/llama/engine.h"
 #include "randmodel.h"
 #include "daemon.h"
+#include "../suite_main.h"
 
 #define NC 4
 #define GEN 24
@@ -449,11 +450,8 @@ int main(void)
 	suite_add_tcase(s, daemon_tcase("pagedkvd", daemon_up));
 	/* And in pools whose clients attend themselves: the steps, the in-flight claims, the -ENOSPC. */
 	suite_add_tcase(s, daemon_tcase("client-attention", daemon_up_client_attn));
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	int failed = suite_main(s);
 	unlink(path);
 	rmdir(dir);
-	return nf ? 1 : 0;
+	return failed;
 }

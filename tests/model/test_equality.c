@@ -13,6 +13,7 @@
 #include "../../examples/llama/llama.h"
 #include "randmodel.h"
 #include "daemon.h"
+#include "../suite_main.h"
 
 #define BS 4 /* small blocks so short sequences produce prefix hits */
 
@@ -413,14 +414,11 @@ int main(void)
 	suite_add_tcase(s, tc);
 	suite_add_tcase(s, daemon_tcase("pagedkvd", daemon_up));
 	suite_add_tcase(s, daemon_tcase("client-attention", daemon_up_client_attn));
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	int failed = suite_main(s);
 	if (d.pid)
 		test_daemon_stop(&d);
 	for (int i = 0; i < 3; i++)
 		unlink(path[i]);
 	rmdir(dir);
-	return nf ? 1 : 0;
+	return failed;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "fixtures.h"
+#include "../suite_main.h"
 
 static uint8_t *img;
 static size_t len;
@@ -268,9 +269,5 @@ int main(void)
 	tcase_add_test(tc, rejects_duplicate_tensor_names);
 	tcase_add_test(tc, open_reports_missing_file);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(s);
 }

@@ -19,6 +19,7 @@
 #include "model_logits.h"
 #include "randmodel.h"
 #include "ref_quant_k.h"
+#include "../suite_main.h"
 
 /* The larger difference, a NaN being the largest and staying (fmaxf would drop it). */
 static float worse(float worst, float d)
@@ -253,13 +254,10 @@ int main(void)
 	tcase_add_loop_test(tc, truncated_kquant_data_fails_to_load, 0, N_TYPES);
 	tcase_add_loop_test(tc, bad_kquant_geometry_is_rejected, 0, N_TYPES);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	int failed = suite_main(s);
 	for (int i = 0; i < N_TYPES; i++)
 		for (int f = 0; f < N_FORMS; f++)
 			unlink(path[i][f]);
 	rmdir(dir);
-	return nf ? 1 : 0;
+	return failed;
 }

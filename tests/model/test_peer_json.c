@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "../../src/tools/bench_peer.h"
+#include "../suite_main.h"
 
 static const char out[] =
 	"[\n {\"build_commit\": \"0c1e570\", \"model_filename\": \"a \\\"n_gen\\\": 5, {x}\", \"n_prompt\": 512, "
@@ -66,9 +67,5 @@ int main(void)
 	tcase_add_test(tc, reads_each_test_by_shape);
 	tcase_add_test(tc, runs_the_peer_and_rejects_failures);
 	suite_add_tcase(su, tc);
-	SRunner *sr = srunner_create(su);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(su);
 }

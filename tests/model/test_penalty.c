@@ -3,6 +3,7 @@
 #include <check.h>
 
 #include "../../examples/llama/sampler.h"
+#include "../suite_main.h"
 
 START_TEST(penalises_each_recent_token_once)
 {
@@ -41,9 +42,5 @@ int main(void)
 	tcase_add_test(tc, penalises_each_recent_token_once);
 	tcase_add_test(tc, off_by_default);
 	suite_add_tcase(su, tc);
-	SRunner *sr = srunner_create(su);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(su);
 }

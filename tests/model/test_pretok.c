@@ -9,6 +9,7 @@
 
 #include "../../examples/llama/pretok.h"
 #include "refdata.h"
+#include "../suite_main.h"
 
 struct pieces {
 	size_t n, len[512];
@@ -160,9 +161,5 @@ int main(void)
 	tcase_add_test(tc, invalid_utf8_is_covered);
 	tcase_add_test(tc, names);
 	suite_add_tcase(su, tc);
-	SRunner *sr = srunner_create(su);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(su);
 }

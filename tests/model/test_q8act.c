@@ -10,6 +10,7 @@
 
 #include "../../examples/llama/gemm_vnni.h"
 #include "../../examples/llama/gguf.h"
+#include "../suite_main.h"
 
 static unsigned rnd(unsigned *s)
 {
@@ -147,9 +148,5 @@ int main(void)
 	tcase_add_test(tc, wide_activations_equal_reference);
 	tcase_add_loop_test(tc, packed_tiles_equal_reference_dots, 0, 12);
 	suite_add_tcase(su, tc);
-	SRunner *sr = srunner_create(su);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(su);
 }

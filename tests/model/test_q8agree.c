@@ -13,6 +13,7 @@
 #include "../../examples/llama/llama.h"
 #include "../../examples/llama/tokenizer.h"
 #include "modeldir.h"
+#include "../suite_main.h"
 
 #define SMOL SMOLLM2_FILE
 static const struct {
@@ -115,9 +116,5 @@ int main(void)
 	tcase_set_timeout(tc, 600);
 	tcase_add_loop_test(tc, vnni_path_agrees_with_16_bit_on_top1, 0, 2);
 	suite_add_tcase(su, tc);
-	SRunner *sr = srunner_create(su);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(su);
 }

@@ -9,6 +9,7 @@
 #include "../../examples/llama/gguf.h"
 #include "../../examples/llama/matmul.h"
 #include "../../examples/llama/quant.h"
+#include "../suite_main.h"
 
 static float frand(unsigned *s)
 {
@@ -135,9 +136,5 @@ int main(void)
 	tcase_add_loop_test(tc, simd_dots_match_float_reference, 0, 6);
 	tcase_add_loop_test(tc, threaded_matmul_matches_rowwise, 0, 6);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(s);
 }

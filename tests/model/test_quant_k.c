@@ -14,6 +14,7 @@
 #include "../../examples/llama/matmul.h"
 #include "../../examples/llama/quant.h"
 #include "ref_quant_k.h"
+#include "../suite_main.h"
 
 static const uint32_t types[] = { GGML_Q5_0, GGML_Q5_1, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
 #define N_TYPES 5
@@ -218,9 +219,5 @@ int main(void)
 	tcase_add_loop_test(tc, conversion_stays_within_its_bound, 0, N_TYPES);
 	tcase_add_loop_test(tc, converted_matrix_runs_the_fast_paths, 0, N_TYPES);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(s);
 }

@@ -16,6 +16,7 @@
 #include "../../examples/llama/llama.h"
 #include "model_logits.h"
 #include "randmodel.h"
+#include "../suite_main.h"
 
 #define HD 32 /* dim 128 over 4 heads */
 #define N_TOK 12
@@ -118,9 +119,5 @@ int main(void)
 	tcase_add_test(tc, scaling_changes_every_position_but_the_first);
 	tcase_add_test(tc, unsupported_or_nonsense_scaling_refused);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(s);
 }

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "../../examples/llama/sampler.h"
+#include "../suite_main.h"
 
 static const float logits[6] = { 1.0f, 3.0f, 2.5f, -1.0f, 0.0f, 2.9f };
 
@@ -77,9 +78,5 @@ int main(void)
 	tcase_add_test(tc, top_k_and_top_p_restrict_support);
 	tcase_add_test(tc, temperature_follows_softmax);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(s);
 }

@@ -10,6 +10,7 @@
 #include "../../examples/llama/session.h"
 #include "daemon.h"
 #include "modeldir.h"
+#include "../suite_main.h"
 
 static char path[4096];
 static struct dmn d;
@@ -135,9 +136,5 @@ int main(void)
 	tcase_add_test(tc, default_attends_here);
 	tcase_add_test(tc, no_backend_here_falls_back);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(s);
 }

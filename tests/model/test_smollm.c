@@ -10,6 +10,7 @@
 #include "../../examples/llama/engine.h"
 #include "../../examples/llama/session.h"
 #include "modeldir.h"
+#include "../suite_main.h"
 
 #define SMOL SMOLLM2_FILE
 static char path[4096];
@@ -135,9 +136,5 @@ int main(void)
 	tcase_add_test(tc, greedy_answer_is_sensible);
 	tcase_add_test(tc, warm_prefix_prefills_less_than_cold);
 	suite_add_tcase(su, tc);
-	SRunner *sr = srunner_create(su);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(su);
 }

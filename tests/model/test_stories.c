@@ -9,6 +9,7 @@
 #include "../../examples/llama/tokenizer.h"
 #include "daemon.h"
 #include "modeldir.h"
+#include "../suite_main.h"
 
 static char path[4096];
 
@@ -116,9 +117,5 @@ int main(void)
 	tcase_add_test(tc, greedy_matches_reference_in_process);
 	tcase_add_test(tc, greedy_matches_reference_through_daemon);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(s);
 }

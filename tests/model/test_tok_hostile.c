@@ -10,6 +10,7 @@
 #include "../../examples/llama/gguf.h"
 #include "gguf_write.h"
 #include "../../examples/llama/tokenizer.h"
+#include "../suite_main.h"
 
 struct vocab_file {
 	uint8_t *img; /* exactly the file's bytes: a read past the last token is past the buffer */
@@ -168,9 +169,5 @@ int main(void)
 	tcase_add_test(tc, many_special_tokens_load_and_match_longest_first);
 	tcase_add_test(tc, gpt2_needs_merges_and_a_known_pre_tokenizer);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(s);
 }

@@ -12,6 +12,7 @@
 #include "../../examples/llama/tokenizer.h"
 #include "modeldir.h"
 #include "refdata.h"
+#include "../suite_main.h"
 
 #define SMOL SMOLLM2_FILE
 
@@ -159,9 +160,5 @@ int main(void)
 	tcase_add_test(tc, concurrent_loads);
 	tcase_add_test(tc, invalid_utf8_is_never_a_control_token);
 	suite_add_tcase(su, tc);
-	SRunner *sr = srunner_create(su);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(su);
 }

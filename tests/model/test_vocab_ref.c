@@ -16,6 +16,7 @@
 #include "../../examples/llama/session.h"
 #include "../../examples/llama/tokenizer.h"
 #include "refdata.h"
+#include "../suite_main.h"
 
 static char dir[4096];
 
@@ -226,9 +227,5 @@ int main(void)
 	tcase_add_test(tc, llama3_chat_template);
 	tcase_add_test(tc, chatml_default_system_from_the_file);
 	suite_add_tcase(su, tc);
-	SRunner *sr = srunner_create(su);
-	srunner_run_all(sr, CK_NORMAL);
-	int nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(su);
 }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <pagedkv/pagedkv.h>
 #include "../daemon/harness.h"
+#include "../suite_main.h"
 
 static char dir[64], sock[128], notify[128], conf[128], log_path[128];
 
@@ -235,8 +236,6 @@ int main(void)
 {
 	Suite *su = suite_create("service");
 	TCase *tc = tcase_create("systemd-protocols");
-	SRunner *sr;
-	int nf;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
@@ -244,9 +243,5 @@ int main(void)
 	tcase_add_test(tc, activation_refuses_a_wrong_socket);
 	tcase_add_test(tc, pid_file_and_lock_removed_at_clean_stop);
 	suite_add_tcase(su, tc);
-	sr = srunner_create(su);
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(su);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "daemon/conf.h"
+#include "../suite_main.h"
 
 static char path[64];
 
@@ -117,17 +118,11 @@ int main(void)
 {
 	Suite *s = suite_create("settings");
 	TCase *t = tcase_create("table");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(t, every_default_is_a_valid_value);
 	tcase_add_test(t, print_config_reads_back);
 	tcase_add_test(t, trailing_comments);
 	tcase_add_test(t, errors_name_the_flag_and_the_range);
 	suite_add_tcase(s, t);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return suite_main(s);
 }

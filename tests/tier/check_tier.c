@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include "tier/tier.h"
 #include "tier/tier_int.h"
+#include "../suite_main.h"
 
 #define BS 16u
 #define NCHAIN 40u
@@ -724,8 +725,6 @@ int main(void)
 {
 	Suite *s = suite_create("tier");
 	TCase *tc = tcase_create("disk");
-	SRunner *sr;
-	int nf;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_round_trip);
@@ -746,9 +745,5 @@ int main(void)
 	tcase_add_test(tc, test_refuses_foreign_files);
 	tcase_add_test(tc, test_foreign_index_ignored);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(s);
 }

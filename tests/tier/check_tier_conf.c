@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "daemon/conf.h"
+#include "../suite_main.h"
 
 START_TEST(test_disk_keys)
 {
@@ -56,15 +57,9 @@ int main(void)
 {
 	Suite *s = suite_create("tier-conf");
 	TCase *tc = tcase_create("keys");
-	SRunner *sr;
-	int nf;
 
 	tcase_add_test(tc, test_disk_keys);
 	tcase_add_test(tc, test_disk_keys_refused);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(s);
 }

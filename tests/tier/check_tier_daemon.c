@@ -17,6 +17,7 @@
 #include <pagedkv/pagedkv.h>
 #include "../daemon/harness.h"
 #include "tier/tier.h"
+#include "../suite_main.h"
 
 #define NTOK 40u                   /* 2 full blocks published + a partial one */
 #define NCACHED 32u                /* (NTOK - 1) / T_BS whole blocks */
@@ -615,8 +616,6 @@ int main(void)
 {
 	Suite *s = suite_create("tier-daemon");
 	TCase *tc = tcase_create("daemon");
-	SRunner *sr;
-	int nf;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
@@ -637,9 +636,5 @@ int main(void)
 	tcase_add_test(tc, test_concurrent_opens_read_once);
 	tcase_add_test(tc, test_waited_for_open_hangs_up);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return suite_main(s);
 }
