@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Who attends for the model programs (session_open): this process where it can, the daemon otherwise. */
 #include <check.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +124,36 @@ START_TEST(no_backend_here_falls_back)
 }
 END_TEST
 
+/* A daemon whose backends keep their KV off host memory: the CUDA plugin's host code on a fake runtime. */
+static char device_plugin[512];
+
+static void device_daemon_up(void)
+{
+	harness_backend = device_plugin;
+	ck_assert_int_eq(dmn_start(&d, NULL), 0);
+}
+
+/*
+ * Such a daemon refuses client attention (-ENOTSUP): by default the program
+ * attaches the pool the daemon attends instead; asked for, it says why not.
+ * (stories260K's head_dim 8 is not the CUDA kernels': the plain pool is
+ * refused too, and the refusal names the pool that was tried last.)
+ */
+START_TEST(device_backends_take_the_plain_pool)
+{
+	struct session_opts o = { .model = path, .socket = d.sock, .threads = 1, .kv_dtype = PKV_DTYPE_F16,
+				  .block_size = 16, .num_blocks = 64 };
+	struct session s;
+	char err[1024];
+
+	ck_assert_int_ne(session_open(&s, &o, err, sizeof err), 0);
+	ck_assert_msg(strstr(err, "-f16' refused") && !strstr(err, "-ca'"), "%s", err);
+	o.attention = SESSION_ATTN_CLIENT;
+	ck_assert_int_eq(session_open(&s, &o, err, sizeof err), -ENOTSUP);
+	ck_assert_msg(strstr(err, "client attention needs backends on host memory"), "%s", err);
+}
+END_TEST
+
 int main(void)
 {
 	if (model_path("stories260K.gguf", path, sizeof path)) {
@@ -136,5 +167,17 @@ int main(void)
 	tcase_add_test(tc, default_attends_here);
 	tcase_add_test(tc, no_backend_here_falls_back);
 	suite_add_tcase(s, tc);
+	snprintf(device_plugin, sizeof device_plugin, "%s/tests/cuda/.libs/pkv_cuda_fake.so",
+		 getenv("PKV_TOP_BUILDDIR") ? getenv("PKV_TOP_BUILDDIR") : ".");
+	if (access(device_plugin, R_OK) == 0) {
+		tc = tcase_create("device-backends");
+		tcase_add_checked_fixture(tc, device_daemon_up, daemon_down);
+		tcase_set_timeout(tc, 60);
+		tcase_add_test(tc, device_backends_take_the_plain_pool);
+		suite_add_tcase(s, tc);
+	} else {
+		fprintf(stderr, "# test_session_attn: %s not built (no CUDA headers): device-backend case left out\n",
+			device_plugin);
+	}
 	return suite_main(s);
 }
