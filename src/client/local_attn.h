@@ -19,7 +19,8 @@ struct local_attn_params {
 	uint32_t threads;   /* for the backends' parallel_for, the caller's included; 0: 1 */
 	/*
 	 * The caller's compute threads cover every CPU and yield theirs while an
-	 * attend runs: a call may split over them whatever the runnable count says.
+	 * attend runs: a call may split over them while no other thread waits
+	 * for a core.
 	 */
 	int cpus_ours;
 };

@@ -365,8 +365,9 @@ int main(int argc, char **argv)
 		{ "peer-llama-bench", 1, 0, 4 }, { "single", 0, 0, 5 }, { "no-burst", 0, 0, 6 },
 		{ "agg8-only", 0, 0, 7 }, { "kv-dtype", 1, 0, 8 }, { "client-attention", 0, 0, 9 },
 		{ "help", 0, 0, 'h' }, { 0 } };
-	/* Through pagedkvd the daemon attends (each arm names who attends: --client-attention) */
-	struct opts o = { .so = { .threads = 2, .attention = SESSION_ATTN_DAEMON }, .reps = 3, .prompt_len = 512, .decode_len = 64, .burst = 1 };
+	/* Through pagedkvd the daemon attends unless --client-attention: each arm says who attends. */
+	struct opts o = { .so = { .threads = 2, .attention = SESSION_ATTN_DAEMON },
+			  .reps = 3, .prompt_len = 512, .decode_len = 64, .burst = 1 };
 	int c;
 	char err[512];
 	while ((c = getopt_long(argc, argv, "m:r:t:p:n:h", lo, NULL)) != -1) {
