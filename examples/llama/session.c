@@ -22,13 +22,10 @@ static int attach_daemon(struct session *s, const struct session_opts *o, const 
 				      .window_left = -1, .flags = here ? PKV_POOL_CLIENT_ATTENTION : 0 };
 	int r;
 
-	if (o->pool)
-		snprintf(s->pool_name, sizeof s->pool_name, "%s%s", o->pool, here ? "-ca" : "");
-	else
-		/* A pool's geometry must match exactly: each KV dtype has its own (f32 keeps the old name). */
-		snprintf(s->pool_name, sizeof s->pool_name, "model-%016" PRIx64 "%s%s", s->m.model_id,
-			 geo->cache_dtype == PKV_DTYPE_F16 ? "-f16" : geo->cache_dtype == PKV_DTYPE_BF16 ? "-bf16" : "",
-			 here ? "-ca" : "");
+	/* A pool's geometry must match exactly: each KV dtype has its own (f32 keeps the old name). */
+	snprintf(s->pool_name, sizeof s->pool_name, "model-%016" PRIx64 "%s%s", s->m.model_id,
+		 geo->cache_dtype == PKV_DTYPE_F16 ? "-f16" : geo->cache_dtype == PKV_DTYPE_BF16 ? "-bf16" : "",
+		 here ? "-ca" : "");
 	pp.name = s->pool_name;
 	r = pkv_attn_daemon_create(&co, &pp, &s->attn, err, errlen);
 	if (r == -ENOMEM) {

@@ -37,7 +37,6 @@ struct session_opts {
 	uint32_t ctx;            /* with max_seqs: pool = ceil(ctx / block) * max_seqs blocks (0: kv_mib) */
 	uint32_t max_seqs;
 	int offer_in_process;    /* the program has --in-process: say so when the daemon is unreachable */
-	const char *pool;        /* pool name; NULL: derived from the model fingerprint */
 };
 
 /* The attention's name (session.attn.name) when the pool's clients attend themselves. */
