@@ -1704,14 +1704,16 @@ static inline __attribute__((always_inline)) void scores_decf_hd(const struct cp
 static void scores_decf(const struct cpu_call *c, struct cpu_scratch *sc, const char *const *kraw, uint32_t R,
 			struct pf_cursor *pc, uint32_t cdt)
 {
+	int grouped = decf_grouped(c, R, cdt);
+
 	if (cdt == PKV_DTYPE_F32)
 		scores_decf_hd(c, sc, kraw, R, pc, PKV_DTYPE_F32);
-	else if (decf_grouped(c, R, cdt) && cdt == PKV_DTYPE_F16)
+	else if (cdt == PKV_DTYPE_F16 && grouped)
 		scores_decf_gr(c, sc, kraw, R, pc, PKV_DTYPE_F16);
-	else if (decf_grouped(c, R, cdt))
-		scores_decf_gr(c, sc, kraw, R, pc, PKV_DTYPE_BF16);
 	else if (cdt == PKV_DTYPE_F16)
 		scores_decf_hd(c, sc, kraw, R, pc, PKV_DTYPE_F16);
+	else if (grouped)
+		scores_decf_gr(c, sc, kraw, R, pc, PKV_DTYPE_BF16);
 	else
 		scores_decf_hd(c, sc, kraw, R, pc, PKV_DTYPE_BF16);
 }
