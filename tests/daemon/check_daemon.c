@@ -331,15 +331,41 @@ END_TEST
  * client's long prefill: they queue behind it and run as one backend call.
  * Results must still be each client's own.
  */
+/*
+ * Holds the daemon still (every thread stopped) while a test queues work, so
+ * that the worker finds it all queued at once whatever the machine's load.
+ */
+static void daemon_hold(int hold)
+{
+	int st;
+
+	ck_assert_int_eq(kill(D.pid, hold ? SIGSTOP : SIGCONT), 0);
+	if (hold) {
+		ck_assert_int_eq(waitpid(D.pid, &st, WUNTRACED), D.pid);
+		ck_assert(WIFSTOPPED(st));
+	}
+}
+
+static long status_count(const char *key)
+{
+	static char js[8192];
+	const char *p;
+
+	ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, js, sizeof(js)), 0);
+	p = strstr(js, key);
+	ck_assert_ptr_nonnull(p);
+	return atol(p + strlen(key));
+}
+
+#define CO_LEN 80
+
 START_TEST(test_coalesced_attends_match_reference)
 {
 	struct pkv_client *c[2] = { connect_attach("co"), connect_attach("co") }, *big = connect_attach("co");
-	int32_t toks[2][40], btoks[256];
+	int32_t toks[2][CO_LEN], btoks[256];
 	uint32_t seq[2], bseq, nc, one = 1, bn = 256;
 	float *q[2], *k[2], *v[2], *o[2], ref[T_HEADS * T_DIM], *bq, *bk, *bv, *bo;
-	static char js[8192];
 	long attends, batches;
-	const char *p;
 
 	ck_assert_ptr_nonnull(big);
 	for (int i = 0; i < 256; i++)
@@ -356,7 +382,7 @@ START_TEST(test_coalesced_attends_match_reference)
 	memset(bv, 0, 256 * T_KV_HEADS * T_DIM * 4);
 	for (int i = 0; i < 2; i++) {
 		ck_assert_ptr_nonnull(c[i]);
-		make_prompt(toks[i], 40, 20 + i);
+		make_prompt(toks[i], CO_LEN, 20 + i);
 		ck_assert_int_eq(pkv_seq_open(c[i], toks[i], 8, &seq[i], &nc), 0);
 		ck_assert_int_eq(run_step(c[i], seq[i], toks[i], 0, 8, NULL), 0);
 		q[i] = pkv_alloc(c[i], QN(1) * 4);
@@ -365,13 +391,16 @@ START_TEST(test_coalesced_attends_match_reference)
 		v[i] = pkv_alloc(c[i], T_KV_HEADS * T_DIM * 4);
 	}
 	/*
-	 * The worker measures merging against not merging in 5 ms epochs and
-	 * probes the loser one epoch in eight: on a loaded machine a few steps
-	 * can all fall in epochs that do not merge. Steps go on (at most to the
-	 * prompt's end) until the two decodes have shared a call.
+	 * Each layer's three attends are queued while the daemon is held, so the
+	 * worker finds the two decodes side by side. Whether it merges them is
+	 * its measured choice: it serves the pool in 5 ms epochs, merging or not,
+	 * and tries the losing way one epoch in eight. A pause of more than an
+	 * epoch before each step gives each step an epoch of its own, so within
+	 * the steps below some step's decodes must share a call.
 	 */
 	batches = attends = 0;
-	for (uint32_t pos = 8; pos < 40 && batches >= attends; pos++) {
+	for (uint32_t pos = 8; pos < CO_LEN && batches >= attends; pos++) {
+		usleep(6000);
 		for (int i = 0; i < 2; i++)
 			ck_assert_int_eq(pkv_step_begin(c[i], &seq[i], &one, toks[i] + pos, 1), 0);
 		for (uint32_t l = 0; l < T_LAYERS; l++) {
@@ -379,10 +408,12 @@ START_TEST(test_coalesced_attends_match_reference)
 
 			for (int i = 0; i < 2; i++)
 				act_row(toks[i][pos], pos, l, q[i], k[i], v[i]);
-			/* The long prefill first (layer 1 - l: never merged with the two decodes). */
+			daemon_hold(1);
+			/* A long prefill too (layer 1 - l: never merged with the two decodes). */
 			ck_assert_int_eq(pkv_attend_async(big, 1 - l, bq, bk, bv, bo, &bt), 0);
 			for (int i = 0; i < 2; i++)
 				ck_assert_int_eq(pkv_attend_async(c[i], l, q[i], k[i], v[i], o[i], &t[i]), 0);
+			daemon_hold(0);
 			for (int i = 0; i < 2; i++) {
 				ck_assert_int_eq(pkv_wait(c[i], t[i]), 0);
 				ref_attend(toks[i], pos + 1, pos, l, ref);
@@ -392,15 +423,10 @@ START_TEST(test_coalesced_attends_match_reference)
 		}
 		for (int i = 0; i < 2; i++)
 			ck_assert_int_eq(pkv_step_end(c[i]), 0);
-		ck_assert_int_eq(ctl_cmd(D.sock, PKV_CTL_STATUS, PKV_FMT_JSON, js, sizeof(js)), 0);
-		p = strstr(js, "\"attends\":");
-		ck_assert_ptr_nonnull(p);
-		attends = atol(p + 10);
-		p = strstr(js, "\"batches\":");
-		ck_assert_ptr_nonnull(p);
-		batches = atol(p + 10);
+		attends = status_count("\"attends\":");
+		batches = status_count("\"batches\":");
 	}
-	/* Two decodes queued behind a prefill, step after step: they must have shared a call. */
+	/* Two decodes of one layer queued together, in a merging epoch: they shared a call. */
 	ck_assert_int_lt(batches, attends);
 	pkv_step_abort(big);
 	pkv_disconnect(big);
