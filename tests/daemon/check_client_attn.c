@@ -288,7 +288,7 @@ START_TEST(test_client_attn_freed_pool_keeps_no_pages)
 	close(fd);
 	memset(map, 0x5a, len);
 	raw_close(&r); /* the pool's last client: freed at once */
-	for (int i = 0; i < 200 && map[len - 1]; i++)
+	for (int i = 0; i < 1000 && map[len - 1]; i++)
 		usleep(10000);
 	for (size_t i = 0; i < len; i += 4096)
 		ck_assert_uint_eq(map[i], 0);

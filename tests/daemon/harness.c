@@ -374,7 +374,8 @@ int raw_call(struct raw *r, struct pkv_sqe *sqe, struct pkv_cqe *cqe)
 
 	if (e)
 		return e;
-	for (int i = 0; i < 2000; i++) {
+	/* Up to 20 s: a sanitizer build on a loaded machine; a completion ends the wait at once. */
+	for (int i = 0; i < 20000; i++) {
 		struct pollfd p = { .fd = r->sock, .events = POLLRDHUP };
 
 		if (pkv_ring_avail(&r->cq) > 0) {
