@@ -531,7 +531,8 @@ END_TEST
 /* A client on a pool of 8,192 tokens, blocks of bs tokens (0: the harness's), activations of dtype act. */
 static struct pkv_client *conn_long(const char *pool, int32_t window, uint32_t bs, uint32_t act)
 {
-	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 8 << 20, .timeout_ms = 10000 };
+	/* A 3,000-token prefill in 1 us slices under sanitizers on a loaded machine: a long call. */
+	struct pkv_connect_opts o = { .socket_path = D.sock, .arena_bytes = 8 << 20, .timeout_ms = 60000 };
 	struct pkv_pool_params pp;
 	struct pkv_client *c;
 
@@ -728,7 +729,7 @@ static Suite *suite(void)
 	TCase *t = tcase_create("tenant");
 
 	tcase_add_checked_fixture(t, NULL, teardown);
-	tcase_set_timeout(t, 60);
+	tcase_set_timeout(t, 300); /* the long-row cases' prefills and their references, sanitized */
 	tcase_add_test(t, test_sequence_quota_is_per_uid);
 	tcase_add_test(t, test_block_share_is_per_uid_in_shared_pools);
 	tcase_add_test(t, test_pins_are_counted_per_uid);
