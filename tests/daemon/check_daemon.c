@@ -327,11 +327,6 @@ START_TEST(test_pagedkvctl_commands)
 END_TEST
 
 /*
- * Attends of two clients submitted while the worker is busy with a third
- * client's long prefill: they queue behind it and run as one backend call.
- * Results must still be each client's own.
- */
-/*
  * Holds the daemon still (every thread stopped) while a test queues work, so
  * that the worker finds it all queued at once whatever the machine's load.
  */
@@ -359,6 +354,11 @@ static long status_count(const char *key)
 
 #define CO_LEN 300 /* 19 blocks a sequence: the pool's 64 hold both and the prefill's 16 */
 
+/*
+ * Decode attends of two clients of one pool and layer, queued together beside
+ * a third client's long prefill of another layer: they run as one backend
+ * call. Results must still be each client's own.
+ */
 START_TEST(test_coalesced_attends_match_reference)
 {
 	struct pkv_client *c[2] = { connect_attach("co"), connect_attach("co") }, *big = connect_attach("co");
