@@ -27,7 +27,7 @@ struct session_opts {
 	const char *model;
 	const char *socket;      /* daemon socket; NULL: the default path */
 	int in_process;          /* 1: contiguous in-process attention; 0: the daemon */
-	int attention;           /* through the daemon: enum session_attention */
+	enum session_attention attention; /* who attends through the daemon */
 	int threads;             /* 0: $PKV_THREADS or all CPUs */
 	uint32_t max_tokens;     /* per forward step (buffers); 0: 256 */
 	uint32_t block_size;     /* 0: 16 */
